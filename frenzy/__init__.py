@@ -1,0 +1,4 @@
+"""Frenzy common package: contracts, bus, config, domain types, client and CLI.
+
+Every service imports from here; nothing here imports a service.
+"""

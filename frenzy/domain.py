@@ -1,0 +1,98 @@
+"""Plain dataclasses shared by the pure cores: training recipe, parallel plans, placement options.
+
+Pydantic lives at the edges (job-spec YAML, settings); inside, everything is one of these.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+PRECISIONS = ("bf16", "fp16", "fp32")
+GRAD_DTYPES = ("fp32", "16bit")
+OPTIMIZERS = ("adamw", "sgd")
+ATTENTIONS = ("eager", "flash")
+RECOMPUTES = ("none", "selective", "full")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The training setup a memory prediction describes (see docs/recipe.md)."""
+
+    precision: str = "bf16"
+    grad_dtype: str = "fp32"
+    optimizer: str = "adamw"
+    attention: str = "flash"
+    dropout: float = 0.0
+
+    def validate(self) -> None:
+        for name, value, allowed in (("precision", self.precision, PRECISIONS),
+                                     ("grad_dtype", self.grad_dtype, GRAD_DTYPES),
+                                     ("optimizer", self.optimizer, OPTIMIZERS),
+                                     ("attention", self.attention, ATTENTIONS)):
+            if value not in allowed:
+                raise ValueError(f"training.{name}: {value!r} is not one of {allowed}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"training.dropout must be in [0, 1), got {self.dropout}")
+
+
+@dataclass(frozen=True)
+class TrainingSpec:
+    seq_len: int
+    global_batch_size: int
+    total_tokens: int  # the step count, when the user gave steps, is converted to tokens
+    recipe: Recipe = field(default_factory=Recipe)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.seq_len * self.global_batch_size
+
+    @property
+    def steps(self) -> int:
+        return max(1, -(-self.total_tokens // self.tokens_per_step))
+
+
+@dataclass(frozen=True)
+class ParallelPlan:
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    zero: int = 0  # ZeRO stage 0-3; 3 means FSDP-style full sharding
+    micro_batch: int = 1
+    recompute: str = "none"
+    sequence_parallel: bool = False
+
+    @property
+    def num_gpus(self) -> int:
+        return self.dp * self.tp * self.pp
+
+    def grad_accum(self, global_batch_size: int) -> int:
+        return global_batch_size // (self.dp * self.micro_batch)
+
+    def describe(self) -> str:
+        text = f"dp{self.dp}-tp{self.tp}-pp{self.pp}-z{self.zero}-mb{self.micro_batch}"
+        return text if self.recompute == "none" else f"{text}-rc:{self.recompute}"
+
+
+@dataclass(frozen=True)
+class PlanOption:
+    """One way to run a job: a GPU type, a GPU count and a parallel plan, with MARP's estimates."""
+
+    gpu_type: str
+    plan: ParallelPlan
+    peak_bytes_per_gpu: int
+    step_time_s: float
+    duration_s: float
+
+    @property
+    def num_gpus(self) -> int:
+        return self.plan.num_gpus
+
+    @property
+    def gpu_seconds(self) -> float:
+        return self.duration_s * self.num_gpus
+
+
+@dataclass(frozen=True)
+class Constraints:
+    gpu_types: tuple[str, ...] = ()  # empty: any
+    max_gpus: int = 0  # 0: no limit
+    deadline_s: float = 0.0  # absolute epoch seconds; 0: none

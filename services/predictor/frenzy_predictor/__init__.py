@@ -1,0 +1,1 @@
+"""MARP: memory-aware resource prediction. Memory model, plan enumeration and cost model."""
