@@ -66,8 +66,23 @@ class QueuedJob:
     job_id: str
     submit_time_s: float
     options: Sequence[PlanOption]  # MARP's feasible options, each with its estimated duration
-    deadline_s: float = 0.0
+    deadline_s: float = 0.0  # absolute time the job should finish by; 0: none
     attempt: int = 0
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    """A job holding GPUs; optional input that lets a policy predict when GPUs free up."""
+
+    job_id: str
+    option: PlanOption
+    assignments: tuple[tuple[str, tuple[int, ...]], ...]
+    start_time_s: float
+    expected_end_s: float
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(len(gpus) for _, gpus in self.assignments)
 
 
 @dataclass(frozen=True)
@@ -80,7 +95,11 @@ class Placement:
 class Policy(Protocol):
     name: str
 
-    def schedule(self, queue: Sequence[QueuedJob], cluster: ClusterView,
-                 now_s: float) -> list[Placement]:
-        """Choose placements for some queued jobs; must not mutate `cluster`."""
+    def schedule(self, queue: Sequence[QueuedJob], cluster: ClusterView, now_s: float,
+                 running: Sequence[RunningJob] = ()) -> list[Placement]:
+        """Choose placements for some queued jobs; must not mutate `cluster`.
+
+        `running` is optional: callers that know the running jobs pass them so a policy can
+        estimate when GPUs free up; every policy must also work without it.
+        """
         ...

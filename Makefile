@@ -1,0 +1,31 @@
+# Two commands on a fresh machine: `make run` and `make test`. Each installs what it needs.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test install proto bench clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev,torch]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/frenzy demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+# Regenerate frenzy/v1/*_pb2*.py from protos/ (tests fail when the checked-in code is stale).
+proto: $(STAMP)
+	$(BIN)/python -m frenzy.protogen
+
+bench: $(STAMP)
+	$(BIN)/python bench/e2e_latency.py
+
+clean:
+	rm -rf $(VENV) .frenzy

@@ -1,0 +1,174 @@
+"""The Kafka shell every service shares: topic creation, publishing, and an at-least-once consumer.
+
+Delivery is at-least-once: offsets are committed only after the handler ran, so a crash replays
+records. Handlers therefore dedupe on the envelope's event_id (see `Deduper`) and keep their
+state transitions idempotent. A record that cannot be decoded, or whose handler raised, goes to
+frenzy.deadletter with the reason; the consumer never stops on bad input.
+"""
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from typing import Awaitable, Callable, Iterable
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from google.protobuf.message import Message
+
+from frenzy import events, topics
+from frenzy.config import BusSettings, bootstrap
+from frenzy.logs import get_logger
+from frenzy.v1 import events_pb2
+
+Handler = Callable[[events_pb2.Envelope, str], Awaitable[None]]
+TOPIC_EXISTS = 36
+
+log = get_logger("bus")
+
+
+async def ensure_topics(bootstrap_servers: str, wanted: Iterable[topics.Topic] = topics.ALL_TOPICS) -> None:
+    """Create missing topics. Safe to call from every service at start-up."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers)
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        new = [NewTopic(t.name, t.partitions, 1) for t in wanted if t.name not in existing]
+        if new:
+            response = await admin.create_topics(new)
+            for name, code, *_ in getattr(response, "topic_errors", []) or []:
+                if code not in (0, TOPIC_EXISTS):
+                    raise RuntimeError(f"creating topic {name} failed with error code {code}")
+    finally:
+        await admin.close()
+
+
+class Deduper:
+    """Remembers the last N event ids so a redelivered event is handled once."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._seen: OrderedDict[str, None] = OrderedDict()
+
+    def first_time(self, event_id: str) -> bool:
+        if event_id in self._seen:
+            self._seen.move_to_end(event_id)
+            return False
+        self._seen[event_id] = None
+        if len(self._seen) > self.capacity:
+            self._seen.popitem(last=False)
+        return True
+
+
+class Bus:
+    """One producer per service; `publish` wraps payloads in envelopes keyed per entity."""
+
+    def __init__(self, service: str, settings: BusSettings | None = None) -> None:
+        self.service = service
+        self.settings = settings or BusSettings()
+        self.bootstrap = bootstrap(self.settings)
+        self.producer = AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap, acks="all", linger_ms=2,
+            enable_idempotence=False, client_id=f"frenzy-{service}")
+
+    async def start(self) -> None:
+        await ensure_topics(self.bootstrap)
+        await self.producer.start()
+
+    async def stop(self) -> None:
+        await self.producer.stop()
+
+    async def publish(self, topic: topics.Topic, key: str, payload: Message,
+                      trace_id: str = "") -> events_pb2.Envelope:
+        env = events.envelope(payload, trace_id=trace_id, producer=self.service)
+        value, headers = events.encode(env)
+        await self.producer.send_and_wait(topic.name, value, key=key.encode(), headers=headers)
+        return env
+
+    async def dead_letter(self, record, reason: str, group: str) -> None:
+        headers = list(record.headers or []) + [
+            ("x-frenzy-reason", reason.encode()),
+            ("x-frenzy-source", f"{record.topic}/{record.partition}/{record.offset}".encode()),
+            ("x-frenzy-consumer", group.encode()),
+        ]
+        await self.producer.send_and_wait(topics.DEADLETTER.name, record.value or b"",
+                                          key=record.key, headers=headers)
+        log.warning("dead-lettered record", reason=reason, topic=record.topic,
+                    partition=record.partition, offset=record.offset, consumer=group)
+
+    def consumer(self, group: str, *subscribed: topics.Topic, **kwargs) -> AIOKafkaConsumer:
+        return AIOKafkaConsumer(
+            *(t.name for t in subscribed), bootstrap_servers=self.bootstrap, group_id=group,
+            enable_auto_commit=False, auto_offset_reset="earliest",
+            session_timeout_ms=self.settings.session_timeout_ms,
+            heartbeat_interval_ms=self.settings.heartbeat_interval_ms,
+            client_id=f"frenzy-{self.service}", **kwargs)
+
+    async def run_consumer(self, consumer: AIOKafkaConsumer, group: str,
+                           handlers: dict[str, Handler], *,
+                           json_payloads: dict[str, str] | None = None,
+                           ready: asyncio.Event | None = None) -> None:
+        """Consume until cancelled. handlers maps payload type (e.g. "job_planned") to a coroutine.
+
+        json_payloads maps a topic name to the payload type it accepts as bare JSON.
+        """
+        deduper = Deduper(self.settings.dedupe_window)
+        json_payloads = json_payloads or {}
+        await consumer.start()
+        try:
+            if ready is not None:
+                await _wait_assigned(consumer)
+                ready.set()
+            while True:
+                batch = await consumer.getmany(timeout_ms=200, max_records=500)
+                for tp, records in batch.items():
+                    for record in records:
+                        await self._handle_record(record, group, handlers, deduper,
+                                                  json_payloads.get(record.topic, ""))
+                if batch:
+                    await consumer.commit()
+        finally:
+            await consumer.stop()
+
+    async def _handle_record(self, record, group: str, handlers: dict[str, Handler],
+                             deduper: Deduper, json_payload: str) -> None:
+        record_id = f"{record.topic}/{record.partition}/{record.offset}"
+        try:
+            env = events.decode(record.value, record.headers, json_payload=json_payload,
+                                record_id=record_id)
+        except events.MalformedEvent as err:
+            await self.dead_letter(record, f"malformed: {err}", group)
+            return
+        handler = handlers.get(env.type)
+        if handler is None or not deduper.first_time(env.event_id):
+            return
+        key = record.key.decode(errors="replace") if record.key else ""
+        try:
+            await handler(env, key)
+        except events.MalformedEvent as err:
+            await self.dead_letter(record, f"invalid {env.type}: {err}", group)
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # a handler bug must not stop the service or lose the record
+            log.exception("handler failed", event_type=env.type, event_id=env.event_id)
+            await self.dead_letter(record, f"handler error in {group}: {type(err).__name__}: {err}", group)
+
+
+async def _wait_assigned(consumer: AIOKafkaConsumer, timeout_s: float = 30.0) -> None:
+    """Block until the group has assigned partitions, so callers know consumption has begun."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not consumer.assignment():
+        if consumer.subscription() is None:
+            return  # manual assignment
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError("consumer got no partition assignment")
+        await asyncio.sleep(0.05)
+
+
+def partition_for_key(key: str, num_partitions: int) -> int:
+    """The partition Kafka's default partitioner (murmur2) sends a key to."""
+    from aiokafka.partitioner import murmur2
+
+    return (murmur2(key.encode()) & 0x7FFFFFFF) % num_partitions
+
+
+__all__ = ["Bus", "Deduper", "ensure_topics", "partition_for_key", "TopicPartition"]

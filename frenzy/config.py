@@ -1,0 +1,41 @@
+"""Settings from FRENZY_* environment variables (pydantic-settings)."""
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class BusSettings(BaseSettings):
+    """Kafka client settings shared by every service."""
+
+    model_config = SettingsConfigDict(env_prefix="FRENZY_", extra="ignore")
+
+    # KAFKA_BOOTSTRAP (no prefix) is also honoured; see bootstrap().
+    kafka_bootstrap: str = ""
+    # Short session timeouts keep group joins quick on the embedded broker (each join waits
+    # half the session timeout there); production deployments raise these.
+    session_timeout_ms: int = 6000
+    heartbeat_interval_ms: int = 1000
+    dedupe_window: int = Field(100_000, description="event ids remembered per consumer")
+
+
+class ServiceSettings(BusSettings):
+    grpc_host: str = "127.0.0.1"
+    grpc_port: int = 50051
+    policy: str = "fifo"
+    log_dir: str = ".frenzy/logs"
+    heartbeat_interval_s: float = 1.0
+    node_timeout_s: float = 10.0
+    max_retries: int = 3
+    time_scale: float = Field(1.0, description="synthetic workload runs predicted duration x this")
+    stop_grace_s: float = 5.0
+
+
+def bootstrap(settings: BusSettings | None = None) -> str:
+    import os
+
+    settings = settings or BusSettings()
+    value = settings.kafka_bootstrap or os.environ.get("KAFKA_BOOTSTRAP", "")
+    if not value:
+        raise RuntimeError("no Kafka broker: set KAFKA_BOOTSTRAP or FRENZY_KAFKA_BOOTSTRAP")
+    return value

@@ -1,0 +1,26 @@
+"""Every Kafka topic, named in one place, with its key and partition count."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Topic:
+    name: str
+    key: str  # what the record key holds, for per-entity order
+    partitions: int
+
+
+JOBS_SUBMITTED = Topic("frenzy.jobs.submitted", "job id", 4)
+JOBS_PLANNED = Topic("frenzy.jobs.planned", "job id", 4)
+JOBS_PLACED = Topic("frenzy.jobs.placed", "job id", 4)
+JOBS_STATUS = Topic("frenzy.jobs.status", "job id", 4)
+NODES_HEARTBEATS = Topic("frenzy.nodes.heartbeats", "node id", 4)
+CLUSTER_EVENTS = Topic("frenzy.cluster.events", "node id", 4)
+AGENT_COMMANDS = Topic("frenzy.agent.commands", "node id", 8)
+DEADLETTER = Topic("frenzy.deadletter", "original key", 1)
+
+ALL_TOPICS: tuple[Topic, ...] = (
+    JOBS_SUBMITTED, JOBS_PLANNED, JOBS_PLACED, JOBS_STATUS,
+    NODES_HEARTBEATS, CLUSTER_EVENTS, AGENT_COMMANDS, DEADLETTER,
+)

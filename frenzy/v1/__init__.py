@@ -1,0 +1,1 @@
+"""Generated from protos/frenzy/v1. Do not edit; run `make proto`."""

@@ -1,0 +1,197 @@
+import datetime
+
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from frenzy.v1 import types_pb2 as _types_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class StatusSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    STATUS_SOURCE_UNSPECIFIED: _ClassVar[StatusSource]
+    ORCHESTRATOR: _ClassVar[StatusSource]
+    AGENT: _ClassVar[StatusSource]
+STATUS_SOURCE_UNSPECIFIED: StatusSource
+ORCHESTRATOR: StatusSource
+AGENT: StatusSource
+
+class Envelope(_message.Message):
+    __slots__ = ("event_id", "type", "produced_at", "trace_id", "producer", "job_submitted", "job_planned", "job_placed", "launch_job", "stop_job", "job_status_changed", "node_heartbeat", "gpu_availability_changed")
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    PRODUCED_AT_FIELD_NUMBER: _ClassVar[int]
+    TRACE_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_FIELD_NUMBER: _ClassVar[int]
+    JOB_SUBMITTED_FIELD_NUMBER: _ClassVar[int]
+    JOB_PLANNED_FIELD_NUMBER: _ClassVar[int]
+    JOB_PLACED_FIELD_NUMBER: _ClassVar[int]
+    LAUNCH_JOB_FIELD_NUMBER: _ClassVar[int]
+    STOP_JOB_FIELD_NUMBER: _ClassVar[int]
+    JOB_STATUS_CHANGED_FIELD_NUMBER: _ClassVar[int]
+    NODE_HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    GPU_AVAILABILITY_CHANGED_FIELD_NUMBER: _ClassVar[int]
+    event_id: str
+    type: str
+    produced_at: _timestamp_pb2.Timestamp
+    trace_id: str
+    producer: str
+    job_submitted: JobSubmitted
+    job_planned: JobPlanned
+    job_placed: JobPlaced
+    launch_job: LaunchJob
+    stop_job: StopJob
+    job_status_changed: JobStatusChanged
+    node_heartbeat: NodeHeartbeat
+    gpu_availability_changed: GpuAvailabilityChanged
+    def __init__(self, event_id: _Optional[str] = ..., type: _Optional[str] = ..., produced_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., trace_id: _Optional[str] = ..., producer: _Optional[str] = ..., job_submitted: _Optional[_Union[JobSubmitted, _Mapping]] = ..., job_planned: _Optional[_Union[JobPlanned, _Mapping]] = ..., job_placed: _Optional[_Union[JobPlaced, _Mapping]] = ..., launch_job: _Optional[_Union[LaunchJob, _Mapping]] = ..., stop_job: _Optional[_Union[StopJob, _Mapping]] = ..., job_status_changed: _Optional[_Union[JobStatusChanged, _Mapping]] = ..., node_heartbeat: _Optional[_Union[NodeHeartbeat, _Mapping]] = ..., gpu_availability_changed: _Optional[_Union[GpuAvailabilityChanged, _Mapping]] = ...) -> None: ...
+
+class JobSubmitted(_message.Message):
+    __slots__ = ("job_id", "spec", "submitted_at", "attempt", "min_memory_bytes")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTED_AT_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    MIN_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    spec: _types_pb2.JobSpec
+    submitted_at: _timestamp_pb2.Timestamp
+    attempt: int
+    min_memory_bytes: int
+    def __init__(self, job_id: _Optional[str] = ..., spec: _Optional[_Union[_types_pb2.JobSpec, _Mapping]] = ..., submitted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., attempt: _Optional[int] = ..., min_memory_bytes: _Optional[int] = ...) -> None: ...
+
+class JobPlanned(_message.Message):
+    __slots__ = ("job_id", "options", "reason", "attempt", "submitted_at", "num_params", "deadline")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTED_AT_FIELD_NUMBER: _ClassVar[int]
+    NUM_PARAMS_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    options: _containers.RepeatedCompositeFieldContainer[_types_pb2.PlanOption]
+    reason: str
+    attempt: int
+    submitted_at: _timestamp_pb2.Timestamp
+    num_params: int
+    deadline: _timestamp_pb2.Timestamp
+    def __init__(self, job_id: _Optional[str] = ..., options: _Optional[_Iterable[_Union[_types_pb2.PlanOption, _Mapping]]] = ..., reason: _Optional[str] = ..., attempt: _Optional[int] = ..., submitted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., num_params: _Optional[int] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class JobPlaced(_message.Message):
+    __slots__ = ("job_id", "option", "assignments", "attempt", "placement_id")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    OPTION_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENTS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    option: _types_pb2.PlanOption
+    assignments: _containers.RepeatedCompositeFieldContainer[_types_pb2.GpuAssignment]
+    attempt: int
+    placement_id: str
+    def __init__(self, job_id: _Optional[str] = ..., option: _Optional[_Union[_types_pb2.PlanOption, _Mapping]] = ..., assignments: _Optional[_Iterable[_Union[_types_pb2.GpuAssignment, _Mapping]]] = ..., attempt: _Optional[int] = ..., placement_id: _Optional[str] = ...) -> None: ...
+
+class LaunchJob(_message.Message):
+    __slots__ = ("job_id", "node_id", "attempt", "gpu_indices", "node_rank", "num_nodes", "world_size", "rank_offset", "master_addr", "master_port", "option", "spec")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    GPU_INDICES_FIELD_NUMBER: _ClassVar[int]
+    NODE_RANK_FIELD_NUMBER: _ClassVar[int]
+    NUM_NODES_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    RANK_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MASTER_ADDR_FIELD_NUMBER: _ClassVar[int]
+    MASTER_PORT_FIELD_NUMBER: _ClassVar[int]
+    OPTION_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    node_id: str
+    attempt: int
+    gpu_indices: _containers.RepeatedScalarFieldContainer[int]
+    node_rank: int
+    num_nodes: int
+    world_size: int
+    rank_offset: int
+    master_addr: str
+    master_port: int
+    option: _types_pb2.PlanOption
+    spec: _types_pb2.JobSpec
+    def __init__(self, job_id: _Optional[str] = ..., node_id: _Optional[str] = ..., attempt: _Optional[int] = ..., gpu_indices: _Optional[_Iterable[int]] = ..., node_rank: _Optional[int] = ..., num_nodes: _Optional[int] = ..., world_size: _Optional[int] = ..., rank_offset: _Optional[int] = ..., master_addr: _Optional[str] = ..., master_port: _Optional[int] = ..., option: _Optional[_Union[_types_pb2.PlanOption, _Mapping]] = ..., spec: _Optional[_Union[_types_pb2.JobSpec, _Mapping]] = ...) -> None: ...
+
+class StopJob(_message.Message):
+    __slots__ = ("job_id", "node_id", "reason", "attempt")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    node_id: str
+    reason: str
+    attempt: int
+    def __init__(self, job_id: _Optional[str] = ..., node_id: _Optional[str] = ..., reason: _Optional[str] = ..., attempt: _Optional[int] = ...) -> None: ...
+
+class JobStatusChanged(_message.Message):
+    __slots__ = ("job_id", "state", "reason", "progress", "source", "node_id", "attempt", "exit_code", "job")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    state: _types_pb2.JobState
+    reason: str
+    progress: _types_pb2.Progress
+    source: StatusSource
+    node_id: str
+    attempt: int
+    exit_code: int
+    job: _types_pb2.Job
+    def __init__(self, job_id: _Optional[str] = ..., state: _Optional[_Union[_types_pb2.JobState, str]] = ..., reason: _Optional[str] = ..., progress: _Optional[_Union[_types_pb2.Progress, _Mapping]] = ..., source: _Optional[_Union[StatusSource, str]] = ..., node_id: _Optional[str] = ..., attempt: _Optional[int] = ..., exit_code: _Optional[int] = ..., job: _Optional[_Union[_types_pb2.Job, _Mapping]] = ...) -> None: ...
+
+class NodeHeartbeat(_message.Message):
+    __slots__ = ("node_id", "host", "agent_pid", "gpus", "running_jobs", "sequence", "simulated")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    AGENT_PID_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_JOBS_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    SIMULATED_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    host: str
+    agent_pid: int
+    gpus: _containers.RepeatedCompositeFieldContainer[_types_pb2.GpuStatus]
+    running_jobs: _containers.RepeatedScalarFieldContainer[str]
+    sequence: int
+    simulated: bool
+    def __init__(self, node_id: _Optional[str] = ..., host: _Optional[str] = ..., agent_pid: _Optional[int] = ..., gpus: _Optional[_Iterable[_Union[_types_pb2.GpuStatus, _Mapping]]] = ..., running_jobs: _Optional[_Iterable[str]] = ..., sequence: _Optional[int] = ..., simulated: _Optional[bool] = ...) -> None: ...
+
+class GpuAvailabilityChanged(_message.Message):
+    __slots__ = ("node_id", "gpu_type", "gpus_total", "free_gpu_indices", "node_state", "version", "cause", "allocated_jobs")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    GPU_TYPE_FIELD_NUMBER: _ClassVar[int]
+    GPUS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    FREE_GPU_INDICES_FIELD_NUMBER: _ClassVar[int]
+    NODE_STATE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATED_JOBS_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    gpu_type: str
+    gpus_total: int
+    free_gpu_indices: _containers.RepeatedScalarFieldContainer[int]
+    node_state: _types_pb2.NodeState
+    version: int
+    cause: str
+    allocated_jobs: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, node_id: _Optional[str] = ..., gpu_type: _Optional[str] = ..., gpus_total: _Optional[int] = ..., free_gpu_indices: _Optional[_Iterable[int]] = ..., node_state: _Optional[_Union[_types_pb2.NodeState, str]] = ..., version: _Optional[int] = ..., cause: _Optional[str] = ..., allocated_jobs: _Optional[_Iterable[str]] = ...) -> None: ...

@@ -1,0 +1,3 @@
+from frenzy_predictor.service import main
+
+main()

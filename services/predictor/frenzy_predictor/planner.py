@@ -1,0 +1,41 @@
+"""From a job spec to JobPlanned: the predictor's pure core, shared by the service and PredictorService."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from frenzy.catalog.gpus import GpuType, gpu_catalog
+from frenzy.convert import option_to_proto
+from frenzy.domain import PlanOption
+from frenzy.jobspec import resolve_spec
+from frenzy.v1 import events_pb2, types_pb2
+from frenzy_predictor.plans import enumerate_options
+
+
+def plan_job(spec: types_pb2.JobSpec, gpu_types: list[GpuType] | None = None,
+             min_memory_bytes: int = 0) -> tuple[list[PlanOption], int]:
+    """Ranked options for a spec over the given GPU types (default: the whole catalog).
+
+    min_memory_bytes > 0 is a re-plan after an out-of-memory failure: the job really needs at
+    least that much per GPU, so options are re-checked with that floor in place of the prediction.
+    """
+    job = resolve_spec(spec)  # raises SpecError naming the field
+    types = gpu_types if gpu_types is not None else list(gpu_catalog().values())
+    options = enumerate_options(job.arch, job.training, types, job.constraints)
+    if min_memory_bytes:
+        by_name = gpu_catalog()
+        options = [replace(o, peak_bytes_per_gpu=max(o.peak_bytes_per_gpu, min_memory_bytes))
+                   for o in options
+                   if max(o.peak_bytes_per_gpu, min_memory_bytes) <= 0.95 * by_name[o.gpu_type].memory_bytes]
+    return options, job.arch.num_params()
+
+
+def job_planned(submitted: events_pb2.JobSubmitted) -> events_pb2.JobPlanned:
+    options, num_params = plan_job(submitted.spec, min_memory_bytes=submitted.min_memory_bytes)
+    planned = events_pb2.JobPlanned(
+        job_id=submitted.job_id, options=[option_to_proto(o, i) for i, o in enumerate(options)],
+        attempt=submitted.attempt, num_params=num_params,
+        reason="" if options else "unschedulable: no GPU type fits any plan")
+    planned.submitted_at.CopyFrom(submitted.submitted_at)
+    if submitted.spec.constraints.HasField("deadline"):
+        planned.deadline.CopyFrom(submitted.spec.constraints.deadline)
+    return planned

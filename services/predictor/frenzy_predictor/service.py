@@ -1,0 +1,50 @@
+"""Predictor service: JobSubmitted in, JobPlanned out. Stateless, so it scales as a consumer group."""
+from __future__ import annotations
+
+import asyncio
+
+from frenzy import topics
+from frenzy.bus import Bus
+from frenzy.jobspec import SpecError
+from frenzy.logs import get_logger
+from frenzy.runtime import run_service, run_until_stopped
+from frenzy.v1 import events_pb2
+from frenzy_predictor.planner import job_planned
+
+GROUP = "frenzy-predictor"
+log = get_logger("predictor")
+
+
+class PredictorService:
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+
+    async def on_submitted(self, env: events_pb2.Envelope, key: str) -> None:
+        submitted = env.job_submitted
+        if not submitted.job_id:
+            return  # the orchestrator dead-letters events without a job id
+        try:
+            planned = await asyncio.to_thread(job_planned, submitted)
+        except SpecError as err:
+            # The orchestrator validates the same spec and fails the job with this reason.
+            log.info("invalid spec, not planned", job_id=submitted.job_id, error=str(err))
+            return
+        await self.bus.publish(topics.JOBS_PLANNED, submitted.job_id, planned, trace_id=env.trace_id)
+        log.info("planned", job_id=submitted.job_id, options=len(planned.options),
+                 best=planned.options[0].gpu_type if planned.options else None)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.bus.start()
+        try:
+            consumer = self.bus.consumer(GROUP, topics.JOBS_SUBMITTED)
+            task = asyncio.create_task(self.bus.run_consumer(
+                consumer, GROUP, {"job_submitted": self.on_submitted},
+                json_payloads={topics.JOBS_SUBMITTED.name: "job_submitted"}))
+            log.info("predictor started")
+            await run_until_stopped(stop, task)
+        finally:
+            await self.bus.stop()
+
+
+def main() -> None:
+    run_service(lambda stop: PredictorService(Bus("predictor")).run(stop))
