@@ -234,7 +234,7 @@ class Transformer(nn.Module):
         if self.pos_embed is not None:
             x = x + self.pos_embed(torch.arange(seq_len, device=input_ids.device))
         else:
-            rope = rope_tables(self.arch, seq_len, self.dtype, input_ids.device)
+            rope = rope_tables(self.arch, seq_len, x.dtype, input_ids.device)  # x: compute dtype
         x = dropout(x, self.recipe.dropout, self.training)
         for block in self.blocks:
             if self.recompute == "full":  # keep only each block's input; recompute the rest
