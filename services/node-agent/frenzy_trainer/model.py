@@ -66,12 +66,17 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     return _MaskDropout.apply(x, p)
 
 
+def _acc(x: torch.Tensor) -> torch.dtype:
+    """Accumulation dtype: fp32 for 16-bit inputs, else the input's own."""
+    return torch.promote_types(x.dtype, torch.float32)
+
+
 class _RMSNormFn(torch.autograd.Function):
     """y = x / rms(x) * w, saving x (activation dtype) and 1/rms (fp32), like fused kernels."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        x32 = x.float()
+        x32 = x.to(_acc(x))
         rstd = torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
         ctx.save_for_backward(x, weight, rstd)
         return (x32 * rstd).to(x.dtype) * weight
@@ -79,9 +84,10 @@ class _RMSNormFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         x, weight, rstd = ctx.saved_tensors
-        x_hat = x.float() * rstd
-        grad_w = (grad.float() * x_hat).sum(dim=tuple(range(grad.dim() - 1))).to(weight.dtype)
-        g = grad.float() * weight.float()
+        acc = _acc(x)
+        x_hat = x.to(acc) * rstd
+        grad_w = (grad.to(acc) * x_hat).sum(dim=tuple(range(grad.dim() - 1))).to(weight.dtype)
+        g = grad.to(acc) * weight.to(acc)
         grad_x = rstd * (g - x_hat * (g * x_hat).mean(-1, keepdim=True))
         return grad_x.to(x.dtype), grad_w, None
 
