@@ -104,3 +104,8 @@ def _decode_json(value: bytes, json_payload: str, record_id: str) -> events_pb2.
     if not env.HasField("produced_at"):
         env.produced_at.FromNanoseconds(time.time_ns())
     return env
+
+
+def submitted_job_id(env: events_pb2.Envelope) -> str:
+    """A pipeline may omit job_id; every consumer then derives the same one from the event id."""
+    return env.job_submitted.job_id or f"job-{env.event_id.removeprefix('rec-')[:12]}"

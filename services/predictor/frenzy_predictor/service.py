@@ -5,6 +5,7 @@ import asyncio
 
 from frenzy import topics
 from frenzy.bus import Bus
+from frenzy.events import submitted_job_id
 from frenzy.jobspec import SpecError
 from frenzy.logs import get_logger
 from frenzy.runtime import run_service, run_until_stopped
@@ -20,9 +21,9 @@ class PredictorService:
         self.bus = bus
 
     async def on_submitted(self, env: events_pb2.Envelope, key: str) -> None:
-        submitted = env.job_submitted
-        if not submitted.job_id:
-            return  # the orchestrator dead-letters events without a job id
+        submitted = events_pb2.JobSubmitted()
+        submitted.CopyFrom(env.job_submitted)
+        submitted.job_id = submitted_job_id(env)
         try:
             planned = await asyncio.to_thread(job_planned, submitted)
         except SpecError as err:

@@ -1,0 +1,3 @@
+from frenzy_orchestrator.service import main
+
+main()

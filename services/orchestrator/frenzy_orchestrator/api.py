@@ -1,0 +1,143 @@
+"""gRPC edge of the orchestrator: JobService, ClusterService, and PredictorService dry runs."""
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import TYPE_CHECKING, AsyncIterator
+
+import grpc
+
+from frenzy.catalog.gpus import get_gpu
+from frenzy.convert import option_to_proto
+from frenzy.jobspec import SpecError, resolve_spec
+from frenzy.v1 import services_pb2, services_pb2_grpc, types_pb2
+from frenzy_orchestrator import lifecycle
+from frenzy_predictor.planner import plan_job
+
+if TYPE_CHECKING:
+    from frenzy_orchestrator.service import OrchestratorService
+
+
+async def _invalid(context: grpc.aio.ServicerContext, message: str) -> None:
+    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
+
+
+class JobApi(services_pb2_grpc.JobServiceServicer):
+    def __init__(self, service: "OrchestratorService") -> None:
+        self.service = service
+
+    async def SubmitJob(self, request, context):
+        try:
+            resolve_spec(request.spec)
+        except SpecError as err:
+            await _invalid(context, f"spec.{err}")
+        job_id = request.job_id or f"job-{uuid.uuid4().hex[:10]}"
+        await self.service.submit(job_id, request.spec)
+        return services_pb2.SubmitJobResponse(job_id=job_id)
+
+    async def _get(self, job_id: str, context) -> types_pb2.Job:
+        if not job_id:
+            await _invalid(context, "job_id: must not be empty")
+        rec = self.service.core.jobs.get(job_id)
+        if rec is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"job_id: no job {job_id!r}")
+        return rec.job
+
+    async def GetJob(self, request, context):
+        return await self._get(request.job_id, context)
+
+    async def ListJobs(self, request, context):
+        wanted = set(request.states)
+        jobs = [r.job for r in self.service.core.jobs.values() if not wanted or r.job.state in wanted]
+        jobs.sort(key=lambda j: (j.submitted_at.ToNanoseconds(), j.id))
+        return services_pb2.ListJobsResponse(jobs=jobs)
+
+    async def CancelJob(self, request, context):
+        await self._get(request.job_id, context)
+        await self.service.cancel(request.job_id)
+        return self.service.core.jobs[request.job_id].job
+
+    async def WatchJob(self, request, context) -> AsyncIterator[types_pb2.Job]:
+        job = await self._get(request.job_id, context)
+        updates: asyncio.Queue[types_pb2.Job] = asyncio.Queue()
+        self.service.watchers.setdefault(request.job_id, []).append(updates)
+        try:
+            snapshot = types_pb2.Job()
+            snapshot.CopyFrom(job)
+            yield snapshot
+            last_version = snapshot.version
+            while snapshot.state not in lifecycle.TERMINAL:
+                snapshot = await updates.get()
+                if snapshot.version > last_version:
+                    last_version = snapshot.version
+                    yield snapshot
+        finally:
+            self.service.watchers[request.job_id].remove(updates)
+
+
+class ClusterApi(services_pb2_grpc.ClusterServiceServicer):
+    def __init__(self, service: "OrchestratorService") -> None:
+        self.service = service
+
+    async def GetCluster(self, request, context):
+        core = self.service.core
+        summary: dict[str, services_pb2.GpuTypeSummary] = {}
+        for node in core.nodes.values():
+            s = summary.setdefault(node.gpu_type, services_pb2.GpuTypeSummary(gpu_type=node.gpu_type))
+            s.nodes += 1
+            s.total += node.gpus_total
+            s.free += len(node.free_gpus)
+            s.allocated += len(node.allocations)
+        for rec in core.jobs.values():
+            gpu_type = rec.job.option.gpu_type
+            if rec.job.state in (types_pb2.PLACED, types_pb2.LAUNCHING, types_pb2.RUNNING) and gpu_type in summary:
+                summary[gpu_type].running_jobs += 1
+            elif rec.job.state == types_pb2.QUEUED:
+                for s in summary.values():  # a queued job waits on every type it could use
+                    s.queued_jobs += 1
+        ready = sum(1 for n in core.nodes.values() if n.state == types_pb2.NODE_READY)
+        return services_pb2.ClusterSummary(gpu_types=sorted(summary.values(), key=lambda s: s.gpu_type),
+                                           nodes_ready=ready, nodes_lost=len(core.nodes) - ready)
+
+    async def ListNodes(self, request, context):
+        nodes = []
+        for n in sorted(self.service.core.nodes.values(), key=lambda n: n.node_id):
+            node = types_pb2.Node(id=n.node_id, gpu_type=n.gpu_type, gpus_total=n.gpus_total,
+                                  gpus_free=len(n.free_gpus), state=n.state, agent_pid=n.agent_pid,
+                                  host=n.host, gpus=n.gpus, running_jobs=n.running_jobs)
+            node.last_heartbeat.FromNanoseconds(int(n.last_heartbeat_s * 1e9))
+            nodes.append(node)
+        return services_pb2.ListNodesResponse(nodes=nodes)
+
+
+class PredictorApi(services_pb2_grpc.PredictorServiceServicer):
+    """Dry runs call the predictor's pure core in-process: the same code the service runs."""
+
+    async def Predict(self, request, context):
+        try:
+            types = [get_gpu(name) for name in request.gpu_types] or None
+        except KeyError as err:
+            await _invalid(context, f"gpu_types: {err.args[0]}")
+        try:
+            options, num_params = await asyncio.to_thread(plan_job, request.spec, types)
+        except SpecError as err:
+            await _invalid(context, f"spec.{err}")
+        return services_pb2.PredictResponse(
+            options=[option_to_proto(o, i) for i, o in enumerate(options)], num_params=num_params)
+
+
+async def start_grpc(service: "OrchestratorService", host: str, port: int) -> grpc.aio.Server:
+    server = grpc.aio.server()
+    services_pb2_grpc.add_JobServiceServicer_to_server(JobApi(service), server)
+    services_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterApi(service), server)
+    services_pb2_grpc.add_PredictorServiceServicer_to_server(PredictorApi(), server)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise RuntimeError(f"cannot listen on {host}:{port}")
+    await server.start()
+    return server
+
+
+def now_s() -> float:
+    return time.time()

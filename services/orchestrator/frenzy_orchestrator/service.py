@@ -1,0 +1,101 @@
+"""Orchestrator service: the Kafka and gRPC shell around `OrchestratorCore`."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+from frenzy import topics
+from frenzy.bus import Bus
+from frenzy.config import ServiceSettings
+from frenzy.events import submitted_job_id
+from frenzy.logs import get_logger
+from frenzy.runtime import run_service, run_until_stopped
+from frenzy.v1 import events_pb2, types_pb2
+from frenzy_orchestrator.api import start_grpc
+from frenzy_orchestrator.core import OrchestratorCore, Outgoing
+
+GROUP = "frenzy-orchestrator"
+log = get_logger("orchestrator")
+
+
+class OrchestratorService:
+    def __init__(self, bus: Bus, settings: ServiceSettings) -> None:
+        self.bus = bus
+        self.settings = settings
+        self.core = OrchestratorCore(settings.node_timeout_s, settings.max_retries)
+        self.watchers: dict[str, list[asyncio.Queue]] = {}
+        self._lock = asyncio.Lock()  # keeps publish order equal to state-change order
+
+    async def _apply(self, outgoing: list[Outgoing]) -> None:
+        for out in outgoing:
+            await self.bus.publish(out.topic, out.key, out.payload)
+            if isinstance(out.payload, events_pb2.JobStatusChanged):
+                job = out.payload.job
+                log.info("job state", job_id=out.key, state=types_pb2.JobState.Name(job.state),
+                         reason=job.reason, attempt=job.attempt)
+                for queue in self.watchers.get(out.key, []):
+                    snapshot = types_pb2.Job()
+                    snapshot.CopyFrom(job)
+                    queue.put_nowait(snapshot)
+
+    async def _run(self, handler, *args) -> None:
+        async with self._lock:
+            await self._apply(handler(*args, time.time()))
+
+    # Entry points from gRPC.
+    async def submit(self, job_id: str, spec: types_pb2.JobSpec) -> None:
+        submitted = events_pb2.JobSubmitted(job_id=job_id, spec=spec)
+        submitted.submitted_at.GetCurrentTime()
+        await self.bus.publish(topics.JOBS_SUBMITTED, job_id, submitted, trace_id=job_id)
+        await self._run(self.core.submit, job_id, spec)
+
+    async def cancel(self, job_id: str) -> None:
+        await self._run(self.core.cancel, job_id)
+
+    # Kafka handlers.
+    async def on_submitted(self, env: events_pb2.Envelope, key: str) -> None:
+        submitted = env.job_submitted
+        if submitted.attempt == 0:  # attempts > 0 are this service's own re-plan requests
+            await self._run(self.core.submit, submitted_job_id(env), submitted.spec)
+
+    async def on_planned(self, env: events_pb2.Envelope, key: str) -> None:
+        await self._run(self.core.on_planned, env.job_planned)
+
+    async def on_placed(self, env: events_pb2.Envelope, key: str) -> None:
+        await self._run(self.core.on_placed, env.job_placed)
+
+    async def on_status(self, env: events_pb2.Envelope, key: str) -> None:
+        if env.job_status_changed.source == events_pb2.AGENT:
+            await self._run(self.core.on_agent_status, env.job_status_changed)
+
+    async def on_heartbeat(self, env: events_pb2.Envelope, key: str) -> None:
+        await self._run(self.core.on_heartbeat, env.node_heartbeat)
+
+    async def liveness_loop(self) -> None:
+        while True:
+            await asyncio.sleep(min(1.0, self.settings.node_timeout_s / 4))
+            await self._run(self.core.check_liveness)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.bus.start()
+        server = await start_grpc(self, self.settings.grpc_host, self.settings.grpc_port)
+        try:
+            consumer = self.bus.consumer(GROUP, topics.JOBS_SUBMITTED, topics.JOBS_PLANNED,
+                                         topics.JOBS_PLACED, topics.JOBS_STATUS,
+                                         topics.NODES_HEARTBEATS)
+            handlers = {"job_submitted": self.on_submitted, "job_planned": self.on_planned,
+                        "job_placed": self.on_placed, "job_status_changed": self.on_status,
+                        "node_heartbeat": self.on_heartbeat}
+            consume = asyncio.create_task(self.bus.run_consumer(
+                consumer, GROUP, handlers,
+                json_payloads={topics.JOBS_SUBMITTED.name: "job_submitted"}))
+            log.info("orchestrator started", grpc=f"{self.settings.grpc_host}:{self.settings.grpc_port}")
+            await run_until_stopped(stop, consume, asyncio.create_task(self.liveness_loop()))
+        finally:
+            await server.stop(grace=1)
+            await self.bus.stop()
+
+
+def main() -> None:
+    settings = ServiceSettings()
+    run_service(lambda stop: OrchestratorService(Bus("orchestrator", settings), settings).run(stop))

@@ -1,0 +1,3 @@
+from frenzy_scheduler.service import main
+
+main()

@@ -1,0 +1,107 @@
+"""The live scheduler's view (pure): queue, cluster and in-flight placements, rebuilt from events.
+
+A job becomes schedulable when both its options (JobPlanned) and the orchestrator's QUEUED state
+for the same attempt have arrived; topics are not ordered relative to each other, so either may
+come first. A placement stays "pending" until the orchestrator's availability events show it,
+so the policy never sees those GPUs as free in between.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from frenzy.convert import option_from_proto
+from frenzy.domain import PlanOption
+from frenzy.v1 import events_pb2, types_pb2
+from frenzy_scheduler.core import ClusterView, NodeState, Placement, Policy, QueuedJob
+
+_TERMINAL = {types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED}
+
+
+@dataclass
+class _Job:
+    submit_time_s: float
+    deadline_s: float = 0.0
+    options: dict[int, list[PlanOption]] = field(default_factory=dict)  # attempt -> options
+    queued_attempt: int = -1  # the attempt the orchestrator last put in QUEUED; -1: not waiting
+    version: int = 0  # last orchestrator job version seen
+
+
+@dataclass
+class LiveState:
+    policy: Policy
+    cluster: ClusterView = field(default_factory=ClusterView)
+    node_versions: dict[str, int] = field(default_factory=dict)
+    jobs: dict[str, _Job] = field(default_factory=dict)
+    pending: dict[str, dict[str, tuple[int, ...]]] = field(default_factory=dict)  # job -> node -> GPUs
+
+    def on_planned(self, planned: events_pb2.JobPlanned) -> None:
+        job = self.jobs.setdefault(planned.job_id, _Job(
+            planned.submitted_at.ToNanoseconds() / 1e9 or time.time(),
+            planned.deadline.ToNanoseconds() / 1e9 if planned.HasField("deadline") else 0.0))
+        job.options[planned.attempt] = [option_from_proto(o) for o in planned.options]
+
+    def on_status(self, status: events_pb2.JobStatusChanged) -> None:
+        if status.source != events_pb2.ORCHESTRATOR:
+            return
+        job = self.jobs.get(status.job_id)
+        version = status.job.version
+        if job is None:
+            if status.state in _TERMINAL:
+                return
+            job = self.jobs.setdefault(status.job_id, _Job(
+                status.job.submitted_at.ToNanoseconds() / 1e9 or time.time()))
+        if version and version <= job.version:
+            return  # an older state, delivered late
+        job.version = version
+        if status.state in _TERMINAL:
+            self.jobs.pop(status.job_id, None)
+            self.pending.pop(status.job_id, None)
+        elif status.state == types_pb2.QUEUED:
+            job.queued_attempt = status.attempt
+            self.pending.pop(status.job_id, None)  # a rejected or lost placement
+        elif status.state == types_pb2.SUBMITTED:
+            job.queued_attempt = -1  # re-planning; wait for the new options
+
+    def on_availability(self, event: events_pb2.GpuAvailabilityChanged) -> None:
+        if event.version and event.version <= self.node_versions.get(event.node_id, 0):
+            return
+        self.node_versions[event.node_id] = event.version
+        free = list(event.free_gpu_indices) if event.node_state == types_pb2.NODE_READY else []
+        self.cluster.nodes[event.node_id] = NodeState(event.node_id, event.gpu_type,
+                                                      event.gpus_total, free)
+        for job_id in event.allocated_jobs:  # the orchestrator now shows these placements
+            nodes = self.pending.get(job_id)
+            if nodes is not None:
+                nodes.pop(event.node_id, None)
+                if not nodes:
+                    del self.pending[job_id]
+
+    def waiting(self) -> list[QueuedJob]:
+        return [QueuedJob(job_id, job.submit_time_s, job.options[job.queued_attempt],
+                          job.deadline_s, job.queued_attempt)
+                for job_id, job in self.jobs.items()
+                if job.queued_attempt >= 0 and job.queued_attempt in job.options
+                and job_id not in self.pending]
+
+    def effective_cluster(self) -> ClusterView:
+        view = self.cluster.copy()
+        for nodes in self.pending.values():
+            for node_id, gpus in nodes.items():
+                node = view.nodes.get(node_id)
+                if node is not None:
+                    node.free_gpus = [g for g in node.free_gpus if g not in gpus]
+        return view
+
+    def schedule(self, now_s: float) -> list[tuple[Placement, int]]:
+        """Run the policy; returns each placement with the job attempt it is for."""
+        queue = self.waiting()
+        if not queue:
+            return []
+        placed = []
+        for p in self.policy.schedule(queue, self.effective_cluster(), now_s):
+            job = self.jobs[p.job_id]
+            placed.append((p, job.queued_attempt))
+            self.pending[p.job_id] = {node: gpus for node, gpus in p.assignments}
+            job.queued_attempt = -1
+        return placed

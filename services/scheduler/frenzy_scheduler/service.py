@@ -1,0 +1,71 @@
+"""Scheduler service: JobPlanned, job states and GPU availability in; JobPlaced out.
+
+Event-driven: the policy runs after every event that can change a decision, never on a timer.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+
+from frenzy import topics
+from frenzy.bus import Bus
+from frenzy.config import ServiceSettings
+from frenzy.convert import option_to_proto
+from frenzy.logs import get_logger
+from frenzy.runtime import run_service, run_until_stopped
+from frenzy.v1 import events_pb2, types_pb2
+from frenzy_scheduler.livestate import LiveState
+from frenzy_scheduler.policies import get_policy
+
+GROUP = "frenzy-scheduler"
+log = get_logger("scheduler")
+
+
+class SchedulerService:
+    def __init__(self, bus: Bus, policy_name: str) -> None:
+        self.bus = bus
+        self.state = LiveState(get_policy(policy_name))
+
+    async def _schedule(self) -> None:
+        started = time.perf_counter()
+        placements = self.state.schedule(time.time())
+        elapsed_s = time.perf_counter() - started
+        for p, attempt in placements:
+            placed = events_pb2.JobPlaced(
+                job_id=p.job_id, option=option_to_proto(p.option), attempt=attempt,
+                placement_id=f"{p.job_id}:{time.time_ns()}",
+                assignments=[types_pb2.GpuAssignment(node_id=n, gpu_indices=g) for n, g in p.assignments])
+            await self.bus.publish(topics.JOBS_PLACED, p.job_id, placed, trace_id=p.job_id)
+            log.info("placed", job_id=p.job_id, gpu_type=p.option.gpu_type, num_gpus=p.option.num_gpus,
+                     plan=p.option.plan.describe(), nodes=[n for n, _ in p.assignments],
+                     decision_s=round(elapsed_s, 6))
+
+    async def on_planned(self, env: events_pb2.Envelope, key: str) -> None:
+        self.state.on_planned(env.job_planned)
+        await self._schedule()
+
+    async def on_status(self, env: events_pb2.Envelope, key: str) -> None:
+        self.state.on_status(env.job_status_changed)
+        await self._schedule()
+
+    async def on_availability(self, env: events_pb2.Envelope, key: str) -> None:
+        self.state.on_availability(env.gpu_availability_changed)
+        await self._schedule()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.bus.start()
+        try:
+            consumer = self.bus.consumer(GROUP, topics.JOBS_PLANNED, topics.JOBS_STATUS,
+                                         topics.CLUSTER_EVENTS)
+            task = asyncio.create_task(self.bus.run_consumer(consumer, GROUP, {
+                "job_planned": self.on_planned, "job_status_changed": self.on_status,
+                "gpu_availability_changed": self.on_availability}))
+            log.info("scheduler started", policy=self.state.policy.name)
+            await run_until_stopped(stop, task)
+        finally:
+            await self.bus.stop()
+
+
+def main() -> None:
+    settings = ServiceSettings()
+    run_service(lambda stop: SchedulerService(Bus("scheduler", settings), settings.policy).run(stop))
