@@ -25,7 +25,8 @@ Two trainers, one per data-parallel style:
   micro-batch. ZeRO-3 reshards after forward; ZeRO-2 keeps the gathered 16-bit weights from
   forward until backward is done (reshard_after_forward=False). Fused AdamW on the shards.
 
-Both expose `.step(micro_batches: list[(input_ids, labels)]) -> float` (the mean loss):
+Both expose `.step(micro_batches: list[(input_ids, labels)]) -> float` (the mean loss; `.train_step`
+returns it as a tensor without a host sync):
 forward+backward per micro-batch (gradient accumulation), then one optimizer step.
 """
 from __future__ import annotations
@@ -60,6 +61,18 @@ def _default_group(process_group):
     if process_group is None and dist.is_available() and dist.is_initialized():
         return dist.group.WORLD
     return process_group
+
+
+def _forward_backward(model: nn.Module, micro_batches: Sequence[MicroBatch]) -> torch.Tensor:
+    """Gradient accumulation: backward per micro-batch, each loss scaled by 1/count."""
+    if not micro_batches:
+        raise ValueError("micro_batches: need at least one (input_ids, labels) pair")
+    total = None
+    for input_ids, labels in micro_batches:
+        loss = model(input_ids, labels) / len(micro_batches)
+        loss.backward()
+        total = loss.detach() if total is None else total + loss.detach()
+    return total
 
 
 class MixedPrecisionTrainer:
@@ -100,7 +113,8 @@ class MixedPrecisionTrainer:
         self.shard = slice(self.rank * self.shard_size, (self.rank + 1) * self.shard_size) if shards > 1 \
             else slice(0, padded)
         weights = self.param_buffer[self.shard]
-        self.master = nn.Parameter(weights if dtype == torch.float32 else weights.float())
+        self.copy_back = dtype != torch.float32  # fp32 training: the weights are the masters
+        self.master = nn.Parameter(weights.float() if self.copy_back else weights)
         self.optimizer = _optimizer([self.master], recipe, lr, weight_decay)
 
     @staticmethod
@@ -114,13 +128,12 @@ class MixedPrecisionTrainer:
         return [self.grad_buffer]
 
     def step(self, micro_batches: Sequence[MicroBatch]) -> float:
-        if not micro_batches:
-            raise ValueError("micro_batches: need at least one (input_ids, labels) pair")
-        total = 0.0
-        for input_ids, labels in micro_batches:
-            loss = self.model(input_ids, labels) / len(micro_batches)
-            loss.backward()
-            total += float(loss.detach())
+        """One optimizer step over the micro-batches; returns the mean loss."""
+        return float(self.train_step(micro_batches))
+
+    def train_step(self, micro_batches: Sequence[MicroBatch]) -> torch.Tensor:
+        """As `step`, but returns the loss as a detached tensor (no host sync)."""
+        total = _forward_backward(self.model, micro_batches)
         if self.before_optimizer is not None:
             self.before_optimizer(self.grad_buffers())
         if self.group is not None and self.world > 1:
@@ -131,7 +144,7 @@ class MixedPrecisionTrainer:
         self.master.grad = grad if grad.dtype == torch.float32 else grad.float()
         self.optimizer.step()
         self.master.grad = None
-        if self.master.data_ptr() != self.param_buffer.data_ptr():  # 16-bit weights: copy back
+        if self.copy_back:  # 16-bit weights: copy the updated masters into them
             self.param_buffer[self.shard].copy_(self.master.detach())
         if self.shard.stop - self.shard.start != self.param_buffer.numel():  # ZeRO-1
             # in place: this rank's slice is already where the gathered output puts it
@@ -159,13 +172,12 @@ class FSDPTrainer:
         self.optimizer = _optimizer(list(model.parameters()), recipe, lr, weight_decay)
 
     def step(self, micro_batches: Sequence[MicroBatch]) -> float:
-        if not micro_batches:
-            raise ValueError("micro_batches: need at least one (input_ids, labels) pair")
-        total = 0.0
-        for input_ids, labels in micro_batches:
-            loss = self.model(input_ids, labels) / len(micro_batches)
-            loss.backward()
-            total += float(loss.detach())
+        """One optimizer step over the micro-batches; returns the mean loss."""
+        return float(self.train_step(micro_batches))
+
+    def train_step(self, micro_batches: Sequence[MicroBatch]) -> torch.Tensor:
+        """As `step`, but returns the loss as a detached tensor (no host sync)."""
+        total = _forward_backward(self.model, micro_batches)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return total
