@@ -106,14 +106,16 @@ class Bus:
     async def run_consumer(self, consumer: AIOKafkaConsumer, group: str,
                            handlers: dict[str, Handler], *,
                            json_payloads: dict[str, str] | None = None,
-                           ready: asyncio.Event | None = None) -> None:
+                           ready: asyncio.Event | None = None,
+                           started: bool = False) -> None:
         """Consume until cancelled. handlers maps payload type (e.g. "job_planned") to a coroutine.
 
         json_payloads maps a topic name to the payload type it accepts as bare JSON.
         """
         deduper = Deduper(self.settings.dedupe_window)
         json_payloads = json_payloads or {}
-        await consumer.start()
+        if not started:
+            await consumer.start()
         try:
             if ready is not None:
                 await _wait_assigned(consumer)

@@ -1,0 +1,123 @@
+"""CLI commands over gRPC: submit, status, watch, cancel, nodes."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+import grpc
+from rich.console import Console
+from rich.table import Table
+
+from frenzy.client import FrenzyClient
+from frenzy.convert import describe_plan
+from frenzy.jobspec import SpecError, load_spec_file
+from frenzy.v1 import types_pb2
+
+STATE = types_pb2.JobState.Name
+NODE_STATE = {types_pb2.NODE_READY: "ready", types_pb2.NODE_LOST: "lost"}
+
+
+def _client() -> FrenzyClient:
+    return FrenzyClient()
+
+
+def _fail_rpc(err: grpc.RpcError) -> None:
+    code = err.code()
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        raise click.UsageError(err.details())
+    if code == grpc.StatusCode.NOT_FOUND:
+        raise click.UsageError(err.details())
+    click.echo(f"error: cannot reach Frenzy at {FrenzyClient().address}: {err.details()}", err=True)
+    sys.exit(1)
+
+
+def job_row(job: types_pb2.Job) -> dict:
+    """The `frenzy status --json` record."""
+    return {"id": job.id, "name": job.spec.name, "state": STATE(job.state), "reason": job.reason,
+            "gpu_type": job.option.gpu_type, "num_gpus": job.option.num_gpus}
+
+
+@click.command()
+@click.argument("spec_file", type=click.Path(path_type=Path))
+def submit(spec_file: Path) -> None:
+    """Submit a job spec (YAML); prints the job id."""
+    try:
+        spec = load_spec_file(spec_file)
+    except SpecError as err:
+        raise click.UsageError(str(err)) from None
+    try:
+        with _client() as client:
+            click.echo(client.submit(spec))
+    except grpc.RpcError as err:
+        _fail_rpc(err)
+
+
+@click.command()
+@click.argument("job_id", required=False)
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def status(job_id: str | None, as_json: bool) -> None:
+    """Show one job, or every job."""
+    try:
+        with _client() as client:
+            jobs = [client.get(job_id)] if job_id else client.list()
+    except grpc.RpcError as err:
+        _fail_rpc(err)
+    if as_json:
+        click.echo(json.dumps([job_row(j) for j in jobs], indent=2))
+        return
+    table = Table("job", "name", "state", "gpus", "plan", "progress", "reason")
+    for j in jobs:
+        gpus = f"{j.option.num_gpus}x{j.option.gpu_type}" if j.option.gpu_type else ""
+        progress = f"{j.progress.fraction:.0%}" if j.progress.steps else ""
+        table.add_row(j.id, j.spec.name, STATE(j.state), gpus,
+                      describe_plan(j.option.plan) if j.option.gpu_type else "", progress, j.reason)
+    Console().print(table)
+
+
+@click.command()
+@click.argument("job_id")
+def watch(job_id: str) -> None:
+    """Stream a job's state changes until it ends."""
+    try:
+        with _client() as client:
+            for job in client.watch(job_id):
+                line = f"{STATE(job.state):<10} {job.reason}"
+                if job.progress.steps:
+                    line += f"  step {job.progress.step}/{job.progress.steps} loss {job.progress.loss:.3f}"
+                click.echo(line)
+    except grpc.RpcError as err:
+        _fail_rpc(err)
+
+
+@click.command()
+@click.argument("job_id")
+def cancel(job_id: str) -> None:
+    """Cancel a job; its processes are stopped."""
+    try:
+        with _client() as client:
+            job = client.cancel(job_id)
+    except grpc.RpcError as err:
+        _fail_rpc(err)
+    click.echo(f"{job.id} {STATE(job.state)}")
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def nodes(as_json: bool) -> None:
+    """List nodes with their GPUs."""
+    try:
+        with _client() as client:
+            listed = client.list_nodes()
+    except grpc.RpcError as err:
+        _fail_rpc(err)
+    rows = [{"id": n.id, "gpu_type": n.gpu_type, "gpus_total": n.gpus_total, "gpus_free": n.gpus_free,
+             "state": NODE_STATE.get(n.state, "unknown"), "agent_pid": n.agent_pid} for n in listed]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    table = Table(*rows[0].keys()) if rows else Table("id")
+    for r in rows:
+        table.add_row(*(str(v) for v in r.values()))
+    Console().print(table)

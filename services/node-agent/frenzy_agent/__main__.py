@@ -1,0 +1,3 @@
+from frenzy_agent.service import main
+
+main()

@@ -1,0 +1,254 @@
+"""Launch and supervise one job's processes on this node (torchrun-style: one process per GPU).
+
+The processes of a job share one OS process group, so stop and cancel reach the whole tree.
+Each process runs under `sh`, which records its exit code in a file: an agent that restarts can
+still learn how an adopted (not its own child) process ended.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from frenzy.convert import plan_json
+from frenzy.v1 import events_pb2
+
+EXIT_OOM = 3  # the trainer's exit code for out-of-memory (docs/trainer.md)
+OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "out of memory")
+_RECORD_EXIT = '"$@"; rc=$?; echo $rc > "$FRENZY_EXIT_FILE"; exit $rc'
+
+
+@dataclass
+class Outcome:
+    state: str  # "succeeded" | "failed" | "stopped" | "lost"
+    reason: str
+    exit_code: int
+
+
+@dataclass
+class RunningJob:
+    job_id: str
+    attempt: int
+    workdir: Path
+    pgid: int
+    pids: list[int]
+    predicted_peak_bytes: int
+    gpu_indices: list[int]
+    stopping: bool = False
+    stop_reason: str = ""
+    last_progress: dict = field(default_factory=dict)
+
+    @property
+    def progress_file(self) -> Path:
+        return self.workdir / "progress.jsonl"
+
+    def save(self) -> None:
+        (self.workdir / "state.json").write_text(json.dumps({
+            "job_id": self.job_id, "attempt": self.attempt, "pgid": self.pgid, "pids": self.pids,
+            "predicted_peak_bytes": self.predicted_peak_bytes, "gpu_indices": self.gpu_indices}))
+
+    @classmethod
+    def load(cls, workdir: Path) -> "RunningJob":
+        data = json.loads((workdir / "state.json").read_text())
+        return cls(data["job_id"], data["attempt"], workdir, data["pgid"], data["pids"],
+                   data["predicted_peak_bytes"], data["gpu_indices"])
+
+
+def job_command(launch: events_pb2.LaunchJob) -> list[str]:
+    if launch.spec.entrypoint:
+        return list(launch.spec.entrypoint)
+    return [sys.executable, "-m", "frenzy_agent.workload"]
+
+
+def job_environment(launch: events_pb2.LaunchJob, local_rank: int, workdir: Path,
+                    time_scale: float) -> dict[str, str]:
+    """The torchrun-compatible rendezvous environment plus Frenzy's own contract."""
+    spec, option = launch.spec, launch.option
+    tokens_per_step = spec.training.seq_len * spec.training.global_batch_size
+    steps = spec.training.steps or max(1, -(-spec.training.tokens // max(1, tokens_per_step)))
+    return {
+        **os.environ, **dict(spec.env),
+        "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in launch.gpu_indices),
+        "WORLD_SIZE": str(launch.world_size),
+        "RANK": str(launch.rank_offset + local_rank),
+        "LOCAL_RANK": str(local_rank),
+        "LOCAL_WORLD_SIZE": str(len(launch.gpu_indices)),
+        "GROUP_RANK": str(launch.node_rank),
+        "MASTER_ADDR": launch.master_addr,
+        "MASTER_PORT": str(launch.master_port),
+        "FRENZY_PLAN": json.dumps(plan_json(option.plan)),
+        "FRENZY_JOB_ID": launch.job_id,
+        "FRENZY_ATTEMPT": str(launch.attempt),
+        "FRENZY_GPU_TYPE": option.gpu_type,
+        "FRENZY_MODEL": spec.model,
+        "FRENZY_SEQ_LEN": str(spec.training.seq_len),
+        "FRENZY_GLOBAL_BATCH": str(spec.training.global_batch_size),
+        "FRENZY_STEPS": str(steps),
+        "FRENZY_TOKENS_PER_STEP": str(tokens_per_step),
+        "FRENZY_PREDICTED_DURATION_S": str(option.duration_s),
+        "FRENZY_PREDICTED_PEAK_BYTES": str(option.peak_bytes_per_gpu),
+        "FRENZY_TIME_SCALE": str(time_scale),
+        "FRENZY_PROGRESS_FILE": str(workdir / "progress.jsonl"),
+        "FRENZY_EXIT_FILE": str(workdir / f"exit.{local_rank}"),
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def launch(launch_cmd: events_pb2.LaunchJob, jobs_dir: Path, time_scale: float) -> RunningJob:
+    workdir = jobs_dir / f"{launch_cmd.job_id}.{launch_cmd.attempt}"
+    workdir.mkdir(parents=True, exist_ok=True)
+    command = ["/bin/sh", "-c", _RECORD_EXIT, "sh", *job_command(launch_cmd)]
+    pids: list[int] = []
+    pgid = 0
+    for local_rank in range(len(launch_cmd.gpu_indices)):
+        log = open(workdir / f"rank{local_rank}.log", "ab")
+        group = {"start_new_session": True} if local_rank == 0 else {"process_group": pgid}
+        # Plain Popen, not asyncio's: the agent reaps its children itself (see _alive), which
+        # also works for processes it adopts after a restart.
+        proc = subprocess.Popen(
+            command, env=job_environment(launch_cmd, local_rank, workdir, time_scale),
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=workdir, **group)
+        log.close()
+        pgid = pgid or proc.pid
+        pids.append(proc.pid)
+    job = RunningJob(launch_cmd.job_id, launch_cmd.attempt, workdir, pgid, pids,
+                     launch_cmd.option.peak_bytes_per_gpu, list(launch_cmd.gpu_indices))
+    job.save()
+    return job
+
+
+def _alive(pid: int) -> bool:
+    try:
+        waited, _ = os.waitpid(pid, os.WNOHANG)  # reaps our own zombie children
+        if waited == pid:
+            return False
+    except ChildProcessError:
+        pass  # not our child (adopted after an agent restart)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie of someone else's counts as gone
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][0] != "Z"
+    except OSError:
+        return False
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def read_progress(job: RunningJob) -> dict:
+    """The last complete JSON line of the job's progress file."""
+    try:
+        lines = job.progress_file.read_bytes().splitlines()
+    except OSError:
+        return job.last_progress
+    for line in reversed(lines):
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(data, dict) and "step" in data:
+            job.last_progress = data
+            break
+    return job.last_progress
+
+
+def outcome(job: RunningJob) -> Outcome:
+    """How the job's processes ended, from their recorded exit codes and logs."""
+    if job.stopping:
+        return Outcome("stopped", job.stop_reason, 143)
+    codes = []
+    for rank in range(len(job.pids)):
+        try:
+            codes.append(int((job.workdir / f"exit.{rank}").read_text().strip()))
+        except (OSError, ValueError):
+            codes.append(-1)
+    if all(code == 0 for code in codes):
+        return Outcome("succeeded", "all processes exited 0", 0)
+    failed = next(code for code in codes if code != 0)
+    if EXIT_OOM in codes or _log_mentions_oom(job):
+        peak = read_progress(job).get("peak_memory_bytes", 0)
+        return Outcome("failed", f"OOM: out of memory (peak {peak} bytes, predicted "
+                                 f"{job.predicted_peak_bytes})", EXIT_OOM)
+    if failed == -1:
+        return Outcome("lost", "process ended without recording an exit code", -1)
+    return Outcome("failed", f"exit code {failed}", failed)
+
+
+def _log_mentions_oom(job: RunningJob) -> bool:
+    for log in job.workdir.glob("rank*.log"):
+        try:
+            with open(log, "rb") as f:
+                f.seek(max(0, log.stat().st_size - 4096))
+                tail = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        if any(marker in tail for marker in OOM_MARKERS):
+            return True
+    return False
+
+
+async def wait_for_exit(job: RunningJob, on_progress, poll_s: float = 0.2) -> Outcome:
+    """Poll until every process of the job is gone, reporting progress as it changes.
+
+    When one process fails the others are stopped, so a job never half-runs.
+    """
+    last_step = None
+    while True:
+        alive = [pid for pid in job.pids if _alive(pid)]
+        progress = read_progress(job)
+        if progress and progress.get("step") != last_step:
+            last_step = progress.get("step")
+            await on_progress(progress)
+        if not alive:
+            return outcome(job)
+        if len(alive) < len(job.pids) and not job.stopping and _any_failed(job):
+            await stop(job, "a process of the job failed", grace_s=2.0)
+            job.stopping = False  # report the failure, not a stop
+        await asyncio.sleep(poll_s)
+
+
+def _any_failed(job: RunningJob) -> bool:
+    for rank in range(len(job.pids)):
+        try:
+            if int((job.workdir / f"exit.{rank}").read_text().strip()) != 0:
+                return True
+        except (OSError, ValueError):
+            continue
+    return False
+
+
+async def stop(job: RunningJob, reason: str, grace_s: float) -> None:
+    """SIGTERM the whole process group, then SIGKILL after the grace period."""
+    job.stopping, job.stop_reason = True, reason
+    try:
+        os.killpg(job.pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if not any(_alive(pid) for pid in job.pids) and not group_alive(job.pgid):
+            return
+        await asyncio.sleep(0.05)
+    try:
+        os.killpg(job.pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    for pid in job.pids:
+        _alive(pid)  # reap

@@ -1,0 +1,171 @@
+"""Node agent: heartbeats, this node's commands, and the job processes they start."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import socket
+from pathlib import Path
+
+from aiokafka import TopicPartition
+
+from frenzy import topics
+from frenzy.bus import Bus, partition_for_key
+from frenzy.config import ServiceSettings
+from frenzy.logs import get_logger
+from frenzy.runtime import run_service, run_until_stopped
+from frenzy.v1 import events_pb2, types_pb2
+from frenzy_agent import executor
+from frenzy_agent.gpus import Gpu, discover
+
+log = get_logger("node-agent")
+
+
+class NodeAgent:
+    def __init__(self, bus: Bus, node_id: str, gpus: list[Gpu], state_dir: Path,
+                 settings: ServiceSettings, host: str = "127.0.0.1") -> None:
+        self.bus = bus
+        self.node_id = node_id
+        self.gpus = gpus
+        self.settings = settings
+        self.host = host
+        self.jobs_dir = state_dir / node_id
+        self.running: dict[str, executor.RunningJob] = {}  # job id -> its processes here
+        self.supervisors: dict[str, asyncio.Task] = {}
+        self.sequence = 0
+
+    # ----- status ---------------------------------------------------------------------
+    async def report(self, job: executor.RunningJob, state: int, reason: str = "",
+                     exit_code: int = 0, progress: dict | None = None) -> None:
+        status = events_pb2.JobStatusChanged(
+            job_id=job.job_id, state=state, reason=reason, source=events_pb2.AGENT,
+            node_id=self.node_id, attempt=job.attempt, exit_code=exit_code)
+        p = progress or job.last_progress
+        if p:
+            steps = int(p.get("steps", 0))
+            status.progress.CopyFrom(types_pb2.Progress(
+                step=int(p.get("step", 0)), steps=steps, tokens=int(p.get("tokens", 0)),
+                loss=float(p.get("loss", 0.0)), peak_memory_bytes=int(p.get("peak_memory_bytes", 0)),
+                fraction=min(1.0, int(p.get("step", 0)) / steps) if steps else 0.0))
+        await self.bus.publish(topics.JOBS_STATUS, job.job_id, status, trace_id=job.job_id)
+
+    async def supervise(self, job: executor.RunningJob) -> None:
+        async def on_progress(progress: dict) -> None:
+            await self.report(job, types_pb2.RUNNING, "progress", progress=progress)
+
+        try:
+            result = await executor.wait_for_exit(job, on_progress)
+        finally:
+            self.running.pop(job.job_id, None)
+            self.supervisors.pop(job.job_id, None)
+        log.info("job processes ended", job_id=job.job_id, attempt=job.attempt,
+                 outcome=result.state, reason=result.reason, exit_code=result.exit_code)
+        state = {"succeeded": types_pb2.SUCCEEDED, "failed": types_pb2.FAILED,
+                 "lost": types_pb2.FAILED}.get(result.state)
+        if state is not None:  # a stopped job was ended by the orchestrator; nothing to report
+            await self.report(job, state, result.reason, result.exit_code)
+        shutil.rmtree(job.workdir, ignore_errors=True) if state == types_pb2.SUCCEEDED else None
+
+    # ----- commands ----------------------------------------------------------------------
+    async def on_launch(self, env: events_pb2.Envelope, key: str) -> None:
+        cmd = env.launch_job
+        if cmd.node_id != self.node_id:
+            return  # another node's command on a shared partition
+        current = self.running.get(cmd.job_id)
+        if current is not None and current.attempt >= cmd.attempt:
+            return  # duplicate delivery
+        if current is not None:
+            await executor.stop(current, "superseded by a newer attempt", self.settings.stop_grace_s)
+        if (self.jobs_dir / f"{cmd.job_id}.{cmd.attempt}").exists():
+            return  # this attempt already ran here (redelivered after it finished)
+        job = executor.launch(cmd, self.jobs_dir, self.settings.time_scale)
+        self.running[cmd.job_id] = job
+        log.info("launched", job_id=cmd.job_id, attempt=cmd.attempt, gpus=list(cmd.gpu_indices),
+                 pgid=job.pgid, rank_offset=cmd.rank_offset, world_size=cmd.world_size)
+        await self.report(job, types_pb2.RUNNING, "processes started")
+        self.supervisors[cmd.job_id] = asyncio.create_task(self.supervise(job))
+
+    async def on_stop(self, env: events_pb2.Envelope, key: str) -> None:
+        cmd = env.stop_job
+        job = self.running.get(cmd.job_id)
+        if cmd.node_id != self.node_id or job is None or job.attempt > cmd.attempt:
+            return
+        log.info("stopping", job_id=cmd.job_id, reason=cmd.reason)
+        await executor.stop(job, cmd.reason, self.settings.stop_grace_s)
+
+    # ----- restart and heartbeats --------------------------------------------------------
+    async def adopt_survivors(self) -> None:
+        """After an agent restart: supervise job processes that still run, report the rest."""
+        if not self.jobs_dir.exists():
+            return
+        for workdir in sorted(self.jobs_dir.iterdir()):
+            if not (workdir / "state.json").exists():
+                continue
+            job = executor.RunningJob.load(workdir)
+            if executor.group_alive(job.pgid):
+                log.info("adopted running job", job_id=job.job_id, pgid=job.pgid)
+                self.running[job.job_id] = job
+                self.supervisors[job.job_id] = asyncio.create_task(self.supervise(job))
+            elif not (workdir / "reported").exists():
+                result = executor.outcome(job)
+                state = types_pb2.SUCCEEDED if result.state == "succeeded" else types_pb2.FAILED
+                await self.report(job, state, f"ended while the agent was down: {result.reason}",
+                                  result.exit_code)
+                (workdir / "reported").touch()
+
+    def heartbeat(self) -> events_pb2.NodeHeartbeat:
+        self.sequence += 1
+        busy = {gpu: job for job in self.running.values() for gpu in job.gpu_indices}
+        return events_pb2.NodeHeartbeat(
+            node_id=self.node_id, host=self.host, agent_pid=os.getpid(), sequence=self.sequence,
+            simulated=all(g.simulated for g in self.gpus),
+            running_jobs=[f"{j.job_id}:{j.attempt}" for j in self.running.values()],
+            gpus=[types_pb2.GpuStatus(
+                index=g.index, gpu_type=g.gpu_type, memory_total_bytes=g.memory_total_bytes,
+                memory_used_bytes=busy[g.index].predicted_peak_bytes if g.index in busy else 0,
+                health=types_pb2.HEALTHY, job_id=busy[g.index].job_id if g.index in busy else "")
+                for g in self.gpus])
+
+    async def heartbeat_loop(self) -> None:
+        while True:
+            await self.bus.publish(topics.NODES_HEARTBEATS, self.node_id, self.heartbeat())
+            await asyncio.sleep(self.settings.heartbeat_interval_s)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.bus.start()
+        group = f"frenzy-agent-{self.node_id}"
+        consumer = self.bus.consumer(group)
+        try:
+            await consumer.start()
+            await consumer.topics()  # metadata, for the partition count
+            partitions = consumer.partitions_for_topic(topics.AGENT_COMMANDS.name) or {0}
+            mine = partition_for_key(self.node_id, len(partitions))
+            consumer.assign([TopicPartition(topics.AGENT_COMMANDS.name, mine)])
+            await self.adopt_survivors()
+            commands = asyncio.create_task(self.bus.run_consumer(
+                consumer, group, {"launch_job": self.on_launch, "stop_job": self.on_stop}, started=True))
+            log.info("agent started", node_id=self.node_id, gpus=len(self.gpus),
+                     gpu_type=self.gpus[0].gpu_type, partition=mine)
+            await run_until_stopped(stop, commands, asyncio.create_task(self.heartbeat_loop()))
+        finally:
+            # Job processes outlive an agent restart on purpose (see adopt_survivors); a clean
+            # shutdown of the whole cluster stops them through `frenzy up`.
+            await self.bus.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="frenzy-agent")
+    parser.add_argument("--node-id", required=True)
+    parser.add_argument("--gpus", default="", help="simulated inventory, e.g. 8xA100-80GB")
+    parser.add_argument("--state-dir", default=".frenzy/agents")
+    parser.add_argument("--host", default="127.0.0.1")
+    args = parser.parse_args(argv)
+    try:
+        gpus = discover(args.gpus)
+    except ValueError as err:
+        parser.error(str(err))
+    settings = ServiceSettings()
+    agent = NodeAgent(Bus(f"agent-{args.node_id}", settings), args.node_id, gpus,
+                      Path(args.state_dir), settings, args.host or socket.gethostname())
+    run_service(agent.run)
