@@ -5,10 +5,19 @@ from typing import Callable
 
 from frenzy_scheduler.core import Policy
 from frenzy_scheduler.policies.fifo import FifoPolicy
+from frenzy_scheduler.policies.frenzy import FrenzyPolicy
+from frenzy_scheduler.policies.has import HasPolicy
+from frenzy_scheduler.policies.sia import SiaPolicy
 
 _POLICIES: dict[str, Callable[[], Policy]] = {
     "fifo": FifoPolicy,
+    "frenzy": FrenzyPolicy,
+    "frenzy-sjf": lambda: FrenzyPolicy(order="sjf"),
+    "sia": SiaPolicy,
+    "has": HasPolicy,
 }
+
+BASELINES = ("fifo", "frenzy", "frenzy-sjf", "sia")
 
 
 def policy_names() -> list[str]:
@@ -16,6 +25,7 @@ def policy_names() -> list[str]:
 
 
 def get_policy(name: str) -> Policy:
+    """A fresh policy instance (policies may cache per-job derived data, so never share one)."""
     if name not in _POLICIES:
         raise ValueError(f"policy: unknown {name!r}; known: {', '.join(_POLICIES)}")
     return _POLICIES[name]()

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from frenzy_scheduler.core import ClusterView, Placement, QueuedJob
+from frenzy_scheduler.core import ClusterView, Placement, QueuedJob, RunningJob
 from frenzy_scheduler.placement import first_fit
 
 
@@ -15,8 +15,8 @@ class FifoPolicy:
 
     name = "fifo"
 
-    def schedule(self, queue: Sequence[QueuedJob], cluster: ClusterView,
-                 now_s: float) -> list[Placement]:
+    def schedule(self, queue: Sequence[QueuedJob], cluster: ClusterView, now_s: float,
+                 running: Sequence[RunningJob] = ()) -> list[Placement]:
         view = cluster.copy()
         placements: list[Placement] = []
         for job in sorted(queue, key=lambda j: (j.submit_time_s, j.job_id)):

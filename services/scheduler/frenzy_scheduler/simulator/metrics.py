@@ -1,0 +1,95 @@
+"""Summary metrics of a simulation run: the JSON schema documented in docs/simulator.md."""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+from frenzy_scheduler.simulator.engine import SimResult
+from frenzy_scheduler.simulator.workload import SimJob
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    return float(np.percentile(values, q)) if len(values) else 0.0
+
+
+def summarize(result: SimResult) -> dict[str, object]:
+    finished = [r for r in result.records if not math.isnan(r.end_time_s)]
+    jct = [r.end_time_s - r.submit_time_s for r in finished]
+    queued = [r.first_start_s - r.submit_time_s for r in finished]
+    if finished:
+        first_submit = min(r.submit_time_s for r in result.records)
+        makespan = max(r.end_time_s for r in finished) - first_submit
+    else:
+        makespan = 0.0
+    capacity = sum(result.capacity_by_type.values())
+    busy = sum(result.busy_gpu_s_by_type.values())
+    decisions = result.decision_times_s
+    return {
+        "policy": result.policy,
+        "jobs": len(result.records),
+        "completed": len(finished),
+        "unschedulable": len(result.unschedulable),
+        "stranded": len(result.stranded),
+        "avg_jct_s": float(np.mean(jct)) if jct else 0.0,
+        "p50_jct_s": _percentile(jct, 50),
+        "p99_jct_s": _percentile(jct, 99),
+        "avg_queue_s": float(np.mean(queued)) if queued else 0.0,
+        "p99_queue_s": _percentile(queued, 99),
+        "makespan_s": makespan,
+        "utilization": busy / (capacity * makespan) if capacity and makespan else 0.0,
+        "utilization_by_type": {
+            t: (result.busy_gpu_s_by_type.get(t, 0.0) / (n * makespan) if n and makespan else 0.0)
+            for t, n in sorted(result.capacity_by_type.items())},
+        "restarts": result.restarts,
+        "decisions": len(decisions),
+        "decision_p50_s": _percentile(decisions, 50),
+        "decision_p99_s": _percentile(decisions, 99),
+        "decision_max_s": max(decisions, default=0.0),
+        "decision_total_s": float(sum(decisions)),
+        "sim_wall_s": result.wall_s,
+    }
+
+
+def job_demand_gpu_s(job: SimJob, capacity_by_type: dict[str, int]) -> float:
+    """GPU-seconds a job costs on a GPU drawn at random from the cluster (capacity-weighted
+    mean over the types it can run on of its cheapest option there): policy-neutral load."""
+    cheapest: dict[str, float] = {}
+    for option in job.options:
+        if option.gpu_type in capacity_by_type:
+            cheapest[option.gpu_type] = min(cheapest.get(option.gpu_type, math.inf),
+                                            option.gpu_seconds)
+    if not cheapest:
+        return 0.0
+    weight = sum(capacity_by_type[t] for t in cheapest)
+    return sum(capacity_by_type[t] * s for t, s in cheapest.items()) / weight
+
+
+def offered_load(jobs: Sequence[SimJob], capacity_by_type: dict[str, int]) -> float:
+    """Demand over capacity across the arrival span: sum(demand) / (GPUs x span)."""
+    if len(jobs) < 2:
+        return 0.0
+    span_s = max(j.submit_time_s for j in jobs) - min(j.submit_time_s for j in jobs)
+    gpus = sum(capacity_by_type.values())
+    if span_s <= 0 or gpus == 0:
+        return math.inf
+    return sum(job_demand_gpu_s(j, capacity_by_type) for j in jobs) / (gpus * span_s)
+
+
+def scale_arrivals(jobs: Sequence[SimJob], capacity_by_type: dict[str, int],
+                   target_load: float) -> list[SimJob]:
+    """Stretch or squeeze inter-arrival times so the offered load is `target_load`."""
+    from dataclasses import replace
+
+    current = offered_load(jobs, capacity_by_type)
+    if not jobs or current in (0.0, math.inf) or target_load <= 0:
+        return list(jobs)
+    factor = current / target_load
+    base = min(j.submit_time_s for j in jobs)
+    out = []
+    for job in jobs:
+        submit = base + (job.submit_time_s - base) * factor
+        deadline = submit + (job.deadline_s - job.submit_time_s) if job.deadline_s else 0.0
+        out.append(replace(job, submit_time_s=submit, deadline_s=deadline))
+    return out
