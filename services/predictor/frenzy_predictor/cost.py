@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from frenzy.catalog.gpus import GpuType
 from frenzy.catalog.models import ModelArch
@@ -58,6 +59,7 @@ GENERATION_OF_PREFIX: tuple[tuple[str, str], ...] = (
     ("H100", "hopper"), ("H800", "hopper"), ("H200", "hopper"), ("B200", "blackwell"),
 )
 
+COMM_OVERLAP = 0.8  # at most this much of a transfer hides behind compute (SM/HBM contention)
 BANDWIDTH_EFFICIENCY = 0.8  # achieved fraction of HBM and link bandwidth (STREAM, nccl-tests busbw)
 GEMM_REFERENCE_WIDTH = 4096  # per-GPU hidden width at which GEMMs reach the generation's MFU
 GEMM_WIDTH_EXPONENT = 0.2  # narrower GEMMs (small models, wide tp) lose efficiency as (w/ref)^0.2
@@ -71,9 +73,11 @@ LOGIT_TRAFFIC_BYTES_PER_ELEMENT = 12  # 16-bit logits, fp32 copy, fp32 grad: wri
 OPTIMIZER_BYTES_PER_PARAM = {"adamw": 30, "sgd": 22}
 
 
-@dataclass(frozen=True)
-class StepTime:
-    """One step's time, split so that tests and the CLI can show where it goes."""
+class StepTime(NamedTuple):
+    """One step's time, split so that tests and the CLI can show where it goes.
+
+    (A NamedTuple rather than a frozen dataclass: the enumerator builds thousands of these.)
+    """
 
     compute_s: float  # pipelined compute incl. bubble and recompute (no communication)
     tensor_parallel_s: float  # tp all-reduces / sp all-gathers, on the critical path
@@ -109,89 +113,144 @@ def _ring_s(volume_factor: float, nbytes: float, ranks: int, gbs: float) -> floa
     return volume_factor * (ranks - 1) / ranks * nbytes / (gbs * GB * BANDWIDTH_EFFICIENCY) + latency
 
 
+def _exposed(comm_s: float, window_s: float) -> float:
+    """Communication left on the critical path when it overlaps a compute window."""
+    return max(comm_s - window_s, (1 - COMM_OVERLAP) * comm_s)
+
+
 def model_flops_per_token(arch: ModelArch, seq_len: int) -> float:
     """Forward+backward FLOPs per token: 6 x matmul params + 12 L h s attention (PaLM's formula)."""
     matmul_params = arch.num_layers * arch.layer_params() + arch.vocab_size * arch.hidden_size
     return 6 * matmul_params + 12 * arch.num_layers * arch.hidden_size * seq_len
 
 
+class CostModel:
+    """The cost model of one job on one GPU type: job constants once, then cheap per-plan calls.
+
+    The enumerator evaluates hundreds of plans per GPU type; the shape of the formula is in the
+    module docstring.
+    """
+
+    def __init__(self, arch: ModelArch, training: TrainingSpec, gpu: GpuType):
+        recipe = training.recipe
+        self.arch, self.training, self.gpu = arch, training, gpu
+        self.gen = generation(gpu)
+        self.layer_params = arch.layer_params()
+        self.num_params = arch.num_params()
+        self.act_bytes = 4 if recipe.precision == "fp32" else 2  # bf16 without bf16 runs as fp16
+        self.grad_bytes = 4 if recipe.precision == "fp32" or recipe.grad_dtype == "fp32" else 2
+        rate = 1.0 if recipe.precision != "fp32" else self.gen.fp32_rate
+        self.flops_per_s = gpu.peak_tflops_16bit * 1e12 * rate * self.gen.mfu
+        self.hbm_bytes_per_s = gpu.mem_bandwidth_gbs * GB * BANDWIDTH_EFFICIENCY
+        self.act_bytes_per_token_layer = 34 * arch.hidden_size + (
+            5 * arch.num_heads * training.seq_len if recipe.attention == "eager" else 0)
+        self.optimizer_bytes = OPTIMIZER_BYTES_PER_PARAM.get(recipe.optimizer, 30)
+        self.inter_node_gbs = min(inter_node_gbs(gpu), gpu.intra_node_gbs)
+        self.model_flops = model_flops_per_token(arch, training.seq_len) * training.tokens_per_step
+        self._micro_batch_cache: dict[tuple, tuple[float, float, float]] = {}
+
+    def micro_batch_s(self, tp: int, pp: int, dp: int, mb: int, recompute: str) -> tuple[float, float, float]:
+        """(compute, tensor-parallel, pipeline-send) seconds of one micro-batch on the slowest stage.
+
+        Memoised: plans that differ only in ZeRO stage share it.
+        """
+        key = (tp, pp, dp > 1 and tp * pp * dp > self.gpu.typical_gpus_per_node, mb, recompute)
+        cached = self._micro_batch_cache.get(key)
+        if cached is None:
+            cached = self._micro_batch_cache[key] = self._micro_batch_s(tp, pp, dp, mb, recompute)
+        return cached
+
+    def _micro_batch_s(self, tp: int, pp: int, dp: int, mb: int, recompute: str) -> tuple[float, float, float]:
+        arch, gpu = self.arch, self.gpu
+        s, h = self.training.seq_len, arch.hidden_size
+        tokens_mb = mb * s
+        act_bytes, grad_bytes = self.act_bytes, self.grad_bytes
+
+        # Compute: the stage's share of layers plus the lm head (Megatron puts it on the last stage).
+        layers = arch.num_layers / pp
+        stage_params = layers * self.layer_params + arch.vocab_size * h
+        matmul_fwd = 2 * stage_params * tokens_mb / tp
+        attention_fwd = 4 * layers * h * s * tokens_mb / tp
+        flops = 3 * (matmul_fwd + attention_fwd)
+        if recompute == "full":
+            flops += matmul_fwd + attention_fwd
+        elif recompute == "selective":
+            flops += attention_fwd
+        width = min(1.0, (h / tp) / GEMM_REFERENCE_WIDTH) ** GEMM_WIDTH_EXPONENT
+        compute_bound_s = flops / (self.flops_per_s * width)
+        # The same micro-batch as memory traffic (roofline): weights and grads, activations, logits.
+        weight_traffic = stage_params / tp * (3 * act_bytes + 2 * grad_bytes)
+        act_traffic = (ACTIVATION_TRAFFIC_PASSES * self.act_bytes_per_token_layer * layers
+                       * tokens_mb / tp * act_bytes / 2)
+        logit_traffic = LOGIT_TRAFFIC_BYTES_PER_ELEMENT * tokens_mb * arch.vocab_size / tp
+        memory_bound_s = (weight_traffic + act_traffic + logit_traffic) / self.hbm_bytes_per_s
+        overhead_s = KERNEL_OVERHEAD_S_PER_LAYER * math.ceil(layers) * (
+            4 / 3 if recompute == "full" else 1)
+        compute_s = max(compute_bound_s, memory_bound_s) + overhead_s
+
+        # Tensor parallel: 2 all-reduces per layer forward, 2 backward, 2 more when recomputing
+        # all (sequence parallel swaps each for all-gather + reduce-scatter of the same volume).
+        tp_s = 0.0
+        if tp > 1:
+            tp_ops = 6 if recompute == "full" else 4
+            tp_s = tp_ops * math.ceil(layers) * _ring_s(2, tokens_mb * h * act_bytes, tp,
+                                                        gpu.intra_node_gbs)
+        # Pipeline: one activation send forward and one gradient send back per micro-batch.
+        pp_s = 0.0
+        if pp > 1:
+            on_one_node = tp * pp * dp <= gpu.typical_gpus_per_node
+            pp_gbs = gpu.intra_node_gbs if on_one_node else self.inter_node_gbs
+            pp_s = 2 * (tokens_mb * h * act_bytes / tp / (pp_gbs * GB * BANDWIDTH_EFFICIENCY)
+                        + COLLECTIVE_LATENCY_S)
+        return compute_s, tp_s, pp_s
+
+    def pipeline_s(self, tp: int, pp: int, dp: int, mb: int, recompute: str) -> float:
+        """Pipelined part of a step: a lower bound on any plan with these values (any ZeRO stage)."""
+        compute_s, tp_s, pp_s = self.micro_batch_s(tp, pp, dp, mb, recompute)
+        slots = max(1, -(-self.training.global_batch_size // (dp * mb))) + pp - 1
+        return slots * (compute_s + tp_s + pp_s)
+
+    def breakdown(self, plan: ParallelPlan) -> StepTime:
+        tp, pp, dp, mb = plan.tp, plan.pp, plan.dp, plan.micro_batch
+        micro_batches = max(1, -(-self.training.global_batch_size // (dp * mb)))
+        slots = micro_batches + pp - 1  # 1F1B: (m + p - 1) micro-batch slots, (p - 1) idle
+        compute_s, tp_s, pp_s = self.micro_batch_s(tp, pp, dp, mb, plan.recompute)
+
+        # Data parallel, tp innermost then dp (Megatron's rank order): the dp group stays inside
+        # a node while tp * dp fits in one, else it crosses the network. Bucketed syncs overlap
+        # the backward pass, but at most COMM_OVERLAP of any transfer hides behind compute.
+        dp_s = 0.0
+        if dp > 1:
+            gbs = self.gpu.intra_node_gbs if tp * dp <= self.gpu.typical_gpus_per_node \
+                else self.inter_node_gbs
+            rank_params = self.num_params / (tp * pp)
+            grads, weights = rank_params * self.grad_bytes, rank_params * self.act_bytes
+            backward_s = compute_s * 2 / 3  # the last micro-batch's backward hides the grad sync
+            if plan.zero == 0:
+                dp_s = _exposed(_ring_s(2, grads, dp, gbs), backward_s)
+            elif plan.zero == 1:  # reduce-scatter grads, all-gather updated weights
+                dp_s = _exposed(_ring_s(1, grads, dp, gbs), backward_s) + _ring_s(1, weights, dp, gbs)
+            elif plan.zero == 2:  # reduce-scatter every micro-batch, all-gather weights once
+                dp_s = (micro_batches * _exposed(_ring_s(1, grads, dp, gbs), backward_s)
+                        + _ring_s(1, weights, dp, gbs))
+            else:  # zero 3: per micro-batch, gather weights for fwd and bwd, reduce-scatter grads
+                per_mb = _ring_s(2, weights, dp, gbs) + _ring_s(1, grads, dp, gbs)
+                dp_s = micro_batches * _exposed(per_mb, compute_s)
+
+        owned_params = self.num_params / (tp * pp) / (dp if plan.zero >= 1 else 1)
+        optimizer_s = owned_params * self.optimizer_bytes / self.hbm_bytes_per_s
+        return StepTime(
+            compute_s=slots * compute_s, tensor_parallel_s=slots * tp_s,
+            pipeline_s=slots * pp_s, data_parallel_s=dp_s, optimizer_s=optimizer_s,
+            bubble_fraction=(pp - 1) / slots, model_flops=self.model_flops)
+
+    def step_time_s(self, plan: ParallelPlan) -> float:
+        return self.breakdown(plan).total_s
+
+
 def step_time_breakdown(arch: ModelArch, training: TrainingSpec, plan: ParallelPlan,
                         gpu: GpuType) -> StepTime:
-    """The cost model; see the module docstring for the shape of the formula."""
-    recipe, s, h = training.recipe, training.seq_len, arch.hidden_size
-    gen = generation(gpu)
-    tp, pp, dp, mb = plan.tp, plan.pp, plan.dp, plan.micro_batch
-    micro_batches = max(1, -(-training.global_batch_size // (dp * mb)))
-    tokens_mb = mb * s
-    act_bytes = 4 if recipe.precision == "fp32" else 2  # bf16 on a GPU without bf16 runs as fp16
-    grad_bytes = 4 if recipe.precision == "fp32" or recipe.grad_dtype == "fp32" else 2
-
-    # Compute of one micro-batch on the slowest stage: its share of layers plus the lm head.
-    layers = arch.num_layers / pp
-    stage_params = layers * arch.layer_params() + arch.vocab_size * h
-    matmul_fwd = 2 * stage_params * tokens_mb / tp
-    attention_fwd = 4 * layers * h * s * tokens_mb / tp
-    flops = 3 * (matmul_fwd + attention_fwd)
-    if plan.recompute == "full":
-        flops += matmul_fwd + attention_fwd
-    elif plan.recompute == "selective":
-        flops += attention_fwd
-    rate = 1.0 if recipe.precision != "fp32" else gen.fp32_rate
-    width = min(1.0, (h / tp) / GEMM_REFERENCE_WIDTH) ** GEMM_WIDTH_EXPONENT
-    compute_bound_s = flops / (gpu.peak_tflops_16bit * 1e12 * rate * gen.mfu * width)
-    # The same micro-batch as memory traffic (roofline): weights and grads, activations, logits.
-    weight_traffic = stage_params / tp * (3 * act_bytes + 2 * grad_bytes)
-    per_token_layer = 34 * h + (5 * arch.num_heads * s if recipe.attention == "eager" else 0)
-    act_traffic = (ACTIVATION_TRAFFIC_PASSES * per_token_layer * layers * tokens_mb / tp
-                   * act_bytes / 2)
-    logit_traffic = LOGIT_TRAFFIC_BYTES_PER_ELEMENT * tokens_mb * arch.vocab_size / tp
-    memory_bound_s = ((weight_traffic + act_traffic + logit_traffic)
-                      / (gpu.mem_bandwidth_gbs * GB * BANDWIDTH_EFFICIENCY))
-    overhead_s = KERNEL_OVERHEAD_S_PER_LAYER * math.ceil(layers) * (
-        4 / 3 if plan.recompute == "full" else 1)
-    micro_batch_s = max(compute_bound_s, memory_bound_s) + overhead_s
-
-    # Tensor parallel: 2 all-reduces per layer forward, 2 backward, 2 more when recomputing all
-    # (sequence parallel swaps each for an all-gather + reduce-scatter of the same volume).
-    tp_ops = 4 + (2 if plan.recompute == "full" else 0)
-    tp_s = tp_ops * math.ceil(layers) * _ring_s(2, tokens_mb * h * act_bytes, tp, gpu.intra_node_gbs)
-
-    # Pipeline: one activation send forward and one gradient send back per micro-batch.
-    node = gpu.typical_gpus_per_node
-    pp_gbs = gpu.intra_node_gbs if plan.num_gpus <= node else inter_node_gbs(gpu)
-    pp_s = 0.0 if pp == 1 else 2 * (tokens_mb * h * act_bytes / tp / (pp_gbs * GB * BANDWIDTH_EFFICIENCY)
-                                    + COLLECTIVE_LATENCY_S)
-
-    bubble = (pp - 1) / (micro_batches + pp - 1)
-    pipelined_s = micro_batches + pp - 1  # 1F1B: (m + p - 1) micro-batch slots
-    compute_s = pipelined_s * micro_batch_s
-
-    # Data parallel, with tp innermost then dp (Megatron's rank order): the dp group stays inside
-    # a node while tp * dp fits in one, else it crosses the network.
-    dp_gbs = gpu.intra_node_gbs if tp * dp <= node else min(gpu.intra_node_gbs, inter_node_gbs(gpu))
-    rank_params = arch.num_params() / (tp * pp)
-    grads, weights = rank_params * grad_bytes, rank_params * act_bytes
-    backward_s = micro_batch_s * 2 / 3  # the last micro-batch's backward hides bucketed syncs
-    if plan.zero == 0:
-        dp_s = max(0.0, _ring_s(2, grads, dp, dp_gbs) - backward_s)
-    elif plan.zero == 1:
-        dp_s = max(0.0, _ring_s(1, grads, dp, dp_gbs) - backward_s) + _ring_s(1, weights, dp, dp_gbs)
-    elif plan.zero == 2:  # reduce-scatter every micro-batch, all-gather updated weights once
-        dp_s = (micro_batches * max(0.0, _ring_s(1, grads, dp, dp_gbs) - backward_s)
-                + _ring_s(1, weights, dp, dp_gbs))
-    else:  # zero 3: gather weights for forward and backward, reduce-scatter grads, per micro-batch
-        per_mb = _ring_s(2, weights, dp, dp_gbs) + _ring_s(1, grads, dp, dp_gbs)
-        dp_s = micro_batches * max(0.0, per_mb - micro_batch_s)
-
-    owned_params = rank_params / (dp if plan.zero >= 1 else 1)
-    optimizer_s = (owned_params * OPTIMIZER_BYTES_PER_PARAM.get(recipe.optimizer, 30)
-                   / (gpu.mem_bandwidth_gbs * GB * BANDWIDTH_EFFICIENCY))
-
-    model_flops = model_flops_per_token(arch, s) * training.tokens_per_step
-    return StepTime(
-        compute_s=compute_s, tensor_parallel_s=pipelined_s * tp_s, pipeline_s=pipelined_s * pp_s,
-        data_parallel_s=dp_s, optimizer_s=optimizer_s, bubble_fraction=bubble,
-        model_flops=model_flops)
+    return CostModel(arch, training, gpu).breakdown(plan)
 
 
 def step_time_s(arch: ModelArch, training: TrainingSpec, plan: ParallelPlan, gpu: GpuType) -> float:

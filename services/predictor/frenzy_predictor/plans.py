@@ -1,32 +1,263 @@
-"""Enumerate feasible (GPU type, count, plan) options for a job (first version: data parallel only)."""
+"""Enumerate feasible (GPU type, GPU count, parallel plan) options for a job and rank them.
+
+For every allowed GPU type we search plans (tp, pp, dp, zero, micro-batch, recompute), keep the
+fastest plan that fits for each GPU count, and return each type's Pareto front over estimated
+job duration and GPU-seconds. The search is pruned so that one job against ten GPU types takes
+milliseconds (docs/marp-plans.md, "Search"):
+
+* memory does not depend on the GPU type, so each plan's estimate is computed once per job and
+  shared by all types (`MemoryTable`);
+* tp, pp, dp and micro-batches are powers of two; tp stays inside a node; n <= 512 GPUs;
+* branch and bound: a (zero, recompute) choice is only checked for memory when its best-case
+  step time (largest micro-batch, no memory check) beats the best plan already found for that
+  GPU count; the cost model is ~10x cheaper than a memory estimate;
+* the largest fitting micro-batch is found by binary search (memory grows with micro-batch);
+* dp stops doubling once two doublings in a row bring no speed-up (more GPUs are then
+  dominated in both duration and GPU-seconds).
+"""
 from __future__ import annotations
 
-from typing import Sequence
+import heapq
+import math
+from dataclasses import dataclass
+from typing import Iterator, Sequence
 
 from frenzy.catalog.gpus import GpuType
 from frenzy.catalog.models import ModelArch
-from frenzy.domain import Constraints, ParallelPlan, PlanOption, TrainingSpec
-from frenzy_predictor.cost import step_time_s
+from frenzy.domain import RECOMPUTES, Constraints, ParallelPlan, PlanOption, TrainingSpec
+from frenzy_predictor.cost import CostModel
 from frenzy_predictor.memory import estimate_memory
 
-FIT_MARGIN = 0.95  # use at most this fraction of a GPU's memory
+FIT_MARGIN = 0.95  # use at most this fraction of a GPU's memory (allocator fragmentation)
+MAX_GPUS = 512  # GPU count cap per job
+MAX_TP = 8  # tensor parallel beyond one 8-GPU node is never worth its all-reduces
+MAX_PP = 16
+MAX_TOKENS_PER_MICRO_BATCH = 16384  # GEMMs saturate long before; bigger only costs memory
+MAX_OPTIONS_PER_TYPE = 8
+EFFICIENT_SCALING = 0.8  # options within 1/0.8 of a type's cheapest GPU-seconds rank first
+DP_STALL_LIMIT = 2  # stop doubling dp after this many doublings without a speed-up
+
+
+def usable_bytes(gpu: GpuType, fit_margin: float = FIT_MARGIN) -> float:
+    """Memory a plan may use on one GPU of this type."""
+    return gpu.memory_bytes * fit_margin
+
+
+def make_plan(tp: int, pp: int, dp: int, zero: int, micro_batch: int, recompute: str) -> ParallelPlan:
+    """A plan as MARP emits it: sequence parallelism whenever tp > 1 (same traffic, less memory)."""
+    return ParallelPlan(dp=dp, tp=tp, pp=pp, zero=zero, micro_batch=micro_batch,
+                        recompute=recompute, sequence_parallel=tp > 1)
+
+
+class MemoryTable:
+    """Peak bytes per plan for one job, memoised: memory does not depend on the GPU type."""
+
+    def __init__(self, arch: ModelArch, training: TrainingSpec):
+        self.arch, self.recipe, self.seq_len = arch, training.recipe, training.seq_len
+        self.peaks: dict[tuple, int] = {}
+        self.calls = 0  # estimate_memory calls (for the benchmark)
+
+    def peak_bytes(self, tp: int, pp: int, dp: int, zero: int, mb: int, recompute: str) -> int:
+        key = (tp, pp, dp, zero, mb, recompute)
+        peak = self.peaks.get(key)
+        if peak is None:
+            self.calls += 1
+            plan = make_plan(tp, pp, dp, zero, mb, recompute)
+            peak = estimate_memory(self.arch, self.recipe, plan, self.seq_len).peak_bytes
+            self.peaks[key] = peak
+        return peak
+
+
+def powers_of_two(limit: int) -> Iterator[int]:
+    value = 1
+    while value <= limit:
+        yield value
+        value *= 2
+
+
+def model_parallel_shapes(arch: ModelArch, gpu: GpuType, limit: int) -> list[tuple[int, int]]:
+    """(tp, pp) pairs: tp divides the heads and kv heads and fits a node, pp divides the layers."""
+    tps = [t for t in powers_of_two(min(MAX_TP, gpu.typical_gpus_per_node, limit))
+           if arch.num_heads % t == 0 and arch.num_kv_heads % t == 0]
+    pps = [p for p in powers_of_two(min(MAX_PP, arch.num_layers, limit)) if arch.num_layers % p == 0]
+    return sorted(((t, p) for t in tps for p in pps if t * p <= limit), key=lambda s: (s[0] * s[1], s[1]))
+
+
+def micro_batches(global_batch: int, dp: int, seq_len: int) -> list[int]:
+    """Micro-batch sizes that divide the per-replica batch, up to MAX_TOKENS_PER_MICRO_BATCH."""
+    per_replica = global_batch // dp
+    cap = max(1, MAX_TOKENS_PER_MICRO_BATCH // seq_len)
+    return [m for m in powers_of_two(min(per_replica, cap)) if per_replica % m == 0]
+
+
+@dataclass
+class _Best:
+    step_s: float
+    plan: ParallelPlan
+    peak_bytes: int
+
+
+class _TypeSearch:
+    """Branch and bound for one GPU type: the fastest fitting plan per GPU count."""
+
+    def __init__(self, gpu: GpuType, arch: ModelArch, training: TrainingSpec, table: MemoryTable,
+                 zero_stages: Sequence[int], recomputes: Sequence[str], fit_margin: float):
+        self.arch, self.training, self.table = arch, training, table
+        self.zero_stages, self.recomputes = zero_stages, recomputes
+        self.usable = usable_bytes(gpu, fit_margin)
+        self.cost = CostModel(arch, training, gpu)
+        self.best: dict[int, _Best] = {}
+        # Largest micro-batch that fitted per (tp, pp, zero, recompute) at a smaller dp: memory
+        # never grows with dp, so it still fits (when it still divides the per-replica batch).
+        self.fitted_mb: dict[tuple[int, int, int, str], int] = {}
+
+    def incumbent_s(self, n: int) -> float:
+        return self.best[n].step_s if n in self.best else math.inf
+
+    def largest_fitting(self, tp: int, pp: int, dp: int, zero: int, rc: str, mbs: list[int]) -> int:
+        """Index of the largest micro-batch that fits, or -1 (binary search: memory grows with it)."""
+        previous = self.fitted_mb.get((tp, pp, zero, rc), 0)
+        lo = max((i for i, m in enumerate(mbs) if m <= previous), default=-1)
+        if lo < 0:  # settle the common "nothing fits" case with one estimate
+            if self.table.peak_bytes(tp, pp, dp, zero, mbs[0], rc) > self.usable:
+                return -1
+            lo = 0
+        hi = len(mbs) - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.table.peak_bytes(tp, pp, dp, zero, mbs[mid], rc) <= self.usable:
+                lo = mid
+            else:
+                hi = mid - 1
+        self.fitted_mb[(tp, pp, zero, rc)] = mbs[lo]
+        return lo
+
+    def layout(self, tp: int, pp: int, dp: int) -> None:
+        """Try every ZeRO stage and recompute for one (tp, pp, dp), most promising first."""
+        n, cost = tp * pp * dp, self.cost
+        mbs = micro_batches(self.training.global_batch_size, dp, self.training.seq_len)
+        # Lower bound for every ZeRO stage and recompute: the pipelined compute alone.
+        floor_s, mb_hint = min((cost.pipeline_s(tp, pp, dp, m, "none"), m)
+                               for m in (mbs if pp > 1 else mbs[-1:]))
+        if floor_s >= self.incumbent_s(n):
+            return
+        zeros = [0] if dp == 1 else self.zero_stages
+        if self.table.peak_bytes(tp, pp, dp, zeros[-1], mbs[0], self.recomputes[-1]) > self.usable:
+            return  # not even the least memory-hungry plan fits
+        # Candidates in order of their bound (memory ignored); heavier recompute is queued only
+        # when the lighter one could not fit the largest micro-batch.
+        queue = [(self.bound_s(tp, pp, dp, z, 0, mb_hint), z, 0)
+                 for z in zeros]
+        heapq.heapify(queue)
+        too_big: list[tuple[int, int]] = []  # (zero, recompute index) whose smallest mb failed
+        while queue:
+            bound_s, zero, i = heapq.heappop(queue)
+            if bound_s >= self.incumbent_s(n):
+                break  # nothing left can win, memory aside
+            if any(z >= zero and j >= i for z, j in too_big):
+                top = -1  # a plan needing less memory already did not fit
+            else:
+                top = self.largest_fitting(tp, pp, dp, zero, self.recomputes[i], mbs)
+            if top < len(mbs) - 1 and i + 1 < len(self.recomputes):
+                heapq.heappush(queue, (self.bound_s(tp, pp, dp, zero, i + 1, mb_hint), zero, i + 1))
+            if top < 0:
+                too_big.append((zero, i))
+                continue
+            # Without pipelining larger micro-batches are never slower; with it they grow the bubble.
+            rc = self.recomputes[i]
+            tries = mbs[:top + 1] if pp > 1 else [mbs[top]]
+            step_s, mb = min((cost.step_time_s(make_plan(tp, pp, dp, zero, m, rc)), m) for m in tries)
+            if step_s < self.incumbent_s(n):
+                self.best[n] = _Best(step_s, make_plan(tp, pp, dp, zero, mb, rc),
+                                     self.table.peak_bytes(tp, pp, dp, zero, mb, rc))
+
+    def bound_s(self, tp: int, pp: int, dp: int, zero: int, rc_index: int, mb: int) -> float:
+        return self.cost.step_time_s(make_plan(tp, pp, dp, zero, mb, self.recomputes[rc_index]))
+
+    def run(self, gpu: GpuType, limit: int) -> dict[int, _Best]:
+        batch = self.training.global_batch_size
+        for tp, pp in model_parallel_shapes(self.arch, gpu, limit):
+            fastest_s, stalls = math.inf, 0
+            for dp in powers_of_two(limit // (tp * pp)):
+                if batch % dp:
+                    break
+                n = tp * pp * dp
+                self.layout(tp, pp, dp)
+                if n not in self.best:
+                    if not any(self.zero_stages):
+                        break  # without ZeRO, more replicas never free memory
+                    continue
+                if self.best[n].step_s < fastest_s * 0.999:
+                    fastest_s, stalls = self.best[n].step_s, 0
+                else:
+                    stalls += 1
+                    if stalls >= DP_STALL_LIMIT:
+                        break
+        return self.best
+
+
+def pareto_front(options: Sequence[PlanOption]) -> list[PlanOption]:
+    """Options not dominated in (duration, GPU-seconds), fastest first."""
+    front: list[PlanOption] = []
+    cheapest = math.inf
+    for option in sorted(options, key=lambda o: (o.duration_s, o.gpu_seconds)):
+        if option.gpu_seconds < cheapest:
+            front.append(option)
+            cheapest = option.gpu_seconds
+    return front
+
+
+def _spread(front: list[PlanOption], k: int) -> list[PlanOption]:
+    """At most k options of a front, keeping both ends and evenly spaced ones between."""
+    if len(front) <= k:
+        return front
+    picks = sorted({round(i * (len(front) - 1) / (k - 1)) for i in range(k)})
+    return [front[i] for i in picks]
+
+
+def rank_options(options: Sequence[PlanOption]) -> list[PlanOption]:
+    """Efficient options first (>= 80% scaling efficiency on their type), then by duration.
+
+    Scaling efficiency = the type's cheapest GPU-seconds / the option's GPU-seconds: a user
+    gets the fastest plan that does not waste GPUs, and the scheduler still sees every option.
+    """
+    cheapest: dict[str, float] = {}
+    for o in options:
+        cheapest[o.gpu_type] = min(cheapest.get(o.gpu_type, math.inf), o.gpu_seconds)
+
+    def key(o: PlanOption) -> tuple[int, float, float]:
+        efficient = cheapest[o.gpu_type] >= EFFICIENT_SCALING * o.gpu_seconds
+        return (0 if efficient else 1, o.duration_s, o.gpu_seconds)
+
+    return sorted(options, key=key)
 
 
 def enumerate_options(arch: ModelArch, training: TrainingSpec, gpu_types: Sequence[GpuType],
-                      constraints: Constraints = Constraints(), max_gpus: int = 64) -> list[PlanOption]:
+                      constraints: Constraints = Constraints(), max_gpus: int = MAX_GPUS, *,
+                      zero_stages: Sequence[int] = (0, 1, 2, 3),
+                      recomputes: Sequence[str] = RECOMPUTES,
+                      max_per_type: int = MAX_OPTIONS_PER_TYPE,
+                      fit_margin: float = FIT_MARGIN,
+                      now_s: float | None = None,
+                      memory_table: MemoryTable | None = None) -> list[PlanOption]:
+    """Ranked options: each allowed GPU type's Pareto front over duration and GPU-seconds.
+
+    `zero_stages` / `recomputes` restrict what the launcher supports; `now_s` (epoch seconds)
+    drops options that would miss `constraints.deadline_s` if started now.
+    """
+    limit = min(max_gpus, constraints.max_gpus) if constraints.max_gpus > 0 else max_gpus
+    recomputes = [rc for rc in RECOMPUTES if rc in recomputes]  # cheapest first
+    table = memory_table or MemoryTable(arch, training)
+    steps = training.steps
     options: list[PlanOption] = []
-    limit = min(max_gpus, constraints.max_gpus or max_gpus)
     for gpu in gpu_types:
         if constraints.gpu_types and gpu.name not in constraints.gpu_types:
             continue
-        dp = 1
-        while dp <= limit:
-            if training.global_batch_size % dp == 0:
-                plan = ParallelPlan(dp=dp, zero=1 if dp > 1 else 0, micro_batch=1)
-                mem = estimate_memory(arch, training.recipe, plan, training.seq_len)
-                if mem.peak_bytes <= gpu.memory_bytes * FIT_MARGIN:
-                    step = step_time_s(arch, training, plan, gpu)
-                    options.append(PlanOption(gpu.name, plan, mem.peak_bytes, step, step * training.steps))
-                    break  # first version: smallest fitting dp per type
-            dp *= 2
-    return sorted(options, key=lambda o: (o.duration_s, o.num_gpus))
+        best = _TypeSearch(gpu, arch, training, table, sorted(set(zero_stages)), recomputes,
+                           fit_margin).run(gpu, limit)
+        per_type = [PlanOption(gpu.name, b.plan, b.peak_bytes, b.step_s, b.step_s * steps)
+                    for b in best.values()]
+        if now_s is not None and constraints.deadline_s > 0:
+            per_type = [o for o in per_type if now_s + o.duration_s <= constraints.deadline_s]
+        options.extend(_spread(pareto_front(per_type), max_per_type))
+    return rank_options(options)
