@@ -66,16 +66,19 @@ class Bus:
         self.service = service
         self.settings = settings or BusSettings()
         self.bootstrap = bootstrap(self.settings)
-        self.producer = AIOKafkaProducer(
-            bootstrap_servers=self.bootstrap, acks="all", linger_ms=2,
-            enable_idempotence=False, client_id=f"frenzy-{service}")
+        self.producer: AIOKafkaProducer | None = None
 
     async def start(self) -> None:
+        """Create topics if needed and connect; must run inside the event loop."""
         await ensure_topics(self.bootstrap)
+        self.producer = AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap, acks="all", linger_ms=2,
+            enable_idempotence=False, client_id=f"frenzy-{self.service}")
         await self.producer.start()
 
     async def stop(self) -> None:
-        await self.producer.stop()
+        if self.producer is not None:
+            await self.producer.stop()
 
     async def publish(self, topic: topics.Topic, key: str, payload: Message,
                       trace_id: str = "") -> events_pb2.Envelope:

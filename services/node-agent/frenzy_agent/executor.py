@@ -108,7 +108,7 @@ def launch(launch_cmd: events_pb2.LaunchJob, jobs_dir: Path, time_scale: float) 
     pgid = 0
     for local_rank in range(len(launch_cmd.gpu_indices)):
         log = open(workdir / f"rank{local_rank}.log", "ab")
-        group = {"start_new_session": True} if local_rank == 0 else {"process_group": pgid}
+        group = {"process_group": pgid}  # 0: a new group led by the first process
         # Plain Popen, not asyncio's: the agent reaps its children itself (see _alive), which
         # also works for processes it adopts after a restart.
         proc = subprocess.Popen(

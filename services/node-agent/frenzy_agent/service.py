@@ -79,7 +79,12 @@ class NodeAgent:
             await executor.stop(current, "superseded by a newer attempt", self.settings.stop_grace_s)
         if (self.jobs_dir / f"{cmd.job_id}.{cmd.attempt}").exists():
             return  # this attempt already ran here (redelivered after it finished)
-        job = executor.launch(cmd, self.jobs_dir, self.settings.time_scale)
+        try:
+            job = executor.launch(cmd, self.jobs_dir, self.settings.time_scale)
+        except OSError as err:
+            failed = executor.RunningJob(cmd.job_id, cmd.attempt, self.jobs_dir, 0, [], 0, [])
+            await self.report(failed, types_pb2.FAILED, f"launch failed: {err}", exit_code=127)
+            return
         self.running[cmd.job_id] = job
         log.info("launched", job_id=cmd.job_id, attempt=cmd.attempt, gpus=list(cmd.gpu_indices),
                  pgid=job.pgid, rank_offset=cmd.rank_offset, world_size=cmd.world_size)
