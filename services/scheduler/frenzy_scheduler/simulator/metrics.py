@@ -25,6 +25,12 @@ def summarize(result: SimResult) -> dict[str, object]:
         makespan = 0.0
     capacity = sum(result.capacity_by_type.values())
     busy = sum(result.busy_gpu_s_by_type.values())
+    # Load while jobs still arrive: the tail after the last arrival is one long job draining.
+    arrival_end = max((r.submit_time_s for r in result.records), default=0.0)
+    arrival_start = min((r.submit_time_s for r in result.records), default=0.0)
+    window_s = arrival_end - arrival_start
+    busy_window = sum(r.num_gpus * max(0.0, min(r.end_time_s, arrival_end) - r.start_time_s)
+                      for r in finished)
     decisions = result.decision_times_s
     return {
         "policy": result.policy,
@@ -39,6 +45,7 @@ def summarize(result: SimResult) -> dict[str, object]:
         "p99_queue_s": _percentile(queued, 99),
         "makespan_s": makespan,
         "utilization": busy / (capacity * makespan) if capacity and makespan else 0.0,
+        "utilization_arrivals": busy_window / (capacity * window_s) if capacity and window_s else 0.0,
         "utilization_by_type": {
             t: (result.busy_gpu_s_by_type.get(t, 0.0) / (n * makespan) if n and makespan else 0.0)
             for t, n in sorted(result.capacity_by_type.items())},

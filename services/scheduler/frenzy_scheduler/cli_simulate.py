@@ -1,0 +1,175 @@
+"""`frenzy simulate`: replay a job trace on a cluster file under one policy, or all of them.
+
+The JSON schema is documented in docs/simulator.md. Progress goes to stderr, so `--json`
+stdout stays machine-readable.
+"""
+from __future__ import annotations
+
+import json
+import math
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from frenzy_scheduler.clusterfile import NodeGroup, build_cluster, load_cluster_file
+from frenzy_scheduler.policies import BASELINES, policy_names
+from frenzy_scheduler.simulator import offered_load, prepare_jobs, run_policy
+from frenzy_scheduler.simulator.trace import load_trace, parse_start
+from frenzy_scheduler.simulator.workload import DEFAULT_REFERENCE_GPU, SimJob
+
+PROGRESS_MIN_JOBS = 1000  # "long trace": show a progress bar from this many jobs
+
+REQUIRED_KEYS = ("avg_jct_s", "p50_jct_s", "p99_jct_s", "avg_queue_s", "makespan_s",
+                 "utilization", "unschedulable", "decision_p50_s", "decision_p99_s")
+
+
+def _load_inputs(trace: str, cluster: str, num_jobs: int, start: str, load: float, seed: int,
+                 reference_gpu: str) -> tuple[list[NodeGroup], list[SimJob], float]:
+    try:
+        groups = load_cluster_file(cluster)
+    except (ValueError, KeyError) as err:
+        raise click.BadParameter(str(err), param_hint="--cluster") from None
+    if not Path(trace).is_file():
+        raise click.BadParameter(f"trace file {trace!r} does not exist", param_hint="--trace")
+    try:
+        trace_jobs = load_trace(trace)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--trace") from None
+    try:
+        origin = None
+        if not _is_number(start):
+            from frenzy_scheduler.simulator.trace import trace_origin_s
+            origin = trace_origin_s(trace)
+        start_s = parse_start(start, origin)
+    except ValueError as err:
+        raise click.BadParameter(f"{start!r}: {err}", param_hint="--start") from None
+    try:
+        jobs = prepare_jobs(trace_jobs, groups, start_s=start_s, count=num_jobs, load=load,
+                            seed=seed, reference_gpu=reference_gpu)
+    except (ValueError, KeyError) as err:
+        raise click.BadParameter(str(err), param_hint="--trace") from None
+    if not jobs:
+        raise click.BadParameter(f"no jobs at or after start {start!r}", param_hint="--start")
+    return groups, jobs, start_s
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
+def _ratios(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Each policy's figures over the best baseline's (lowest avg JCT among the baselines)."""
+    baselines = {k: v for k, v in results.items() if k in BASELINES}
+    if not baselines:
+        return {}
+    best = min(baselines, key=lambda k: baselines[k]["avg_jct_s"])
+
+    def ratio(a: float, b: float) -> float:
+        return a / b if b else math.nan
+
+    return {"best_baseline": best, "per_policy": {
+        name: {"avg_jct": ratio(m["avg_jct_s"], results[best]["avg_jct_s"]),
+               "p99_jct": ratio(m["p99_jct_s"], results[best]["p99_jct_s"]),
+               "makespan": ratio(m["makespan_s"], results[best]["makespan_s"]),
+               "decision_p99": ratio(m["decision_p99_s"], results[best]["decision_p99_s"])}
+        for name, m in results.items()}}
+
+
+def _table(results: dict[str, dict[str, Any]], ratios: dict[str, Any], title: str) -> Table:
+    table = Table(title=title)
+    for column in ("policy", "avg JCT h", "p50 JCT h", "p99 JCT h", "avg queue h", "makespan h",
+                   "util", "unsched", "dec p50 ms", "dec p99 ms", "avg JCT ratio",
+                   "p99 JCT ratio"):
+        table.add_column(column, justify="left" if column == "policy" else "right")
+    for name, m in results.items():
+        r = ratios.get("per_policy", {}).get(name, {})
+        table.add_row(name, f"{m['avg_jct_s'] / 3600:.2f}", f"{m['p50_jct_s'] / 3600:.2f}",
+                      f"{m['p99_jct_s'] / 3600:.1f}", f"{m['avg_queue_s'] / 3600:.2f}",
+                      f"{m['makespan_s'] / 3600:.1f}", f"{m['utilization']:.3f}",
+                      str(m["unschedulable"]), f"{m['decision_p50_s'] * 1e3:.3f}",
+                      f"{m['decision_p99_s'] * 1e3:.3f}", f"{r.get('avg_jct', math.nan):.3f}",
+                      f"{r.get('p99_jct', math.nan):.3f}")
+    return table
+
+
+@click.command("simulate")
+@click.option("--trace", required=True, help="Philly CSV or generic CSV (see docs/simulator.md).")
+@click.option("--cluster", required=True, help="Node-group YAML, or an Alibaba node-list CSV.")
+@click.option("--policy", default="has", show_default=True,
+              help=f"One of: {', '.join(policy_names())}.")
+@click.option("--jobs", "num_jobs", type=int, default=0, show_default=True,
+              help="Simulate the first N jobs at/after --start (0: all).")
+@click.option("--start", default="0", show_default=True,
+              help="Seconds after the trace's first job, or an ISO date-time.")
+@click.option("--load", type=float, default=0.0, show_default=True,
+              help="Rescale inter-arrival times to this offered load (0: keep the trace's).")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of the trace-job -> model mapping.")
+@click.option("--reference-gpu", default=DEFAULT_REFERENCE_GPU, show_default=True,
+              help="GPU type the trace durations were measured on.")
+@click.option("--compare", is_flag=True, help="Run every policy on the same input.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
+@click.option("--progress/--no-progress", default=None,
+              help=f"Progress bar on stderr (default: on from {PROGRESS_MIN_JOBS} jobs).")
+def simulate(trace: str, cluster: str, policy: str, num_jobs: int, start: str, load: float,
+             seed: int, reference_gpu: str, compare: bool, as_json: bool,
+             progress: bool | None) -> None:
+    """Replay a job trace on a cluster under a scheduling policy and print JCT and overhead."""
+    if num_jobs < 0:
+        raise click.BadParameter(f"must be >= 0, got {num_jobs}", param_hint="--jobs")
+    if load < 0:
+        raise click.BadParameter(f"must be >= 0, got {load}", param_hint="--load")
+    if not compare and policy not in policy_names():
+        raise click.BadParameter(f"unknown policy {policy!r}; known: {', '.join(policy_names())}",
+                                 param_hint="--policy")
+    try:
+        from frenzy.catalog.gpus import get_gpu
+        get_gpu(reference_gpu)
+    except KeyError as err:
+        raise click.BadParameter(str(err.args[0]), param_hint="--reference-gpu") from None
+    groups, jobs, start_s = _load_inputs(trace, cluster, num_jobs, start, load, seed,
+                                         reference_gpu)
+    capacity = build_cluster(groups).total_by_type()
+    names = policy_names() if compare else [policy]
+    show = progress if progress is not None else len(jobs) >= PROGRESS_MIN_JOBS
+    err_console = Console(stderr=True)
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), console=err_console, transient=True)
+    results: dict[str, dict[str, Any]] = {}
+    with bar if show else nullcontext():
+        for name in names:
+            on_progress: Callable[[int], None] | None = None
+            if show:
+                task = bar.add_task(name, total=len(jobs))
+                on_progress = lambda done, task=task: bar.update(task, completed=done)  # noqa: E731
+            results[name] = run_policy(name, jobs, groups, on_progress=on_progress)
+    inputs = {"trace": trace, "cluster": cluster, "jobs": len(jobs), "start_s": start_s,
+              "load": load, "offered_load": offered_load(jobs, capacity), "seed": seed,
+              "reference_gpu": reference_gpu, "gpus": sum(capacity.values()),
+              "gpus_by_type": capacity}
+    if compare:
+        ratios = _ratios(results)
+        if as_json:
+            click.echo(json.dumps({"input": inputs, "policies": results, "ratios": ratios},
+                                  indent=2))
+        else:
+            Console().print(_table(results, ratios, f"{Path(trace).name} on {Path(cluster).name}, "
+                                                    f"{len(jobs)} jobs, offered load "
+                                                    f"{inputs['offered_load']:.2f}"))
+            if ratios:
+                Console().print(f"ratios are against the best baseline: {ratios['best_baseline']}")
+        return
+    metrics = dict(results[policy], input=inputs)
+    if as_json:
+        click.echo(json.dumps(metrics, indent=2))
+    else:
+        Console().print(_table(results, {}, f"{policy}: {len(jobs)} jobs"))
