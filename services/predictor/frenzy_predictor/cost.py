@@ -94,10 +94,10 @@ class StepTime(NamedTuple):
 
 
 def generation(gpu: GpuType) -> Generation:
-    for prefix, name in GENERATION_OF_PREFIX:
-        if gpu.name.startswith(prefix):
-            return GENERATIONS[name]
-    return DEFAULT_GENERATION
+    """The generation of the longest matching name prefix ("A100" wins over "A10")."""
+    matches = [(len(prefix), name) for prefix, name in GENERATION_OF_PREFIX
+               if gpu.name.startswith(prefix)]
+    return GENERATIONS[max(matches)[1]] if matches else DEFAULT_GENERATION
 
 
 def inter_node_gbs(gpu: GpuType) -> float:

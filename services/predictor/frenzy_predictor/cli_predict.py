@@ -1,0 +1,273 @@
+"""`frenzy predict`: MARP's plans for a model and batch, or the estimate of one fixed plan.
+
+    frenzy predict --model llama2-7b --seq-len 4096 --global-batch 256 --tokens 1e11
+    frenzy predict --model tiny-gpt2 --seq-len 256 --global-batch 8 --gpu-type A100-80GB \\
+                   --dp 2 --micro-batch 4 --json
+
+Bad input exits 2 with the offending option named (click.BadParameter). JSON schemas are in
+docs/marp-plans.md.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from frenzy.catalog.gpus import GpuType, get_gpu, gpu_catalog
+from frenzy.catalog.models import ModelArch, load_model
+from frenzy.domain import (ATTENTIONS, GRAD_DTYPES, OPTIMIZERS, PRECISIONS, RECOMPUTES,
+                           Constraints, ParallelPlan, PlanOption, Recipe, TrainingSpec)
+
+MAX_SEQ_LEN = 1 << 20  # a sanity bound: longer sequences are almost surely a typo
+DEFAULT_STEPS = 1000
+
+GIB = 1024**3
+
+
+def _parse_count(value: str | None, option: str) -> int | None:
+    """Counts like 1e11 or 2_000_000 are common for tokens; accept any positive integer value."""
+    if value is None:
+        return None
+    try:
+        number = float(value.replace("_", ""))
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a number", param_hint=option) from None
+    if number <= 0 or number != int(number):
+        raise click.BadParameter(f"must be a positive integer, got {value}", param_hint=option)
+    return int(number)
+
+
+def _positive(value: int | None, option: str) -> None:
+    if value is not None and value <= 0:
+        raise click.BadParameter(f"must be positive, got {value}", param_hint=option)
+
+
+def _resolve_model(ref: str) -> ModelArch:
+    try:
+        arch = load_model(ref)
+        arch.validate()
+    except ValueError as err:  # names the field: "model: unknown ...", "model_type: ..."
+        raise click.BadParameter(str(err), param_hint="--model") from None
+    return arch
+
+
+def _resolve_gpu(name: str, option: str) -> GpuType:
+    try:
+        return get_gpu(name)
+    except KeyError as err:
+        raise click.BadParameter(err.args[0], param_hint=option) from None
+
+
+def _training(arch: ModelArch, seq_len: int, global_batch: int, tokens: str | None,
+              steps: str | None, recipe: Recipe) -> TrainingSpec:
+    _positive(seq_len, "--seq-len")
+    if seq_len > MAX_SEQ_LEN:
+        raise click.BadParameter(f"{seq_len} exceeds the sanity bound {MAX_SEQ_LEN}",
+                                 param_hint="--seq-len")
+    if arch.family == "gpt2" and seq_len > arch.max_position_embeddings:
+        raise click.BadParameter(
+            f"{seq_len} exceeds {arch.name}'s learned positions ({arch.max_position_embeddings})",
+            param_hint="--seq-len")
+    _positive(global_batch, "--global-batch")
+    if tokens is not None and steps is not None:
+        raise click.UsageError("give --tokens or --steps, not both")
+    n_tokens, n_steps = _parse_count(tokens, "--tokens"), _parse_count(steps, "--steps")
+    try:
+        recipe.validate()
+    except ValueError as err:  # "training.dropout must be in [0, 1)"
+        field = str(err).split(":")[0].split()[0].removeprefix("training.").replace("_", "-")
+        raise click.BadParameter(str(err), param_hint=f"--{field}") from None
+    total = n_tokens or (n_steps or DEFAULT_STEPS) * seq_len * global_batch
+    return TrainingSpec(seq_len, global_batch, total, recipe)
+
+
+def plan_json(plan: ParallelPlan) -> dict[str, Any]:
+    return {"dp": plan.dp, "tp": plan.tp, "pp": plan.pp, "zero": plan.zero,
+            "micro_batch": plan.micro_batch, "recompute": plan.recompute,
+            "sequence_parallel": plan.sequence_parallel}
+
+
+def option_json(option: PlanOption, rank: int, training: TrainingSpec) -> dict[str, Any]:
+    return {"rank": rank, "gpu_type": option.gpu_type, "num_gpus": option.num_gpus,
+            "plan": plan_json(option.plan),
+            "grad_accum": option.plan.grad_accum(training.global_batch_size),
+            "peak_bytes_per_gpu": option.peak_bytes_per_gpu, "step_time_s": option.step_time_s,
+            "duration_s": option.duration_s, "gpu_hours": option.gpu_seconds / 3600}
+
+
+def _console():
+    from rich.console import Console
+
+    console = Console()
+    return console if console.is_terminal else Console(width=140)  # pipes: do not wrap at 80
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 3 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
+def _print_options(arch: ModelArch, training: TrainingSpec, options: list[PlanOption]) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{arch.name} ({arch.num_params() / 1e9:.2f}B params), "
+                        f"{training.steps} steps of {training.tokens_per_step} tokens")
+    for column in ("rank", "GPU type", "GPUs", "plan", "grad acc", "peak GiB/GPU", "step",
+                   "duration", "GPU-hours"):
+        table.add_column(column, justify="left" if column in ("GPU type", "plan") else "right")
+    ranked = list(enumerate(options, start=1))
+    ranked.sort(key=lambda r: (r[1].gpu_type, r[1].num_gpus))
+    previous = None
+    for rank, o in ranked:
+        if previous is not None and o.gpu_type != previous:
+            table.add_section()
+        previous = o.gpu_type
+        table.add_row(str(rank), o.gpu_type, str(o.num_gpus), o.plan.describe(),
+                      str(o.plan.grad_accum(training.global_batch_size)),
+                      f"{o.peak_bytes_per_gpu / GIB:.1f}", f"{o.step_time_s:.3g} s",
+                      _duration(o.duration_s), f"{o.gpu_seconds / 3600:,.1f}")
+    _console().print(table)
+    if not options:
+        click.echo("no GPU type fits any plan", err=True)
+
+
+def _check_fixed_plan(arch: ModelArch, training: TrainingSpec, plan: ParallelPlan,
+                      gpu: GpuType) -> None:
+    for option, value in (("--dp", plan.dp), ("--tp", plan.tp), ("--pp", plan.pp),
+                          ("--micro-batch", plan.micro_batch)):
+        _positive(value, option)
+    if arch.num_heads % plan.tp:
+        raise click.BadParameter(f"{arch.name} has {arch.num_heads} heads, not divisible by tp "
+                                 f"{plan.tp}", param_hint="--tp")
+    if arch.num_kv_heads % plan.tp:
+        raise click.BadParameter(f"{arch.name} has {arch.num_kv_heads} kv heads, not divisible "
+                                 f"by tp {plan.tp}", param_hint="--tp")
+    if plan.tp > gpu.typical_gpus_per_node:
+        raise click.BadParameter(f"tp {plan.tp} exceeds the {gpu.typical_gpus_per_node} GPUs of "
+                                 f"a {gpu.name} node", param_hint="--tp")
+    if arch.num_layers % plan.pp:
+        raise click.BadParameter(f"{arch.name} has {arch.num_layers} layers, not divisible by pp "
+                                 f"{plan.pp}", param_hint="--pp")
+    if training.global_batch_size % (plan.dp * plan.micro_batch):
+        raise click.BadParameter(
+            f"global batch {training.global_batch_size} is not a multiple of dp x micro-batch "
+            f"= {plan.dp * plan.micro_batch}", param_hint="--micro-batch")
+
+
+def _evaluate_plan(arch: ModelArch, training: TrainingSpec, plan: ParallelPlan,
+                   gpu: GpuType) -> dict[str, Any]:
+    from frenzy_predictor.cost import CostModel
+    from frenzy_predictor.memory import estimate_memory
+    from frenzy_predictor.plans import usable_bytes
+
+    memory = estimate_memory(arch, training.recipe, plan, training.seq_len)
+    times = CostModel(arch, training, gpu).breakdown(plan)
+    step_s = times.total_s
+    return {
+        "model": arch.name, "num_params": arch.num_params(), "gpu_type": gpu.name,
+        "num_gpus": plan.num_gpus, "plan": plan_json(plan),
+        "grad_accum": plan.grad_accum(training.global_batch_size),
+        "peak_tensor_bytes": memory.peak_tensor_bytes, "peak_bytes": memory.peak_bytes,
+        "breakdown": dict(memory.breakdown), "capacity_bytes": gpu.memory_bytes,
+        "usable_bytes": int(usable_bytes(gpu)), "fits": memory.peak_bytes <= usable_bytes(gpu),
+        "step_time_s": step_s,
+        "step_time_breakdown": {"compute_s": times.compute_s,
+                                "tensor_parallel_s": times.tensor_parallel_s,
+                                "pipeline_s": times.pipeline_s,
+                                "data_parallel_s": times.data_parallel_s,
+                                "optimizer_s": times.optimizer_s,
+                                "bubble_fraction": times.bubble_fraction},
+        "mfu": times.model_flops / (step_s * plan.num_gpus * gpu.peak_tflops_16bit * 1e12),
+        "steps": training.steps, "duration_s": step_s * training.steps,
+        "gpu_hours": step_s * training.steps * plan.num_gpus / 3600,
+    }
+
+
+def _print_plan(result: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    verdict = "[green]fits[/green]" if result["fits"] else "[red]does not fit[/red]"
+    table = Table(title=f"{result['model']} on {result['num_gpus']} x {result['gpu_type']}: "
+                        f"{verdict}", show_header=False)
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    for name, value in result["breakdown"].items():
+        table.add_row(name, f"{value / GIB:.2f} GiB")
+    table.add_row("peak tensors", f"{result['peak_tensor_bytes'] / GIB:.2f} GiB")
+    table.add_row("peak incl. overhead", f"{result['peak_bytes'] / GIB:.2f} GiB")
+    table.add_row("usable per GPU", f"{result['usable_bytes'] / GIB:.2f} GiB")
+    for name, value in result["step_time_breakdown"].items():
+        table.add_row(name, f"{value:.4g}")
+    table.add_row("step time", f"{result['step_time_s']:.4g} s")
+    table.add_row("MFU", f"{result['mfu']:.1%}")
+    table.add_row("duration", _duration(result["duration_s"]))
+    _console().print(table)
+
+
+@click.command("predict")
+@click.option("--model", required=True, help="Catalog name or path to a Hugging Face config.json.")
+@click.option("--seq-len", type=int, required=True, help="Tokens per sequence.")
+@click.option("--global-batch", type=int, required=True, help="Sequences per optimizer step.")
+@click.option("--tokens", help="Training tokens (e.g. 1e11).")
+@click.option("--steps", help=f"Optimizer steps (default {DEFAULT_STEPS} when --tokens is absent).")
+@click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True)
+@click.option("--grad-dtype", type=click.Choice(GRAD_DTYPES), default="fp32", show_default=True)
+@click.option("--optimizer", type=click.Choice(OPTIMIZERS), default="adamw", show_default=True)
+@click.option("--attention", type=click.Choice(ATTENTIONS), default="flash", show_default=True)
+@click.option("--dropout", type=float, default=0.0, show_default=True)
+@click.option("--gpu-types", default="", help="Comma-separated GPU types to plan for (default: all).")
+@click.option("--max-gpus", type=int, default=0, help="GPU count cap (default 512).")
+@click.option("--gpu-type", help="Evaluate one fixed plan on this GPU type (with --dp etc.).")
+@click.option("--dp", type=int, default=1, show_default=True)
+@click.option("--tp", type=int, default=1, show_default=True)
+@click.option("--pp", type=int, default=1, show_default=True)
+@click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True)
+@click.option("--micro-batch", type=int, default=1, show_default=True)
+@click.option("--recompute", type=click.Choice(RECOMPUTES), default="none", show_default=True)
+@click.option("--sequence-parallel", is_flag=True, help="Megatron sequence parallelism (tp > 1).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.pass_context
+def predict(ctx: click.Context, model: str, seq_len: int, global_batch: int, tokens: str | None,
+            steps: str | None, precision: str, grad_dtype: str, optimizer: str, attention: str,
+            dropout: float, gpu_types: str, max_gpus: int, gpu_type: str | None, dp: int, tp: int,
+            pp: int, zero: int, micro_batch: int, recompute: str, sequence_parallel: bool,
+            as_json: bool) -> None:
+    """Predict per-GPU memory and speed of parallel plans; list the best per GPU type."""
+    arch = _resolve_model(model)
+    recipe = Recipe(precision, grad_dtype, optimizer, attention, dropout)
+    training = _training(arch, seq_len, global_batch, tokens, steps, recipe)
+    plan_flags = [name for name in ("dp", "tp", "pp", "zero", "micro_batch", "recompute",
+                                    "sequence_parallel")
+                  if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE]
+
+    if gpu_type is not None:
+        gpu = _resolve_gpu(gpu_type, "--gpu-type")
+        plan = ParallelPlan(dp, tp, pp, zero, micro_batch, recompute, sequence_parallel)
+        _check_fixed_plan(arch, training, plan, gpu)
+        result = _evaluate_plan(arch, training, plan, gpu)
+        click.echo(json.dumps(result, indent=2)) if as_json else _print_plan(result)
+        return
+    if plan_flags:
+        raise click.UsageError(f"--{plan_flags[0].replace('_', '-')} needs --gpu-type "
+                               "(a fixed plan is evaluated on one GPU type)")
+
+    from frenzy_predictor.plans import MAX_GPUS, enumerate_options
+
+    catalog = gpu_catalog()
+    names = [n.strip() for n in gpu_types.split(",") if n.strip()]
+    types = [_resolve_gpu(n, "--gpu-types") for n in names] if names else list(catalog.values())
+    if max_gpus < 0:
+        raise click.BadParameter(f"must be positive, got {max_gpus}", param_hint="--max-gpus")
+    options = enumerate_options(arch, training, types, Constraints(max_gpus=max_gpus),
+                                max_gpus=max_gpus or MAX_GPUS)
+    if as_json:
+        click.echo(json.dumps([option_json(o, rank, training)
+                               for rank, o in enumerate(options, start=1)], indent=2))
+    else:
+        _print_options(arch, training, options)
