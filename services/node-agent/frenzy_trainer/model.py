@@ -102,15 +102,15 @@ class RMSNorm(nn.Module):
 
 
 def rope_tables(arch: ModelArch, seq_len: int, dtype: torch.dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of shape (seq_len, head_dim / 2), shared by all layers of one forward pass."""
+    """cos and sin of shape (seq_len, 1, head_dim / 2), shared by all layers of one forward pass."""
     half = arch.head_dim // 2
     inv_freq = 1.0 / (ROPE_THETA ** (torch.arange(half, device=device, dtype=torch.float32) / half))
     angles = torch.outer(torch.arange(seq_len, device=device, dtype=torch.float32), inv_freq)
-    return angles.cos().to(dtype), angles.sin().to(dtype)
+    return angles.cos().to(dtype).unsqueeze(1), angles.sin().to(dtype).unsqueeze(1)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate-half RoPE on (batch, heads, seq, head_dim); saves only the shared cos/sin."""
+    """Rotate-half RoPE on (batch, seq, heads, head_dim); saves only the shared cos/sin."""
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
 
@@ -135,11 +135,12 @@ class Attention(nn.Module):
             q, k, v = self.c_attn(x).split([a * d, kv_heads * d, kv_heads * d], dim=-1)
         else:
             q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        q = q.view(b, s, a, d).transpose(1, 2)
-        k = k.view(b, s, kv_heads, d).transpose(1, 2)
-        v = v.view(b, s, kv_heads, d).transpose(1, 2)
-        if rope is not None:
+        q, k, v = q.view(b, s, a, d), k.view(b, s, kv_heads, d), v.view(b, s, kv_heads, d)
+        if rope is not None:  # before the transpose, so q keeps the (b, s, heads, d) layout
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        # (b, heads, s, d) views; SDPA's output inherits q's layout, so the transpose back
+        # below is free (no copy) for flash attention.
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if self.selective:  # Korthikanti et al. 2022: recompute only the attention core
             y = checkpoint(self._core, q, k, v, use_reentrant=False)
         else:
