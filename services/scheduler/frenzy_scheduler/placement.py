@@ -13,9 +13,12 @@ from frenzy_scheduler.core import ClusterView, NodeState
 Assignments = tuple[tuple[str, tuple[int, ...]], ...]
 
 
-def first_fit(cluster: ClusterView, gpu_type: str, count: int,
-              per_node: int = 0) -> Assignments | None:
-    """Take GPUs from nodes in id order; with per_node > 0, a node gives exactly per_node GPUs."""
+def first_fit(cluster: ClusterView, gpu_type: str, count: int, per_node: int = 0,
+              granularity: int = 1) -> Assignments | None:
+    """Take GPUs from nodes in id order; with per_node > 0, a node gives exactly per_node GPUs.
+
+    A node contributes a multiple of `granularity` (the plan's tp degree) GPUs.
+    """
     nodes: Sequence[NodeState] = sorted(
         (n for n in cluster.nodes.values() if n.gpu_type == gpu_type and n.num_free),
         key=lambda n: n.node_id)
@@ -24,7 +27,9 @@ def first_fit(cluster: ClusterView, gpu_type: str, count: int,
     for node in nodes:
         if needed == 0:
             break
-        take = min(node.num_free, needed)
+        take = min(node.num_free, needed) // granularity * granularity
+        if take == 0:
+            continue
         if per_node and take < per_node:
             continue
         if per_node:

@@ -22,7 +22,8 @@ class FifoPolicy:
         for job in sorted(queue, key=lambda j: (j.submit_time_s, j.job_id)):
             placed = None
             for option in sorted(job.options, key=lambda o: (o.num_gpus, o.gpu_type)):
-                assignments = first_fit(view, option.gpu_type, option.num_gpus)
+                assignments = first_fit(view, option.gpu_type, option.num_gpus,
+                                        granularity=max(1, option.plan.tp))
                 if assignments is not None:
                     placed = Placement(job.job_id, option, assignments)
                     break

@@ -1,0 +1,74 @@
+"""Best-fit node placement and the cluster-file loaders."""
+from __future__ import annotations
+
+import pytest
+
+from frenzy_scheduler.clusterfile import (build_cluster, groups_from_alibaba_csv, load_cluster_file,
+                                          parse_cluster, scale_groups)
+from frenzy_scheduler.core import ClusterView, NodeState
+from frenzy_scheduler.placement import FreeIndex
+
+
+def _cluster(*free: tuple[str, str, int, int]) -> ClusterView:
+    """(node id, type, total GPUs, free GPUs) -> a view whose first `free` GPUs are free."""
+    return ClusterView({n: NodeState(n, t, total, list(range(k))) for n, t, total, k in free})
+
+
+def test_best_fit_prefers_exact_fit_then_fewest_free() -> None:
+    index = FreeIndex(_cluster(("a", "T4", 8, 8), ("b", "T4", 8, 3), ("c", "T4", 8, 5)))
+    assert index.best_fit("T4", 3) == (("b", (0, 1, 2)),)  # exact fit
+    assert index.best_fit("T4", 4) == (("c", (0, 1, 2, 3)),)  # fewest free that still fits
+    assert index.best_fit("T4", 9) == (("a", tuple(range(8))), ("b", (0,)))  # largest, then fit
+
+
+def test_best_fit_keeps_tensor_parallel_groups_on_one_node() -> None:
+    index = FreeIndex(_cluster(("a", "A100-80GB", 8, 3), ("b", "A100-80GB", 8, 3)))
+    assert index.best_fit("A100-80GB", 4, granularity=2) == (("a", (0, 1)), ("b", (0, 1)))
+    assert index.best_fit("A100-80GB", 6, granularity=2) is None
+
+
+def test_take_refuses_double_booking_and_leaves_the_view_alone() -> None:
+    view = _cluster(("a", "T4", 4, 4))
+    index = FreeIndex(view)
+    index.take((("a", (0, 1)),))
+    with pytest.raises(ValueError):
+        index.take((("a", (1,)),))
+    assert view.nodes["a"].free_gpus == [0, 1, 2, 3]
+    assert index.free_by_type["T4"] == 2
+
+
+def test_cluster_yaml_schema_and_node_ids(tmp_path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("node_groups:\n  - {gpu_type: A100-40GB, gpus_per_node: 8, nodes: 2}\n"
+                    "  - {gpu_type: A100-SXM4-80GB, gpus_per_node: 8, nodes: 1}\n"
+                    "  - {gpu_type: T4, gpus_per_node: 2, nodes: 3}\n")
+    groups = load_cluster_file(path)
+    cluster = build_cluster(groups)
+    assert sorted(cluster.nodes)[:4] == ["a100-40gb-0", "a100-40gb-1", "a100-80gb-0", "t4-0"]
+    assert cluster.total_by_type() == {"A100-40GB": 16, "A100-80GB": 8, "T4": 6}
+
+
+def test_unknown_gpu_type_names_the_field() -> None:
+    with pytest.raises(ValueError, match=r"node_groups\[1\]\.gpu_type"):
+        parse_cluster({"node_groups": [{"gpu_type": "T4", "gpus_per_node": 2, "nodes": 1},
+                                       {"gpu_type": "Z9000", "gpus_per_node": 8, "nodes": 1}]})
+    with pytest.raises(ValueError, match="gpus_per_node"):
+        parse_cluster({"node_groups": [{"gpu_type": "T4", "gpus_per_node": 0, "nodes": 1}]})
+
+
+def test_alibaba_node_list_maps_aliases_and_drops_undisclosed(tmp_path) -> None:
+    path = tmp_path / "nodes.csv"
+    path.write_text("gpu_model,gpu_capacity_num,cpu_num,node_name\nGPU-series-1,4,192,0\n"
+                    "A10,1,128,2\nA100-SXM4-80GB,8,128,3\nA100-SXM4-80GB,8,128,4\nH800,8,128,5\n")
+    groups = groups_from_alibaba_csv(path)
+    assert {(g.gpu_type, g.gpus_per_node, g.nodes) for g in groups} == {
+        ("A10", 1, 1), ("A100-80GB", 8, 2), ("H800-80GB", 8, 1)}
+    assert {g.gpu_type for g in groups_from_alibaba_csv(path, {"GPU-series-1": "L40S"})} >= {"L40S"}
+    assert [g.nodes for g in scale_groups(groups, 0.1)] == [1, 1, 1]
+
+
+def test_shipped_cluster_files_load() -> None:
+    frenzy = build_cluster(load_cluster_file("deploy/clusters/frenzy-288.yaml"))
+    assert sum(frenzy.total_by_type().values()) == 288
+    alibaba = build_cluster(load_cluster_file("deploy/clusters/alibaba-2026-492.yaml"))
+    assert len(alibaba.total_by_type()) >= 3

@@ -1,0 +1,135 @@
+"""Every policy: no double booking, only free GPUs of the option's type; policy-specific rules."""
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from frenzy.domain import ParallelPlan, PlanOption
+from frenzy_scheduler.core import ClusterView, NodeState, QueuedJob, RunningJob
+from frenzy_scheduler.policies import get_policy, policy_names
+from frenzy_scheduler.policies.frenzy import FrenzyPolicy
+from frenzy_scheduler.policies.has import HasConfig, HasPolicy
+
+GIB = 1024**3
+TYPES = {"T4": 8.0, "V100-32GB": 3.0, "A100-80GB": 1.0}  # type -> relative step time (slower = larger)
+
+
+def option(gpu_type: str, gpus: int, duration_s: float, tp: int = 1, peak_gib: int = 10) -> PlanOption:
+    return PlanOption(gpu_type, ParallelPlan(dp=gpus // tp, tp=tp), peak_gib * GIB, 1.0, duration_s)
+
+
+def job(job_id: str, submit_s: float, *options: PlanOption, deadline_s: float = 0.0) -> QueuedJob:
+    return QueuedJob(job_id, submit_s, tuple(options), deadline_s)
+
+
+def nodes(spec: dict[str, tuple[str, int, list[int]]]) -> ClusterView:
+    return ClusterView({n: NodeState(n, t, total, list(free)) for n, (t, total, free) in spec.items()})
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> tuple[list[QueuedJob], ClusterView]:
+    spec = {}
+    for i in range(draw(st.integers(1, 6))):
+        gpu_type = draw(st.sampled_from(sorted(TYPES)))
+        total = draw(st.sampled_from([1, 2, 4, 8]))
+        free = sorted(draw(st.sets(st.integers(0, total - 1))))
+        spec[f"n{i}"] = (gpu_type, total, free)
+    queue = []
+    for j in range(draw(st.integers(0, 12))):
+        base = draw(st.floats(10.0, 1e5))
+        count = draw(st.sampled_from([1, 2, 4, 8, 16]))
+        tp = draw(st.sampled_from([1, 2])) if count > 1 else 1
+        chosen = draw(st.sets(st.sampled_from(sorted(TYPES)), min_size=1))
+        opts = [option(t, count, base * TYPES[t], tp) for t in sorted(chosen)]
+        queue.append(job(f"j{j}", draw(st.floats(0.0, 100.0)), *opts))
+    return queue, nodes(spec)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_no_policy_double_books_or_uses_busy_or_wrong_type_gpus(scenario) -> None:
+    queue, cluster = scenario
+    before = {n: list(s.free_gpus) for n, s in cluster.nodes.items()}
+    for name in policy_names():
+        placements = get_policy(name).schedule(queue, cluster, 200.0)
+        assert {n: s.free_gpus for n, s in cluster.nodes.items()} == before, name  # not mutated
+        by_id = {j.job_id: j for j in queue}
+        used: set[tuple[str, int]] = set()
+        assert len({p.job_id for p in placements}) == len(placements), name
+        for p in placements:
+            assert p.option in by_id[p.job_id].options, name
+            assert sum(len(g) for _, g in p.assignments) == p.option.num_gpus, name
+            for node_id, gpus in p.assignments:
+                assert cluster.nodes[node_id].gpu_type == p.option.gpu_type, name
+                assert len(gpus) % p.option.plan.tp == 0, name  # tp groups stay on one node
+                for g in gpus:
+                    assert g in before[node_id], name
+                    assert (node_id, g) not in used, name
+                    used.add((node_id, g))
+
+
+def test_fifo_serves_in_arrival_order_with_head_of_line_blocking() -> None:
+    cluster = nodes({"a": ("T4", 4, [0, 1, 2, 3])})
+    queue = [job("late", 5.0, option("T4", 1, 10.0)), job("big", 1.0, option("T4", 8, 10.0)),
+             job("early", 0.0, option("T4", 2, 10.0))]
+    placed = get_policy("fifo").schedule(queue, cluster, 10.0)
+    assert [p.job_id for p in placed] == ["early"]  # "big" blocks "late"
+
+
+def test_frenzy_takes_smallest_memory_tier_then_escalates() -> None:
+    plan_options = (option("T4", 2, 500.0), option("A100-80GB", 2, 60.0))
+    cluster = nodes({"t": ("T4", 2, [0, 1]), "a": ("A100-80GB", 8, list(range(8)))})
+    first = FrenzyPolicy().schedule([job("x", 0, *plan_options)], cluster, 0.0)
+    assert first[0].option.gpu_type == "T4"  # smallest tier that fits, although slower
+    cluster.nodes["t"].free_gpus = [0]  # T4 tier ran out -> escalate to the 80 GB tier
+    second = FrenzyPolicy().schedule([job("x", 0, *plan_options)], cluster, 0.0)
+    assert second[0].option.gpu_type == "A100-80GB"
+    # fewer GPUs beats less memory: plans are sorted by (GPU count, memory per GPU)
+    three = FrenzyPolicy().schedule(
+        [job("y", 0, option("A100-80GB", 1, 90.0, peak_gib=60), option("T4", 2, 400.0))],
+        nodes({"t": ("T4", 2, [0, 1]), "a": ("A100-80GB", 8, [0])}), 0.0)
+    assert three[0].option.num_gpus == 1
+
+
+def test_has_picks_the_option_that_finishes_first() -> None:
+    cluster = nodes({"t": ("T4", 4, [0, 1, 2, 3]), "a": ("A100-80GB", 8, list(range(8)))})
+    placed = HasPolicy().schedule([job("x", 0, option("T4", 1, 800.0), option("A100-80GB", 1, 100.0))],
+                                  cluster, 0.0)
+    assert placed[0].option.gpu_type == "A100-80GB"
+
+
+def test_has_waits_for_fast_gpus_when_that_finishes_earlier() -> None:
+    busy = option("A100-80GB", 8, 100.0)
+    running = [RunningJob("r", busy, (("a", tuple(range(8))),), 0.0, 60.0)]  # frees at t=60
+    cluster = nodes({"t": ("T4", 4, [0, 1, 2, 3]), "a": ("A100-80GB", 8, [])})
+    queue = [job("x", 0, option("T4", 1, 8000.0), option("A100-80GB", 1, 1000.0))]
+    assert HasPolicy().schedule(queue, cluster, 10.0, running) == []  # 50 s wait + 1000 < 8000
+    # Without knowledge of running jobs there is nothing to wait for: start on the T4.
+    assert HasPolicy().schedule(queue, cluster, 10.0)[0].option.gpu_type == "T4"
+
+
+def test_has_runs_shortest_first_and_honours_deadlines() -> None:
+    cluster = nodes({"a": ("A100-80GB", 1, [0])})
+    queue = [job("long", 0, option("A100-80GB", 1, 5000.0)), job("short", 50, option("A100-80GB", 1, 10.0))]
+    assert HasPolicy().schedule(queue, cluster, 100.0)[0].job_id == "short"
+    queue.append(job("due", 60, option("A100-80GB", 1, 3000.0), deadline_s=3500.0))
+    assert HasPolicy().schedule(queue, cluster, 100.0)[0].job_id == "due"
+
+
+def test_has_aging_lets_a_long_waiting_job_overtake_newcomers() -> None:
+    cluster = nodes({"a": ("A100-80GB", 1, [0])})
+    old = job("old", 0, option("A100-80GB", 1, 5000.0))
+    new = job("new", 9000, option("A100-80GB", 1, 100.0))
+    aged = HasPolicy(HasConfig(aging_rate=1.0)).schedule([old, new], cluster, 10_000.0)
+    assert aged[0].job_id == "old"
+    pure_srtf = HasPolicy(HasConfig(aging_rate=0.0)).schedule([old, new], cluster, 10_000.0)
+    assert pure_srtf[0].job_id == "new"  # the control: without aging the newcomer wins
+
+
+def test_sia_maximises_normalised_goodput() -> None:
+    # One A100 and one T4 free; both jobs 8x faster on the A100. Sia starts both jobs.
+    cluster = nodes({"a": ("A100-80GB", 1, [0]), "t": ("T4", 1, [0])})
+    queue = [job("x", 0, option("A100-80GB", 1, 100.0), option("T4", 1, 800.0)),
+             job("y", 1, option("A100-80GB", 1, 100.0))]
+    placed = {p.job_id: p.option.gpu_type for p in get_policy("sia").schedule(queue, cluster, 5.0)}
+    assert placed == {"x": "T4", "y": "A100-80GB"}

@@ -1,0 +1,53 @@
+"""`frenzy simulate`: JSON schema, --compare, and bad input exiting 2 with the field named."""
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from frenzy.cli import cli
+from frenzy_scheduler.cli_simulate import REQUIRED_KEYS
+
+TRACE = "tests/data/trace_philly_150.csv"
+CLUSTER = "deploy/clusters/frenzy-288.yaml"
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, ["simulate", *args])
+
+
+def test_json_has_the_documented_keys() -> None:
+    result = run("--trace", TRACE, "--cluster", CLUSTER, "--policy", "has", "--jobs", "40",
+                 "--load", "0.9", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert set(REQUIRED_KEYS) <= set(data)
+    assert data["input"]["jobs"] == 40 and abs(data["input"]["offered_load"] - 0.9) < 1e-6
+    assert data["completed"] + data["unschedulable"] == 40
+
+
+def test_compare_runs_every_policy_on_the_same_input() -> None:
+    result = run("--trace", TRACE, "--cluster", CLUSTER, "--jobs", "30", "--compare", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert {"fifo", "frenzy", "sia", "has"} <= set(data["policies"])
+    assert data["ratios"]["best_baseline"] in data["policies"]
+    table = run("--trace", TRACE, "--cluster", CLUSTER, "--jobs", "30", "--compare")
+    assert table.exit_code == 0 and "against the best baseline" in table.output
+
+
+def test_bad_input_exits_2_naming_the_field(tmp_path) -> None:
+    bad_yaml = tmp_path / "bad.yaml"
+    bad_yaml.write_text("node_groups:\n  - {gpu_type: Z9000, gpus_per_node: 8, nodes: 1}\n")
+    cases = [
+        (("--trace", "missing.csv", "--cluster", CLUSTER), "--trace"),
+        (("--trace", TRACE, "--cluster", "missing.yaml"), "--cluster"),
+        (("--trace", TRACE, "--cluster", CLUSTER, "--policy", "nope"), "--policy"),
+        (("--trace", TRACE, "--cluster", str(bad_yaml)), "node_groups[0].gpu_type"),
+        (("--trace", TRACE, "--cluster", CLUSTER, "--jobs", "-1"), "--jobs"),
+        (("--trace", TRACE, "--cluster", CLUSTER, "--start", "not-a-time"), "--start"),
+    ]
+    for args, field in cases:
+        result = run(*args)
+        assert result.exit_code == 2, (args, result.output)
+        assert field in result.output, (args, result.output)

@@ -1,0 +1,119 @@
+"""The discrete-event simulator: every fitting job completes, events drive decisions, workload mapping."""
+from __future__ import annotations
+
+import math
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from frenzy.domain import ParallelPlan, PlanOption
+from frenzy_scheduler.clusterfile import NodeGroup, build_cluster
+from frenzy_scheduler.policies import get_policy, policy_names
+from frenzy_scheduler.policies.has import HasConfig, HasPolicy
+from frenzy_scheduler.simulator import (AvailabilityEvent, SimJob, WorkloadMapper, load_trace,
+                                        prepare_jobs, scale_arrivals, select_window, simulate,
+                                        summarize)
+from frenzy_scheduler.simulator.metrics import offered_load
+from frenzy_scheduler.simulator.trace import TraceJob
+
+TRACE = "tests/data/trace_philly_150.csv"
+GROUPS = [NodeGroup("A100-80GB", 8, 1), NodeGroup("T4", 2, 2), NodeGroup("V100-32GB", 4, 1)]
+
+
+def sim_job(job_id: str, submit_s: float, *opts: tuple[str, int, float]) -> SimJob:
+    options = tuple(PlanOption(t, ParallelPlan(dp=n), 1, 1.0, d) for t, n, d in opts)
+    return SimJob(job_id, submit_s, options, "gpt2", 1, 1.0)
+
+
+@st.composite
+def workloads(draw: st.DrawFn) -> list[SimJob]:
+    jobs = []
+    for i in range(draw(st.integers(1, 25))):
+        count = draw(st.sampled_from([1, 2, 4, 8, 16]))  # 16 GPUs fits no single type: unschedulable
+        types = draw(st.sets(st.sampled_from(["A100-80GB", "T4", "V100-32GB", "H100-80GB"]), min_size=1))
+        base = draw(st.floats(1.0, 1000.0))
+        opts = [(t, count, base * (1 + k)) for k, t in enumerate(sorted(types))]
+        jobs.append(sim_job(f"j{i}", draw(st.floats(0.0, 500.0)), *opts))
+    return jobs
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads())
+def test_every_job_that_fits_completes_under_every_policy(jobs: list[SimJob]) -> None:
+    capacity = build_cluster(GROUPS).total_by_type()
+    fits = {j.job_id for j in jobs
+            if any(o.num_gpus <= capacity.get(o.gpu_type, 0) and
+                   (o.gpu_type != "T4" or o.num_gpus <= 2 or o.num_gpus % 2 == 0) for o in j.options)}
+    for name in policy_names():
+        result = simulate(jobs, build_cluster(GROUPS), get_policy(name))
+        finished = {r.job_id for r in result.records if not math.isnan(r.end_time_s)}
+        assert finished == fits, name
+        assert set(result.unschedulable) == {j.job_id for j in jobs} - fits, name
+        assert not result.stranded, name
+        for r in result.records:
+            if r.job_id in finished:  # a job runs exactly its option's duration, after submission
+                assert r.start_time_s >= r.submit_time_s
+                assert any(math.isclose(r.end_time_s - r.start_time_s, o.duration_s)
+                           for o in next(j for j in jobs if j.job_id == r.job_id).options)
+
+
+def test_policy_is_called_on_events_only() -> None:
+    jobs = [sim_job("a", 0.0, ("T4", 1, 100.0)), sim_job("b", 0.0, ("T4", 1, 50.0)),
+            sim_job("c", 1000.0, ("T4", 1, 10.0))]
+    result = simulate(jobs, build_cluster([NodeGroup("T4", 1, 1)]), get_policy("fifo"))
+    # decisions: t=0 (two arrivals, one call), t=100 (a done), t=150 (b done; queue empty: no
+    # call), t=1000 (c arrives) -> 3 calls, however long the idle gaps are
+    assert len(result.decision_times_s) == 3
+    ends = {r.job_id: r.end_time_s for r in result.records}
+    assert ends == {"a": 100.0, "b": 150.0, "c": 1010.0}
+
+
+def test_node_failure_restarts_its_jobs_elsewhere() -> None:
+    jobs = [sim_job("a", 0.0, ("T4", 2, 100.0))]
+    cluster = build_cluster([NodeGroup("T4", 2, 2)])
+    down = AvailabilityEvent(40.0, "t4-0", up=False)
+    result = simulate(jobs, cluster, get_policy("has"), availability=[down])
+    record = result.records[0]
+    assert record.restarts == 1 and result.restarts == 1
+    assert record.start_time_s == 40.0 and record.end_time_s == 140.0
+
+
+def test_has_aging_prevents_starvation_in_simulation() -> None:
+    # A big job needs the whole node; a stream of short jobs keeps one GPU busy all the time.
+    stream = [sim_job(f"s{i}", 10.0 * i, ("A100-80GB", 1, 15.0)) for i in range(400)]
+    jobs = [sim_job("s-first", 0.0, ("A100-80GB", 1, 15.0)),
+            sim_job("big", 1.0, ("A100-80GB", 2, 500.0))] + stream
+    cluster = [NodeGroup("A100-80GB", 2, 1)]
+    # Aging puts the big job first; once it has waited reserve_after_s it reserves the node and
+    # short jobs may only backfill if they end before it can start.
+    aged = simulate(jobs, build_cluster(cluster),
+                    HasPolicy(HasConfig(aging_rate=1.0, reserve_after_s=300.0)))
+    starved = simulate(jobs, build_cluster(cluster),
+                       HasPolicy(HasConfig(aging_rate=0.0, reserve_after_s=math.inf)))
+    big = lambda result: next(r for r in result.records if r.job_id == "big")  # noqa: E731
+    assert big(aged).first_start_s < 600.0
+    assert big(starved).first_start_s > 3900.0  # control: runs only once the stream ends
+
+
+def test_workload_mapping_is_seeded_and_calibrated_on_the_reference_type() -> None:
+    trace = [TraceJob("x", 0.0, 3600.0, 1), TraceJob("y", 10.0, 7200.0, 8)]
+    mapper = WorkloadMapper(["A100-80GB", "T4"], seed=3)
+    first, again = mapper.map_jobs(trace), WorkloadMapper(["A100-80GB", "T4"], seed=3).map_jobs(trace)
+    assert [j.model for j in first] == [j.model for j in again]
+    assert all(o.gpu_type in ("A100-80GB", "T4") for j in first for o in j.options)
+    reference = WorkloadMapper(["V100-32GB"], seed=3).map_job(trace[0])
+    v100_1gpu = [o for o in reference.options if o.num_gpus == 1]
+    assert v100_1gpu and math.isclose(min(o.duration_s for o in v100_1gpu), 3600.0)
+
+
+def test_trace_window_and_load_scaling() -> None:
+    trace = load_trace(TRACE)
+    assert len(trace) == 150 and trace[0].submit_time_s == 0.0
+    window = select_window(trace, start_s=trace[10].submit_time_s, count=20)
+    assert len(window) == 20 and window[0].job_id == trace[10].job_id
+    jobs = prepare_jobs(trace, GROUPS, count=60, seed=1)
+    capacity = build_cluster(GROUPS).total_by_type()
+    scaled = scale_arrivals(jobs, capacity, 0.8)
+    assert math.isclose(offered_load(scaled, capacity), 0.8, rel_tol=1e-6)
+    metrics = summarize(simulate(scaled, build_cluster(GROUPS), get_policy("has")))
+    assert metrics["completed"] + metrics["unschedulable"] == 60
