@@ -54,6 +54,7 @@ class MemoryTable:
 
     def __init__(self, arch: ModelArch, training: TrainingSpec):
         self.arch, self.recipe, self.seq_len = arch, training.recipe, training.seq_len
+        self.global_batch = training.global_batch_size
         self.peaks: dict[tuple, int] = {}
         self.calls = 0  # estimate_memory calls (for the benchmark)
 
@@ -63,7 +64,8 @@ class MemoryTable:
         if peak is None:
             self.calls += 1
             plan = make_plan(tp, pp, dp, zero, mb, recompute)
-            peak = estimate_memory(self.arch, self.recipe, plan, self.seq_len).peak_bytes
+            peak = estimate_memory(self.arch, self.recipe, plan, self.seq_len,
+                                   grad_accum=plan.grad_accum(self.global_batch)).peak_bytes
             self.peaks[key] = peak
         return peak
 
@@ -129,7 +131,8 @@ class _TypeSearch:
                 lo = mid
             else:
                 hi = mid - 1
-        self.fitted_mb[(tp, pp, zero, rc)] = mbs[lo]
+        if tp * pp * dp > 1:  # a single GPU has no NCCL buffers: not a bound for dp = 2
+            self.fitted_mb[(tp, pp, zero, rc)] = mbs[lo]
         return lo
 
     def layout(self, tp: int, pp: int, dp: int) -> None:
@@ -167,9 +170,9 @@ class _TypeSearch:
             rc = self.recomputes[i]
             tries = mbs[:top + 1] if pp > 1 else [mbs[top]]
             step_s, mb = min((cost.step_time_s(make_plan(tp, pp, dp, zero, m, rc)), m) for m in tries)
-            if step_s < self.incumbent_s(n):
-                self.best[n] = _Best(step_s, make_plan(tp, pp, dp, zero, mb, rc),
-                                     self.table.peak_bytes(tp, pp, dp, zero, mb, rc))
+            peak = self.table.peak_bytes(tp, pp, dp, zero, mb, rc)
+            if step_s < self.incumbent_s(n) and peak <= self.usable:  # the hint was an inference
+                self.best[n] = _Best(step_s, make_plan(tp, pp, dp, zero, mb, rc), peak)
 
     def bound_s(self, tp: int, pp: int, dp: int, zero: int, rc_index: int, mb: int) -> float:
         return self.cost.step_time_s(make_plan(tp, pp, dp, zero, mb, self.recomputes[rc_index]))

@@ -1,0 +1,117 @@
+"""`frenzy predict`: JSON contract and exit code 2 naming the bad option."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from frenzy.cli import cli
+
+BASE = ["predict", "--model", "tiny-gpt2", "--seq-len", "256", "--global-batch", "8"]
+FIXED = BASE + ["--gpu-type", "A100-80GB", "--dp", "2", "--micro-batch", "4"]
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, list(args))
+
+
+def test_lists_plans_per_gpu_type_as_json():
+    result = run(*BASE, "--steps", "100", "--gpu-types", "T4,A100-80GB", "--json")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    assert rows and {r["gpu_type"] for r in rows} == {"T4", "A100-80GB"}
+    assert [r["rank"] for r in rows] == list(range(1, len(rows) + 1))
+    for row in rows:
+        assert set(row) >= {"rank", "gpu_type", "num_gpus", "plan", "grad_accum",
+                            "peak_bytes_per_gpu", "step_time_s", "duration_s", "gpu_hours"}
+        assert set(row["plan"]) == {"dp", "tp", "pp", "zero", "micro_batch", "recompute",
+                                    "sequence_parallel"}
+        assert row["duration_s"] == pytest.approx(100 * row["step_time_s"])
+
+
+def test_lists_plans_as_a_table():
+    result = run(*BASE, "--gpu-types", "H100-80GB")
+    assert result.exit_code == 0, result.output
+    assert "H100-80GB" in result.output and "dp1-tp1-pp1" in result.output
+
+
+def test_fixed_plan_json_keys():
+    result = run(*FIXED, "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert set(data) >= {"peak_tensor_bytes", "peak_bytes", "breakdown", "fits", "step_time_s",
+                         "num_gpus", "plan", "usable_bytes", "duration_s"}
+    assert data["fits"] is True and data["num_gpus"] == 2 and data["plan"]["micro_batch"] == 4
+    assert data["peak_bytes"] >= data["peak_tensor_bytes"] > 0
+
+
+def test_fixed_plan_that_does_not_fit():
+    result = run("predict", "--model", "llama2-70b", "--seq-len", "4096", "--global-batch", "8",
+                 "--gpu-type", "T4", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["fits"] is False
+
+
+def test_fixed_plan_table():
+    result = run(*FIXED, "--recompute", "full")
+    assert result.exit_code == 0, result.output
+    assert "fits" in result.output
+
+
+@pytest.mark.parametrize("args, option", [
+    (["predict", "--model", "no-such-model", "--seq-len", "256", "--global-batch", "8"], "--model"),
+    (BASE + ["--gpu-type", "A100-80GB", "--tp", "3"], "--tp"),
+    (BASE + ["--gpu-type", "A100-80GB", "--pp", "3"], "--pp"),
+    (BASE + ["--gpu-type", "A100-80GB", "--dp", "0"], "--dp"),
+    (BASE + ["--gpu-type", "A100-80GB", "--micro-batch", "-1"], "--micro-batch"),
+    (BASE + ["--gpu-type", "A100-80GB", "--dp", "3"], "--micro-batch"),
+    (["predict", "--model", "llama2-7b", "--seq-len", "256", "--global-batch", "8",
+      "--gpu-type", "T4", "--tp", "8"], "--tp"),  # a T4 node has 4 GPUs
+    (BASE + ["--gpu-type", "NoSuchGPU"], "--gpu-type"),
+    (BASE + ["--gpu-types", "A100-80GB,NoSuchGPU"], "--gpu-types"),
+    (["predict", "--model", "tiny-gpt2", "--seq-len", "0", "--global-batch", "8"], "--seq-len"),
+    (["predict", "--model", "tiny-llama", "--seq-len", str(1 << 30), "--global-batch", "8"],
+     "--seq-len"),
+    (["predict", "--model", "tiny-gpt2", "--seq-len", "4096", "--global-batch", "8"], "--seq-len"),
+    (["predict", "--model", "tiny-gpt2", "--seq-len", "256", "--global-batch", "-4"],
+     "--global-batch"),
+    (BASE + ["--tokens", "-5"], "--tokens"),
+    (BASE + ["--steps", "abc"], "--steps"),
+    (BASE + ["--dropout", "1.5"], "--dropout"),
+    (BASE + ["--precision", "fp8"], "--precision"),
+])
+def test_bad_input_exits_2_naming_the_option(args, option):
+    result = run(*args)
+    assert result.exit_code == 2, result.output
+    assert option in result.output
+
+
+def test_unknown_model_type_in_config_json(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "bert", "hidden_size": 768}))
+    result = run("predict", "--model", str(config), "--seq-len", "128", "--global-batch", "8")
+    assert result.exit_code == 2
+    assert "model_type" in result.output
+
+
+def test_hf_config_json_is_accepted(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 256, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 688,
+        "vocab_size": 1000, "max_position_embeddings": 512}))
+    result = run("predict", "--model", str(config), "--seq-len", "128", "--global-batch", "8",
+                 "--gpu-types", "T4", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)
+
+
+def test_plan_flags_need_a_gpu_type():
+    result = run(*BASE, "--dp", "2")
+    assert result.exit_code == 2 and "--gpu-type" in result.output
+
+
+def test_tokens_and_steps_are_exclusive():
+    result = run(*BASE, "--tokens", "1e6", "--steps", "10")
+    assert result.exit_code == 2
