@@ -114,6 +114,6 @@ def test_trace_window_and_load_scaling() -> None:
     jobs = prepare_jobs(trace, GROUPS, count=60, seed=1)
     capacity = build_cluster(GROUPS).total_by_type()
     scaled = scale_arrivals(jobs, capacity, 0.8)
-    assert math.isclose(offered_load(scaled, capacity), 0.8, rel_tol=1e-6)
+    assert math.isclose(offered_load(scaled, capacity), 0.8, rel_tol=1e-3)
     metrics = summarize(simulate(scaled, build_cluster(GROUPS), get_policy("has")))
     assert metrics["completed"] + metrics["unschedulable"] == 60

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Sequence
 
 import numpy as np
 
+from frenzy.domain import PlanOption
 from frenzy_scheduler.simulator.engine import SimResult
 from frenzy_scheduler.simulator.workload import SimJob
 
@@ -59,44 +61,68 @@ def summarize(result: SimResult) -> dict[str, object]:
     }
 
 
-def job_demand_gpu_s(job: SimJob, capacity_by_type: dict[str, int]) -> float:
-    """GPU-seconds a job costs on a GPU drawn at random from the cluster (capacity-weighted
-    mean over the types it can run on of its cheapest option there): policy-neutral load."""
-    cheapest: dict[str, float] = {}
+def job_demand(job: SimJob, capacity_by_type: dict[str, int]) -> tuple[float, float]:
+    """(GPU-seconds, duration) a job costs on a GPU drawn at random from the cluster: the
+    capacity-weighted mean, over the types it can run on, of its cheapest option there."""
+    cheapest: dict[str, PlanOption] = {}
     for option in job.options:
         if option.gpu_type in capacity_by_type:
-            cheapest[option.gpu_type] = min(cheapest.get(option.gpu_type, math.inf),
-                                            option.gpu_seconds)
+            best = cheapest.get(option.gpu_type)
+            if best is None or option.gpu_seconds < best.gpu_seconds:
+                cheapest[option.gpu_type] = option
     if not cheapest:
-        return 0.0
+        return 0.0, 0.0
     weight = sum(capacity_by_type[t] for t in cheapest)
-    return sum(capacity_by_type[t] * s for t, s in cheapest.items()) / weight
+    gpu_s = sum(capacity_by_type[t] * o.gpu_seconds for t, o in cheapest.items()) / weight
+    duration = sum(capacity_by_type[t] * o.duration_s for t, o in cheapest.items()) / weight
+    return gpu_s, duration
 
 
 def offered_load(jobs: Sequence[SimJob], capacity_by_type: dict[str, int]) -> float:
-    """Demand over capacity across the arrival span: sum(demand) / (GPUs x span)."""
+    """Demand over capacity while jobs arrive.
+
+    Each job counts the part of its work that would fall inside the arrival window if it
+    started on arrival: Philly's durations are heavy-tailed, and one 50-day job must not make
+    a 500-job window look busy when most of its work happens after the last arrival.
+    """
     if len(jobs) < 2:
         return 0.0
-    span_s = max(j.submit_time_s for j in jobs) - min(j.submit_time_s for j in jobs)
+    first = min(j.submit_time_s for j in jobs)
+    end = max(j.submit_time_s for j in jobs)
     gpus = sum(capacity_by_type.values())
-    if span_s <= 0 or gpus == 0:
+    if end <= first or gpus == 0:
         return math.inf
-    return sum(job_demand_gpu_s(j, capacity_by_type) for j in jobs) / (gpus * span_s)
+    work = 0.0
+    for job in jobs:
+        gpu_s, duration = job_demand(job, capacity_by_type)
+        if duration > 0:
+            work += gpu_s * min(1.0, (end - job.submit_time_s) / duration)
+    return work / (gpus * (end - first))
 
 
 def scale_arrivals(jobs: Sequence[SimJob], capacity_by_type: dict[str, int],
                    target_load: float) -> list[SimJob]:
-    """Stretch or squeeze inter-arrival times so the offered load is `target_load`."""
-    from dataclasses import replace
+    """Stretch or squeeze inter-arrival times (one factor) so the offered load is `target_load`.
 
-    current = offered_load(jobs, capacity_by_type)
-    if not jobs or current in (0.0, math.inf) or target_load <= 0:
+    Offered load falls monotonically as arrivals stretch, so the factor is found by bisection.
+    """
+    if not jobs or target_load <= 0 or offered_load(jobs, capacity_by_type) in (0.0, math.inf):
         return list(jobs)
-    factor = current / target_load
     base = min(j.submit_time_s for j in jobs)
-    out = []
-    for job in jobs:
-        submit = base + (job.submit_time_s - base) * factor
-        deadline = submit + (job.deadline_s - job.submit_time_s) if job.deadline_s else 0.0
-        out.append(replace(job, submit_time_s=submit, deadline_s=deadline))
-    return out
+
+    def stretched(factor: float) -> list[SimJob]:
+        out = []
+        for job in jobs:
+            submit = base + (job.submit_time_s - base) * factor
+            deadline = submit + (job.deadline_s - job.submit_time_s) if job.deadline_s else 0.0
+            out.append(replace(job, submit_time_s=submit, deadline_s=deadline))
+        return out
+
+    low, high = -30.0, 30.0  # log2 of the factor
+    for _ in range(60):
+        mid = (low + high) / 2
+        if offered_load(stretched(2.0 ** mid), capacity_by_type) > target_load:
+            low = mid
+        else:
+            high = mid
+    return stretched(2.0 ** ((low + high) / 2))
