@@ -148,6 +148,7 @@ class CostModel:
         self.inter_node_gbs = min(inter_node_gbs(gpu), gpu.intra_node_gbs)
         self.model_flops = model_flops_per_token(arch, training.seq_len) * training.tokens_per_step
         self._micro_batch_cache: dict[tuple, tuple[float, float, float]] = {}
+        self._step_cache: dict[tuple, float] = {}
 
     def micro_batch_s(self, tp: int, pp: int, dp: int, mb: int, recompute: str) -> tuple[float, float, float]:
         """(compute, tensor-parallel, pipeline-send) seconds of one micro-batch on the slowest stage.
@@ -211,10 +212,22 @@ class CostModel:
         return slots * (compute_s + tp_s + pp_s)
 
     def breakdown(self, plan: ParallelPlan) -> StepTime:
-        tp, pp, dp, mb = plan.tp, plan.pp, plan.dp, plan.micro_batch
+        return self.breakdown_of(plan.tp, plan.pp, plan.dp, plan.zero, plan.micro_batch,
+                                 plan.recompute)
+
+    def step_s(self, tp: int, pp: int, dp: int, zero: int, mb: int, recompute: str) -> float:
+        """Step time from plan values, memoised (the enumerator's hot path: no plan objects)."""
+        key = (tp, pp, dp, zero, mb, recompute)
+        cached = self._step_cache.get(key)
+        if cached is None:
+            cached = self._step_cache[key] = self.breakdown_of(*key).total_s
+        return cached
+
+    def breakdown_of(self, tp: int, pp: int, dp: int, zero: int, mb: int,
+                     recompute: str) -> StepTime:
         micro_batches = max(1, -(-self.training.global_batch_size // (dp * mb)))
         slots = micro_batches + pp - 1  # 1F1B: (m + p - 1) micro-batch slots, (p - 1) idle
-        compute_s, tp_s, pp_s = self.micro_batch_s(tp, pp, dp, mb, plan.recompute)
+        compute_s, tp_s, pp_s = self.micro_batch_s(tp, pp, dp, mb, recompute)
 
         # Data parallel, tp innermost then dp (Megatron's rank order): the dp group stays inside
         # a node while tp * dp fits in one, else it crosses the network. Bucketed syncs overlap
@@ -226,18 +239,18 @@ class CostModel:
             rank_params = self.num_params / (tp * pp)
             grads, weights = rank_params * self.grad_bytes, rank_params * self.act_bytes
             backward_s = compute_s * 2 / 3  # the last micro-batch's backward hides the grad sync
-            if plan.zero == 0:
+            if zero == 0:
                 dp_s = _exposed(_ring_s(2, grads, dp, gbs), backward_s)
-            elif plan.zero == 1:  # reduce-scatter grads, all-gather updated weights
+            elif zero == 1:  # reduce-scatter grads, all-gather updated weights
                 dp_s = _exposed(_ring_s(1, grads, dp, gbs), backward_s) + _ring_s(1, weights, dp, gbs)
-            elif plan.zero == 2:  # reduce-scatter every micro-batch, all-gather weights once
+            elif zero == 2:  # reduce-scatter every micro-batch, all-gather weights once
                 dp_s = (micro_batches * _exposed(_ring_s(1, grads, dp, gbs), backward_s)
                         + _ring_s(1, weights, dp, gbs))
             else:  # zero 3: per micro-batch, gather weights for fwd and bwd, reduce-scatter grads
                 per_mb = _ring_s(2, weights, dp, gbs) + _ring_s(1, grads, dp, gbs)
                 dp_s = micro_batches * _exposed(per_mb, compute_s)
 
-        owned_params = self.num_params / (tp * pp) / (dp if plan.zero >= 1 else 1)
+        owned_params = self.num_params / (tp * pp) / (dp if zero >= 1 else 1)
         optimizer_s = owned_params * self.optimizer_bytes / self.hbm_bytes_per_s
         return StepTime(
             compute_s=slots * compute_s, tensor_parallel_s=slots * tp_s,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator, Sequence
 
 from frenzy.catalog.gpus import GpuType
@@ -57,6 +57,23 @@ class MemoryTable:
         self.global_batch = training.global_batch_size
         self.peaks: dict[tuple, int] = {}
         self.calls = 0  # estimate_memory calls (for the benchmark)
+        recipe = training.recipe
+        fp32 = recipe.precision == "fp32"
+        self._weight_b = 4 if fp32 else 2
+        self._grad_b = 4 if fp32 or recipe.grad_dtype == "fp32" else 2
+        # fp32 master copy (none when training in fp32) + moments: 2 for AdamW, 1 for SGD
+        self._optimizer_b = (0 if fp32 else 4) + (8 if recipe.optimizer == "adamw" else 4)
+        self._params = arch.num_params()
+
+    def floor_bytes(self, tp: int, pp: int, dp: int, zero: int) -> float:
+        """A cheap lower bound on peak bytes: ZeRO model states of an average rank (no
+        activations, no overhead), so that hopeless plans skip the full estimate."""
+        params = self._params / (tp * pp)
+        if zero == 0:
+            return params * (self._weight_b + self._grad_b + self._optimizer_b)
+        if zero == 1:
+            return params * (self._weight_b + self._grad_b + self._optimizer_b / dp)
+        return params * self._optimizer_b / dp  # FSDP: sharded masters and moments
 
     def peak_bytes(self, tp: int, pp: int, dp: int, zero: int, mb: int, recompute: str) -> int:
         key = (tp, pp, dp, zero, mb, recompute)
@@ -78,11 +95,17 @@ def powers_of_two(limit: int) -> Iterator[int]:
 
 
 def model_parallel_shapes(arch: ModelArch, gpu: GpuType, limit: int) -> list[tuple[int, int]]:
-    """(tp, pp) pairs: tp divides the heads and kv heads and fits a node, pp divides the layers."""
+    """(tp, pp) pairs: tp divides the heads and kv heads and fits a node, pp divides the layers.
+
+    Pipelining is combined only with no tp or with the widest tp (Narayanan et al. 2021: fill
+    the node with tp first, then pipeline across nodes; tp = 1 for cards whose tp would cross
+    PCIe).
+    """
     tps = [t for t in powers_of_two(min(MAX_TP, gpu.typical_gpus_per_node, limit))
            if arch.num_heads % t == 0 and arch.num_kv_heads % t == 0]
     pps = [p for p in powers_of_two(min(MAX_PP, arch.num_layers, limit)) if arch.num_layers % p == 0]
-    return sorted(((t, p) for t in tps for p in pps if t * p <= limit), key=lambda s: (s[0] * s[1], s[1]))
+    shapes = [(t, 1) for t in tps] + [(t, p) for t in {tps[0], tps[-1]} for p in pps if p > 1]
+    return sorted(s for s in shapes if s[0] * s[1] <= limit)
 
 
 def micro_batches(global_batch: int, dp: int, seq_len: int) -> list[int]:
@@ -95,8 +118,7 @@ def micro_batches(global_batch: int, dp: int, seq_len: int) -> list[int]:
 @dataclass
 class _Best:
     step_s: float
-    plan: ParallelPlan
-    peak_bytes: int
+    plan: ParallelPlan  # fits by the estimates made or by monotonicity; verified at the end
 
 
 class _TypeSearch:
@@ -120,8 +142,9 @@ class _TypeSearch:
         """Index of the largest micro-batch that fits, or -1 (binary search: memory grows with it)."""
         previous = self.fitted_mb.get((tp, pp, zero, rc), 0)
         lo = max((i for i, m in enumerate(mbs) if m <= previous), default=-1)
-        if lo < 0:  # settle the common "nothing fits" case with one estimate
-            if self.table.peak_bytes(tp, pp, dp, zero, mbs[0], rc) > self.usable:
+        if lo < 0:  # settle the common "nothing fits" case cheaply
+            if (self.table.floor_bytes(tp, pp, dp, zero) > self.usable
+                    or self.table.peak_bytes(tp, pp, dp, zero, mbs[0], rc) > self.usable):
                 return -1
             lo = 0
         hi = len(mbs) - 1
@@ -135,16 +158,20 @@ class _TypeSearch:
             self.fitted_mb[(tp, pp, zero, rc)] = mbs[lo]
         return lo
 
-    def layout(self, tp: int, pp: int, dp: int) -> None:
+    def floor(self, tp: int, pp: int, dp: int) -> tuple[float, int, list[int]]:
+        """(lower bound on any plan's step time, its micro-batch, micro-batch choices).
+
+        The bound is the pipelined compute alone: no recompute, no data-parallel traffic.
+        """
+        mbs = micro_batches(self.training.global_batch_size, dp, self.training.seq_len)
+        floor_s, mb_hint = min((self.cost.pipeline_s(tp, pp, dp, m, "none"), m)
+                               for m in (mbs if pp > 1 else mbs[-1:]))
+        return floor_s, mb_hint, mbs
+
+    def layout(self, tp: int, pp: int, dp: int, mb_hint: int, mbs: list[int]) -> None:
         """Try every ZeRO stage and recompute for one (tp, pp, dp), most promising first."""
         n, cost = tp * pp * dp, self.cost
-        mbs = micro_batches(self.training.global_batch_size, dp, self.training.seq_len)
-        # Lower bound for every ZeRO stage and recompute: the pipelined compute alone.
-        floor_s, mb_hint = min((cost.pipeline_s(tp, pp, dp, m, "none"), m)
-                               for m in (mbs if pp > 1 else mbs[-1:]))
-        if floor_s >= self.incumbent_s(n):
-            return
-        zeros = [0] if dp == 1 else self.zero_stages
+        zeros = self.zeros(pp, dp)
         if self.table.peak_bytes(tp, pp, dp, zeros[-1], mbs[0], self.recomputes[-1]) > self.usable:
             return  # not even the least memory-hungry plan fits
         # Candidates in order of their bound (memory ignored); heavier recompute is queued only
@@ -161,7 +188,10 @@ class _TypeSearch:
                 top = -1  # a plan needing less memory already did not fit
             else:
                 top = self.largest_fitting(tp, pp, dp, zero, self.recomputes[i], mbs)
-            if top < len(mbs) - 1 and i + 1 < len(self.recomputes):
+            # Heavier recompute: when nothing fits, or (selective only, it is cheap) to fit a
+            # larger micro-batch; full recompute's +33% compute never pays for a larger one.
+            if i + 1 < len(self.recomputes) and (
+                    top < 0 or (top < len(mbs) - 1 and self.recomputes[i + 1] == "selective")):
                 heapq.heappush(queue, (self.bound_s(tp, pp, dp, zero, i + 1, mb_hint), zero, i + 1))
             if top < 0:
                 too_big.append((zero, i))
@@ -169,33 +199,48 @@ class _TypeSearch:
             # Without pipelining larger micro-batches are never slower; with it they grow the bubble.
             rc = self.recomputes[i]
             tries = mbs[:top + 1] if pp > 1 else [mbs[top]]
-            step_s, mb = min((cost.step_time_s(make_plan(tp, pp, dp, zero, m, rc)), m) for m in tries)
-            peak = self.table.peak_bytes(tp, pp, dp, zero, mb, rc)
-            if step_s < self.incumbent_s(n) and peak <= self.usable:  # the hint was an inference
-                self.best[n] = _Best(step_s, make_plan(tp, pp, dp, zero, mb, rc), peak)
+            step_s, mb = min((cost.step_s(tp, pp, dp, zero, m, rc), m) for m in tries)
+            if step_s < self.incumbent_s(n):
+                self.best[n] = _Best(step_s, make_plan(tp, pp, dp, zero, mb, rc))
 
     def bound_s(self, tp: int, pp: int, dp: int, zero: int, rc_index: int, mb: int) -> float:
-        return self.cost.step_time_s(make_plan(tp, pp, dp, zero, mb, self.recomputes[rc_index]))
+        return self.cost.step_s(tp, pp, dp, zero, mb, self.recomputes[rc_index])
+
+    def zeros(self, pp: int, dp: int) -> list[int]:
+        """ZeRO stages worth trying: none without replicas; 0-1 with pipelines (Megatron and
+        DeepSpeed refuse ZeRO-2/3 with pipelining: they shard grads per micro-batch)."""
+        if dp == 1:
+            return [0]
+        return [z for z in self.zero_stages if z <= 1] or [0] if pp > 1 else self.zero_stages
+
+    def layouts(self, shapes: list[tuple[int, int]], n: int) -> Iterator[tuple[int, int, int]]:
+        """(tp, pp, dp) with n GPUs whose model states could fit (a cheap bound, no estimate)."""
+        batch = self.training.global_batch_size
+        for tp, pp in shapes:
+            dp = n // (tp * pp)
+            if dp * tp * pp == n and batch % dp == 0 and \
+                    self.table.floor_bytes(tp, pp, dp, self.zeros(pp, dp)[-1]) <= self.usable:
+                yield tp, pp, dp
 
     def run(self, gpu: GpuType, limit: int) -> dict[int, _Best]:
-        batch = self.training.global_batch_size
-        for tp, pp in model_parallel_shapes(self.arch, gpu, limit):
-            fastest_s, stalls = math.inf, 0
-            for dp in powers_of_two(limit // (tp * pp)):
-                if batch % dp:
+        """GPU counts in doubling order; at each, layouts in order of their compute bound."""
+        shapes = model_parallel_shapes(self.arch, gpu, limit)
+        fastest_s, stalls = math.inf, 0
+        for n in powers_of_two(limit):
+            layouts = sorted((*self.floor(tp, pp, dp), tp, pp, dp)
+                             for tp, pp, dp in self.layouts(shapes, n))
+            for floor_s, mb_hint, mbs, tp, pp, dp in layouts:
+                if floor_s >= self.incumbent_s(n):
+                    break  # sorted: no later layout can beat the plan we have
+                self.layout(tp, pp, dp, mb_hint, mbs)
+            if n not in self.best:
+                continue  # more GPUs may shard enough to fit
+            if self.best[n].step_s < fastest_s * 0.999:
+                fastest_s, stalls = self.best[n].step_s, 0
+            else:
+                stalls += 1  # more GPUs, no faster: dominated in duration and GPU-seconds
+                if stalls >= DP_STALL_LIMIT:
                     break
-                n = tp * pp * dp
-                self.layout(tp, pp, dp)
-                if n not in self.best:
-                    if not any(self.zero_stages):
-                        break  # without ZeRO, more replicas never free memory
-                    continue
-                if self.best[n].step_s < fastest_s * 0.999:
-                    fastest_s, stalls = self.best[n].step_s, 0
-                else:
-                    stalls += 1
-                    if stalls >= DP_STALL_LIMIT:
-                        break
         return self.best
 
 
@@ -258,9 +303,13 @@ def enumerate_options(arch: ModelArch, training: TrainingSpec, gpu_types: Sequen
             continue
         best = _TypeSearch(gpu, arch, training, table, sorted(set(zero_stages)), recomputes,
                            fit_margin).run(gpu, limit)
-        per_type = [PlanOption(gpu.name, b.plan, b.peak_bytes, b.step_s, b.step_s * steps)
+        per_type = [PlanOption(gpu.name, b.plan, 0, b.step_s, b.step_s * steps)
                     for b in best.values()]
         if now_s is not None and constraints.deadline_s > 0:
             per_type = [o for o in per_type if now_s + o.duration_s <= constraints.deadline_s]
-        options.extend(_spread(pareto_front(per_type), max_per_type))
+        for option in _spread(pareto_front(per_type), max_per_type):
+            p = option.plan  # the exact estimate, for the plans we return
+            peak = table.peak_bytes(p.tp, p.pp, p.dp, p.zero, p.micro_batch, p.recompute)
+            if peak <= usable_bytes(gpu, fit_margin):
+                options.append(replace(option, peak_bytes_per_gpu=peak))
     return rank_options(options)
