@@ -1,13 +1,40 @@
-"""Per-rank peak memory of one training step (first version: model states + Korthikanti activations)."""
+"""MARP's analytical per-rank peak memory of one training step (docs/marp-memory.md).
+
+Written after Megatron-LM's `theoretical_memory_usage`: one small function per term, each named
+after the paper it comes from, all pure integer arithmetic (a call takes a few microseconds).
+The training step it describes is the reference recipe (docs/recipe.md,
+frenzy_trainer.recipe); the CPU profiler (frenzy_predictor.profiler) measures that same step,
+and bench/marp_accuracy.py keeps the two within 2%.
+
+Terms, per rank:
+  parameters        16-bit weights (ZeRO-0/1); FSDP's gathered 16-bit weights (ZeRO-2/3)
+  gradients         persistent fp32 (or 16-bit) grad buffer; sharded for ZeRO-2/3
+  optimizer_states  fp32 master weights + AdamW moments (Rajbhandari et al. 2020, "ZeRO")
+  activations       saved for backward (Korthikanti et al. 2022, adapted to this model)
+  logits_loss       fp32 logits, log-softmax and their gradients at the start of backward
+  temporaries       other transients at the peak (optimizer step, FSDP buffers)
+  framework_overhead  CUDA context, NCCL buffers, allocator fragmentation (not tensors)
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from frenzy.catalog.models import ModelArch
-from frenzy.domain import ParallelPlan, Recipe
+from frenzy.domain import RECOMPUTES, ParallelPlan, Recipe
 
 GIB = 1024**3
-FRAMEWORK_OVERHEAD_BYTES = 1 * GIB  # CUDA context + NCCL buffers + allocator margin
+MIB = 1024**2
+MAX_SEQ_LEN = 1_048_576  # beyond this the s x s / logits terms stop being meaningful
+MAX_MICRO_BATCH = 65_536
+ALLOC_ROUND_BYTES = 512  # CUDA caching allocator block granularity
+
+# Framework overhead (not tensors; added to peak_tensor_bytes to get peak_bytes). See docs.
+CUDA_CONTEXT_BYTES = 768 * MIB  # context + cuBLAS/cuDNN workspaces, typical on A100/H100
+NCCL_BUFFER_BYTES = 512 * MIB  # NCCL channels and proxy buffers, when more than one GPU
+FRAGMENTATION_FRACTION = 0.05  # caching-allocator reserved-but-unallocated margin
+
+INT64_BYTES = 4 * 2
+FP32_BYTES = 4
 
 
 @dataclass(frozen=True)
@@ -15,17 +42,303 @@ class MemoryEstimate:
     peak_tensor_bytes: int  # comparable to torch.cuda.max_memory_allocated
     peak_bytes: int  # plus framework overhead; used to decide fit
     breakdown: dict[str, int] = field(default_factory=dict)
+    peak_phase: str = ""  # "backward" (at the loss), "layer_backward" or "optimizer"
+    peak_stage: int = 0  # pipeline stage holding the per-rank peak
 
 
-def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len: int) -> MemoryEstimate:
-    params_per_rank = arch.num_params() / (plan.tp * plan.pp)
-    weights = 2 * params_per_rank
-    grads = 4 * params_per_rank / (plan.dp if plan.zero >= 2 else 1)
-    optimizer = 12 * params_per_rank / (plan.dp if plan.zero >= 1 else 1)
-    s, b, h, a = seq_len, plan.micro_batch, arch.hidden_size, arch.num_heads
-    per_layer = s * b * h * (34 + 5 * a * s / h) / plan.tp
-    activations = per_layer * arch.num_layers / plan.pp * plan.pp  # 1F1B: p micro-batches in flight
-    breakdown = {"parameters": int(weights), "gradients": int(grads),
-                 "optimizer_states": int(optimizer), "activations": int(activations)}
-    tensors = sum(breakdown.values())
-    return MemoryEstimate(tensors, tensors + FRAMEWORK_OVERHEAD_BYTES, breakdown)
+def _r(nbytes: float) -> int:
+    """Round one allocation up to the allocator's 512 B granularity."""
+    n = int(nbytes)
+    return -(-n // ALLOC_ROUND_BYTES) * ALLOC_ROUND_BYTES
+
+
+def _act_bytes(recipe: Recipe) -> int:
+    return 4 if recipe.precision == "fp32" else 2
+
+
+# ---------------------------------------------------------------- model states (ZeRO paper)
+
+def stage_params(arch: ModelArch, plan: ParallelPlan, stage: int) -> int:
+    """Parameters one tensor-parallel rank of pipeline `stage` holds (embedding first, head last)."""
+    n = arch.layer_params() * (arch.num_layers // plan.pp)
+    if stage == 0:
+        n += arch.embedding_params()
+    if stage == plan.pp - 1:
+        n += arch.head_params()
+        if arch.tied_embeddings and plan.pp > 1:
+            n += arch.vocab_size * arch.hidden_size  # last stage keeps its own copy of the tied weight
+    return -(-n // plan.tp)
+
+
+def model_state_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, params: int,
+                      grads_live: bool) -> dict[str, int]:
+    """Rajbhandari et al. 2020 (ZeRO): 2 + 4 + 12 bytes/param, the last terms divided by dp.
+
+    ZeRO-0/1 (Megatron distributed optimizer for 1): 16-bit weights and a persistent fp32
+    gradient buffer per rank, fp32 master weights and moments sharded for ZeRO-1.
+    ZeRO-2/3 (FSDP2): fp32 sharded parameters are the masters; sharded fp32 grads exist only
+    from the first backward of a step to the optimizer step (`grads_live`).
+    """
+    dp, zero = plan.dp, plan.zero
+    fp32 = recipe.precision == "fp32"
+    moments = {"adamw": 8, "sgd": 4}[recipe.optimizer]
+    if zero <= 1:
+        padded = -(-params // dp) * dp if zero == 1 else params
+        shard = padded // dp if zero == 1 else padded
+        weight_b = 4 if fp32 else 2
+        grad_b = 4 if (fp32 or recipe.grad_dtype == "fp32") else 2
+        master = 0 if fp32 else _r(shard * 4)
+        return {"parameters": _r(padded * weight_b), "gradients": _r(padded * grad_b),
+                "optimizer_states": master + (moments // 4) * _r(shard * 4)}
+    shard = -(-params // dp)
+    return {"parameters": 0, "gradients": _r(shard * 4) if grads_live else 0,
+            "optimizer_states": _r(shard * 4) + (moments // 4) * _r(shard * 4)}
+
+
+def fsdp_gathered_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, layers: int) -> int:
+    """16-bit weights FSDP2 holds unsharded at the start of backward.
+
+    ZeRO-2 (reshard_after_forward=False) keeps every block gathered from forward to backward;
+    ZeRO-3 keeps only the root module (embedding, final norm, head) gathered, plus the last
+    block, prefetched for backward.
+    """
+    e = _act_bytes(recipe)
+    root = arch.embedding_params() + arch.head_params()
+    # ZeRO-3: the last block is already prefetched for backward when the loss gradient starts
+    blocks = arch.layer_params() * (layers if plan.zero == 2 else 1)
+    return _r(-(-(root + blocks) // plan.tp) * e)
+
+
+# ---------------------------------------------------------------- activations (Korthikanti 2022)
+
+def korthikanti_layer_activation_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
+                                       seq_len: int) -> int:
+    """Bytes one transformer layer saves for backward, per micro-batch (Korthikanti et al. 2022).
+
+    Korthikanti's 34sbh + 5as^2b, re-derived for this model (docs/marp-memory.md):
+      replicated across tp unless sequence parallel: both norm inputs and outputs (4h),
+        fp32 norm statistics, residual dropout masks (1 byte);
+      split across tp: q,k,v (gpt2 3h; llama h + 2 kv), attention output (h), MLP
+        (gpt2: 2f; llama SwiGLU: 4f), flash logsumexp (fp32, a per token) or eager
+        softmax output (a*s per token) and the s x s causal mask (1 byte).
+    """
+    s, b, t = seq_len, plan.micro_batch, plan.tp
+    h, a, f, kv = arch.hidden_size, arch.num_heads, arch.ffn_hidden_size, arch.kv_dim
+    e, p = _act_bytes(recipe), recipe.dropout
+    tokens = s * b
+    rep_div = t if plan.sequence_parallel else 1
+    gpt2 = arch.family == "gpt2"
+    norm_stats = 2 * (2 if gpt2 else 1) * FP32_BYTES  # per token: LayerNorm mean+rstd, RMSNorm rstd
+
+    if plan.recompute == "full":  # only the block input is kept
+        return _r(tokens * h * e // rep_div)
+
+    replicated = [tokens * h * e] * 4 + [tokens * norm_stats // 2] * 2
+    if p > 0:
+        replicated += [tokens * h] * 2  # residual dropout masks (bool)
+    eager = recipe.attention == "eager"
+    qkv = [tokens * (h + 2 * kv) * e // t] if gpt2 else \
+        [tokens * h * e // t, tokens * kv * e // t, tokens * kv * e // t]
+    if eager and kv != h and not gpt2:
+        qkv = [tokens * h * e // t] * 3  # k, v repeated to all heads
+    sharded = qkv + [tokens * h * e // t]  # attention output, saved by o_proj
+    sharded += [tokens * f * e // t] * (2 if gpt2 else 4)
+    if plan.recompute != "selective":
+        if eager:
+            scores = b * (a // t) * s * s
+            sharded += [scores * e, s * s]  # softmax output, causal mask
+            if p > 0:
+                sharded += [scores, scores * e]  # attention dropout mask and output
+        else:
+            sharded += [b * (a // t) * s * FP32_BYTES]  # flash logsumexp
+    return sum(_r(x // rep_div) for x in replicated) + sum(_r(x) for x in sharded)
+
+
+def embedding_head_activation_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
+                                    seq_len: int, first: bool, last: bool) -> int:
+    """Saved outside the layers: embedding dropout mask (first stage); final norm in/out (last)."""
+    tokens, h, e = seq_len * plan.micro_batch, arch.hidden_size, _act_bytes(recipe)
+    total = 0
+    if first and recipe.dropout > 0:
+        total += _r(tokens * h)
+    if last:
+        stats = (2 if arch.family == "gpt2" else 1) * FP32_BYTES
+        total += 2 * _r(tokens * h * e) + _r(tokens * stats)
+    return total
+
+
+def logits_loss_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len: int) -> int:
+    """fp32 cross-entropy at the start of backward: saved log-softmax, its gradient and the
+    logits gradient, three fp32 tokens x vocab/tp tensors (Megatron casts logits to fp32)."""
+    tokens = seq_len * plan.micro_batch
+    return 3 * _r(tokens * (-(-arch.vocab_size // plan.tp)) * FP32_BYTES)
+
+
+def input_bytes(seq_len: int, plan: ParallelPlan, grad_accum: int) -> int:
+    """int64 input ids and labels of every micro-batch of the step (they are made up front)."""
+    return 2 * grad_accum * _r(seq_len * plan.micro_batch * INT64_BYTES)
+
+
+def layer_backward_transient_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
+                                   seq_len: int) -> tuple[int, int]:
+    """Extra bytes while the last layer runs backward: (MLP phase, attention phase).
+
+    Measured on the profiler (docs/marp-memory.md, "layer backward"): MLP gradients in flight
+    (gpt2 ~1 f, SwiGLU ~3 f per token; with full recompute the recomputed layer is live, which
+    `estimate_memory` adds, and ~0.75 f / 1.25 f), and for eager attention the s x s gradients
+    of softmax (2 b a s^2, 3 with dropout; ~1.15 / 1.8 under full recompute, measured).
+    """
+    s, b, t, e = seq_len, plan.micro_batch, plan.tp, _act_bytes(recipe)
+    tokens, f, a = s * b, arch.ffn_hidden_size, arch.num_heads
+    full = plan.recompute == "full"
+    gpt2 = arch.family == "gpt2"
+    mlp_factor = (0.75 if gpt2 else 1.25) if full else (1.0 if gpt2 else 3.0)
+    mlp = int(mlp_factor * tokens * f * e / t)
+    attn = 0
+    if recipe.attention == "eager":
+        dropout = recipe.dropout > 0
+        attn_factor = (1.8 if dropout else 1.15) if full else (3.0 if dropout else 2.0)
+        attn = int(attn_factor * b * (a // t) * s * s * e)
+    return mlp, attn
+
+
+def mlp_saved_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len: int) -> int:
+    """The MLP half of a layer's saved activations (already freed when attention runs backward)."""
+    tokens, e, t = seq_len * plan.micro_batch, _act_bytes(recipe), plan.tp
+    f, h = arch.ffn_hidden_size, arch.hidden_size
+    return 2 * tokens * h * e + (2 if arch.family == "gpt2" else 4) * tokens * f * e // t
+
+
+def fsdp_layer_backward_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan) -> int:
+    """FSDP2 per-block buffers during a block's backward (measured): the prefetched next block,
+    unsharded 16-bit grads and fp32 reduce-scatter buffers, ~2 blocks of 16-bit weights
+    (~3.4 with full recompute), one fewer for ZeRO-2 whose blocks are all gathered already."""
+    if plan.zero < 2:
+        return 0
+    block = -(-arch.layer_params() // plan.tp) * _act_bytes(recipe)
+    blocks = 3.4 if plan.recompute == "full" else 2.0
+    return int((blocks - (1 if plan.zero == 2 else 0)) * block)
+
+
+def pending_embedding_grad_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan) -> int:
+    """16-bit gradients held from the head's backward until the embedding's (whole backward).
+
+    Tied embeddings (ZeRO-0/1): the head's share of the weight gradient waits for the
+    embedding's. FSDP: the root module (embedding + head) reduce-scatters only at the end.
+    """
+    e = _act_bytes(recipe)
+    if plan.zero >= 2:
+        return _r(-(-(arch.embedding_params() + arch.head_params()) // plan.tp) * e)
+    if arch.tied_embeddings and plan.pp == 1:
+        return _r(-(-arch.vocab_size * arch.hidden_size // plan.tp) * e)
+    return 0
+
+
+# ---------------------------------------------------------------- optimizer step
+
+def optimizer_step_temporary_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
+                                   params: int) -> int:
+    """16-bit gradients are copied to fp32 for the step (this rank's shard), as Megatron does."""
+    if recipe.grad_dtype == "fp32" or recipe.precision == "fp32" or plan.zero >= 2:
+        return 0
+    shard = -(-params // plan.dp) if plan.zero == 1 else params
+    return _r(shard * 4)
+
+
+# ---------------------------------------------------------------- framework overhead
+
+def framework_overhead_bytes(plan: ParallelPlan, peak_tensor_bytes: int) -> int:
+    """Not tensors: CUDA context and workspaces, NCCL buffers, allocator fragmentation margin."""
+    nccl = NCCL_BUFFER_BYTES if plan.num_gpus > 1 else 0
+    return CUDA_CONTEXT_BYTES + nccl + int(peak_tensor_bytes * FRAGMENTATION_FRACTION)
+
+
+# ---------------------------------------------------------------- the estimate
+
+def validate_inputs(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len: int,
+                    grad_accum: int | None) -> None:
+    """ValueError naming the offending field."""
+    arch.validate()
+    recipe.validate()
+    for name in ("dp", "tp", "pp", "micro_batch"):
+        if getattr(plan, name) <= 0:
+            raise ValueError(f"plan.{name} must be positive, got {getattr(plan, name)}")
+    if plan.zero not in (0, 1, 2, 3):
+        raise ValueError(f"plan.zero must be 0, 1, 2 or 3, got {plan.zero}")
+    if plan.recompute not in RECOMPUTES:
+        raise ValueError(f"plan.recompute: {plan.recompute!r} is not one of {RECOMPUTES}")
+    if plan.micro_batch > MAX_MICRO_BATCH:
+        raise ValueError(f"plan.micro_batch {plan.micro_batch} exceeds {MAX_MICRO_BATCH}")
+    if arch.num_heads % plan.tp:
+        raise ValueError(f"plan.tp {plan.tp} must divide model.num_heads {arch.num_heads}")
+    if arch.num_kv_heads % plan.tp:
+        raise ValueError(f"plan.tp {plan.tp} must divide model.num_kv_heads {arch.num_kv_heads}")
+    if arch.num_layers % plan.pp:
+        raise ValueError(f"plan.pp {plan.pp} must divide model.num_layers {arch.num_layers}")
+    if not isinstance(seq_len, int) or seq_len <= 0:
+        raise ValueError(f"seq_len must be a positive integer, got {seq_len!r}")
+    if seq_len > MAX_SEQ_LEN:
+        raise ValueError(f"seq_len {seq_len} exceeds the supported maximum {MAX_SEQ_LEN}")
+    if arch.family == "gpt2" and seq_len > arch.max_position_embeddings:
+        raise ValueError(f"seq_len {seq_len} exceeds model.max_position_embeddings "
+                         f"{arch.max_position_embeddings} (learned positions)")
+    if grad_accum is not None and grad_accum <= 0:
+        raise ValueError(f"grad_accum must be positive, got {grad_accum}")
+
+
+def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len: int, *,
+                    grad_accum: int | None = None) -> MemoryEstimate:
+    """Per-rank peak memory of one training step of the reference recipe.
+
+    grad_accum: micro-batches per optimizer step; None (unknown) assumes more than one, the
+    conservative case (FSDP's sharded grads then live through forward, and 1F1B has pp
+    micro-batches in flight).
+    """
+    validate_inputs(arch, recipe, plan, seq_len, grad_accum)
+    accum = grad_accum if grad_accum is not None else max(2, plan.pp)
+    layer_act = korthikanti_layer_activation_bytes(arch, recipe, plan, seq_len)
+    layers = arch.num_layers // plan.pp
+    best: tuple[int, dict[str, int], str, int] | None = None
+    for stage in sorted({0, plan.pp - 1}):  # middle stages are dominated by the first
+        first, last = stage == 0, stage == plan.pp - 1
+        in_flight = min(plan.pp - stage, accum)  # 1F1B: stage i holds p - i micro-batches
+        params = stage_params(arch, plan, stage)
+        states_bwd = model_state_bytes(arch, recipe, plan, params, grads_live=accum > 1)
+        if plan.zero >= 2:
+            states_bwd["parameters"] = fsdp_gathered_bytes(arch, recipe, plan, layers)
+        acts = in_flight * (layers * layer_act
+                            + embedding_head_activation_bytes(arch, recipe, plan, seq_len, first, last))
+        loss = logits_loss_bytes(arch, recipe, plan, seq_len) if last else 0
+        inputs = input_bytes(seq_len, plan, accum)
+        backward = {**states_bwd, "activations": acts, "logits_loss": loss, "temporaries": inputs}
+
+        # Last layer's backward (dominates only for small vocabularies or eager long sequences).
+        kept_layers = (layers - 1) * layer_act
+        if plan.recompute == "full":
+            recomputed = korthikanti_layer_activation_bytes(
+                arch, recipe, ParallelPlan(**{**plan.__dict__, "recompute": "none"}), seq_len)
+            kept_layers += layer_act  # the checkpointed input of the layer being recomputed
+        else:
+            recomputed = layer_act
+        mlp_t, attn_t = layer_backward_transient_bytes(arch, recipe, plan, seq_len)
+        attn_live = recomputed if plan.recompute == "full" else \
+            recomputed - mlp_saved_bytes(arch, recipe, plan, seq_len)
+        layer_live = max(recomputed + mlp_t, attn_live + attn_t)
+        extra = pending_embedding_grad_bytes(arch, recipe, plan) + \
+            fsdp_layer_backward_bytes(arch, recipe, plan)
+        layer_acts = (in_flight - 1) * layers * layer_act + kept_layers + layer_live
+        layer_bwd = {**states_bwd, "activations": layer_acts, "logits_loss": 0,
+                     "temporaries": inputs + extra}
+
+        states_opt = model_state_bytes(arch, recipe, plan, params, grads_live=True)
+        optimizer = {**states_opt, "activations": 0, "logits_loss": 0,
+                     "temporaries": inputs + optimizer_step_temporary_bytes(arch, recipe, plan, params)}
+        for phase, terms in (("backward", backward), ("layer_backward", layer_bwd),
+                             ("optimizer", optimizer)):
+            total = sum(terms.values())
+            if best is None or total > best[0]:
+                best = (total, terms, phase, stage)
+    peak, terms, phase, stage = best
+    overhead = framework_overhead_bytes(plan, peak)
+    breakdown = {**terms, "framework_overhead": overhead}
+    return MemoryEstimate(peak, peak + overhead, breakdown, phase, stage)

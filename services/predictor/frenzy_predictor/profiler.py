@@ -214,7 +214,8 @@ def _label_persistent_states(tracker, trainer, mixed_cls, fsdp_cls) -> None:
     if isinstance(trainer, mixed_cls):
         tracker.relabel(trainer.param_buffer, "parameters")
         tracker.relabel(trainer.grad_buffer, "gradients")
-        tracker.relabel(trainer.master, "optimizer_states")  # master weights count as optimizer state
+        if trainer.copy_back:  # 16-bit weights: the fp32 masters count as optimizer state
+            tracker.relabel(trainer.master, "optimizer_states")
     elif isinstance(trainer, fsdp_cls):
         for p in trainer.model.parameters():
             tracker.relabel(_local(p), "optimizer_states")  # sharded fp32 params are the masters
