@@ -20,7 +20,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, replace
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 from frenzy.catalog.gpus import GpuType
 from frenzy.catalog.models import ModelArch
@@ -97,14 +97,14 @@ def powers_of_two(limit: int) -> Iterator[int]:
 def model_parallel_shapes(arch: ModelArch, gpu: GpuType, limit: int) -> list[tuple[int, int]]:
     """(tp, pp) pairs: tp divides the heads and kv heads and fits a node, pp divides the layers.
 
-    Pipelining is combined only with no tp or with the widest tp (Narayanan et al. 2021: fill
-    the node with tp first, then pipeline across nodes; tp = 1 for cards whose tp would cross
-    PCIe).
+    Pipelines take the widest tp on NVLink cards (Narayanan et al. 2021: fill the node with tp
+    first, then pipeline across nodes) and no tp on PCIe cards, whose tp all-reduces are slow.
     """
     tps = [t for t in powers_of_two(min(MAX_TP, gpu.typical_gpus_per_node, limit))
            if arch.num_heads % t == 0 and arch.num_kv_heads % t == 0]
     pps = [p for p in powers_of_two(min(MAX_PP, arch.num_layers, limit)) if arch.num_layers % p == 0]
-    shapes = [(t, 1) for t in tps] + [(t, p) for t in {tps[0], tps[-1]} for p in pps if p > 1]
+    pipeline_tp = tps[-1] if gpu.nvlink_gbs_per_gpu > 0 else 1
+    shapes = [(t, 1) for t in tps] + [(pipeline_tp, p) for p in pps if p > 1]
     return sorted(s for s in shapes if s[0] * s[1] <= limit)
 
 
@@ -172,13 +172,14 @@ class _TypeSearch:
         """Try every ZeRO stage and recompute for one (tp, pp, dp), most promising first."""
         n, cost = tp * pp * dp, self.cost
         zeros = self.zeros(pp, dp)
-        if self.table.peak_bytes(tp, pp, dp, zeros[-1], mbs[0], self.recomputes[-1]) > self.usable:
-            return  # not even the least memory-hungry plan fits
         # Candidates in order of their bound (memory ignored); heavier recompute is queued only
         # when the lighter one could not fit the largest micro-batch.
-        queue = [(self.bound_s(tp, pp, dp, z, 0, mb_hint), z, 0)
-                 for z in zeros]
+        queue = [(self.bound_s(tp, pp, dp, z, 0, mb_hint), z, 0) for z in zeros]
         heapq.heapify(queue)
+        if queue[0][0] >= self.incumbent_s(n):
+            return  # no ZeRO stage can win here, before any memory estimate
+        if self.table.peak_bytes(tp, pp, dp, zeros[-1], mbs[0], self.recomputes[-1]) > self.usable:
+            return  # not even the least memory-hungry plan fits
         too_big: list[tuple[int, int]] = []  # (zero, recompute index) whose smallest mb failed
         while queue:
             bound_s, zero, i = heapq.heappop(queue)
@@ -222,11 +223,25 @@ class _TypeSearch:
                     self.table.floor_bytes(tp, pp, dp, self.zeros(pp, dp)[-1]) <= self.usable:
                 yield tp, pp, dp
 
-    def run(self, gpu: GpuType, limit: int) -> dict[int, _Best]:
+    def seed(self, plans: Iterable[ParallelPlan], shapes: list[tuple[int, int]]) -> None:
+        """Start from plans that won on other GPU types: a good incumbent early lets the
+        bounds prune most layouts (their estimates are usually in the table already)."""
+        for p in plans:
+            if (p.tp, p.pp) not in shapes or p.zero not in self.zeros(p.pp, p.dp) \
+                    or p.recompute not in self.recomputes:
+                continue
+            values = (p.tp, p.pp, p.dp, p.zero, p.micro_batch, p.recompute)
+            step_s = self.cost.step_s(*values)
+            if step_s < self.incumbent_s(p.num_gpus) and \
+                    self.table.peak_bytes(*values) <= self.usable:
+                self.best[p.num_gpus] = _Best(step_s, p)
+
+    def run(self, gpu: GpuType, limit: int, seeds: dict[int, list[ParallelPlan]]) -> dict[int, _Best]:
         """GPU counts in doubling order; at each, layouts in order of their compute bound."""
         shapes = model_parallel_shapes(self.arch, gpu, limit)
         fastest_s, stalls = math.inf, 0
         for n in powers_of_two(limit):
+            self.seed(seeds.get(n, ()), shapes)
             layouts = sorted((*self.floor(tp, pp, dp), tp, pp, dp)
                              for tp, pp, dp in self.layouts(shapes, n))
             for floor_s, mb_hint, mbs, tp, pp, dp in layouts:
@@ -298,11 +313,15 @@ def enumerate_options(arch: ModelArch, training: TrainingSpec, gpu_types: Sequen
     table = memory_table or MemoryTable(arch, training)
     steps = training.steps
     options: list[PlanOption] = []
+    seeds: dict[int, list[ParallelPlan]] = {}  # winners on the types searched so far, per count
     for gpu in gpu_types:
         if constraints.gpu_types and gpu.name not in constraints.gpu_types:
             continue
         best = _TypeSearch(gpu, arch, training, table, sorted(set(zero_stages)), recomputes,
-                           fit_margin).run(gpu, limit)
+                           fit_margin).run(gpu, limit, seeds)
+        for n, b in best.items():
+            if b.plan not in seeds.setdefault(n, []):
+                seeds[n].append(b.plan)
         per_type = [PlanOption(gpu.name, b.plan, 0, b.step_s, b.step_s * steps)
                     for b in best.values()]
         if now_s is not None and constraints.deadline_s > 0:
