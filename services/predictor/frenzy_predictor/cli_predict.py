@@ -166,7 +166,8 @@ def _evaluate_plan(arch: ModelArch, training: TrainingSpec, plan: ParallelPlan,
     from frenzy_predictor.memory import estimate_memory
     from frenzy_predictor.plans import usable_bytes
 
-    memory = estimate_memory(arch, training.recipe, plan, training.seq_len)
+    memory = estimate_memory(arch, training.recipe, plan, training.seq_len,
+                             grad_accum=plan.grad_accum(training.global_batch_size))
     times = CostModel(arch, training, gpu).breakdown(plan)
     step_s = times.total_s
     return {
