@@ -150,7 +150,7 @@ def up_command(cluster_file: Path, grpc_port: int, policy: str, workdir: Path) -
         raise click.BadParameter(str(err), param_hint="--cluster") from None
     click.echo(f"frenzy up: {len(cluster.node_ids)} nodes ready; broker {cluster.bootstrap}")
     click.echo(f"gRPC address: {cluster.grpc_address}  (logs in {workdir / 'logs'}; Ctrl-C stops)")
-    stopping = []
+    stopping: list[bool] = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     try:
         while not stopping:
