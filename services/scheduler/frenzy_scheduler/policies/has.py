@@ -43,6 +43,8 @@ class _JobFacts:
 
     options: Sequence[PlanOption]
     ranked: tuple[PlanOption, ...]  # fastest first
+    # (option, type, GPUs, duration, GPU-seconds) per ranked option: properties read once
+    entries: tuple[tuple[PlanOption, str, int, float, float], ...]
     best_s: float
     min_gpu_seconds: float
     min_gpus: int
@@ -97,7 +99,8 @@ class HasPolicy:
             if not usable:
                 return None
             ranked = tuple(sorted(usable, key=lambda o: (o.duration_s, o.num_gpus, o.gpu_type)))
-            facts = _JobFacts(job.options, ranked, ranked[0].duration_s,
+            entries = tuple((o, o.gpu_type, o.num_gpus, o.duration_s, o.gpu_seconds) for o in ranked)
+            facts = _JobFacts(job.options, ranked, entries, ranked[0].duration_s,
                               min(o.gpu_seconds for o in ranked), min(o.num_gpus for o in ranked))
             self._facts[job.job_id] = facts
         return facts
@@ -142,7 +145,8 @@ class HasPolicy:
             if index.total_free() == 0:
                 break
             job_facts = facts[job.job_id]
-            if all(index.free_by_type.get(o.gpu_type, 0) < o.num_gpus for o in job_facts.ranked):
+            free = index.free_by_type
+            if all(free.get(t, 0) < n for _, t, n, _, _ in job_facts.entries):
                 self._maybe_reserve(job, job_facts, index, releases, claimed, reservations,
                                     capacity, now_s)
                 continue
@@ -179,18 +183,22 @@ class HasPolicy:
         exponent = pressure * self.config.gpu_cost_weight
         best_now: tuple[float, Placement] | None = None
         best_wait: tuple[float, PlanOption] | None = None
-        for option in facts.ranked:
-            if option.num_gpus > capacity.get(option.gpu_type, 0):
+        free = index.free_by_type
+        for option, gpu_type, gpus, duration_s, gpu_seconds in facts.entries:
+            if gpus > capacity.get(gpu_type, 0):
                 continue
-            cost = option.duration_s
+            cost = duration_s
             if exponent:
-                cost *= (option.gpu_seconds / facts.min_gpu_seconds) ** exponent
+                cost *= (gpu_seconds / facts.min_gpu_seconds) ** exponent
             if best_now is not None and cost >= best_now[0]:
                 continue  # ranked fastest first, but the GPU cost can reorder: keep scanning
+            if best_wait is not None and cost >= best_wait[0] and \
+                    (best_now is not None or free.get(gpu_type, 0) < gpus):
+                continue  # cannot beat the best option to wait for
             assignments = None
-            if index.free_by_type.get(option.gpu_type, 0) >= option.num_gpus and \
-                    self._backfill_allowed(option, reservations, now_s):
-                assignments = index.best_fit(option.gpu_type, option.num_gpus, option.plan.tp)
+            if free.get(gpu_type, 0) >= gpus and (
+                    not reservations or self._backfill_allowed(option, reservations, now_s)):
+                assignments = index.best_fit(gpu_type, gpus, option.plan.tp)
             if assignments is not None:
                 best_now = (cost, Placement(job.job_id, option, assignments))
                 continue
