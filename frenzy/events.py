@@ -63,7 +63,7 @@ def decode(value: bytes | None, headers: Headers | None, *, json_payload: str = 
         raise MalformedEvent("empty record value")
     content_type = _content_type(headers)
     is_json = content_type.startswith(JSON_CONTENT_TYPE) or (
-        not content_type and value.lstrip()[:1] == b"{")
+        not content_type and value.lstrip()[:1] in (b"{", b"["))
     if is_json:
         env = _decode_json(value, json_payload, record_id)
     else:

@@ -1,0 +1,146 @@
+"""The orchestrator's pure core: lifecycle legality, optimistic placement, liveness, OOM re-plan."""
+from __future__ import annotations
+
+from hypothesis import given, strategies as st
+
+from frenzy import topics
+from frenzy.v1 import events_pb2, types_pb2
+from frenzy.v1.types_pb2 import (CANCELLED, FAILED, LAUNCHING, PLACED, PLANNED, QUEUED, RUNNING,
+                                 SUBMITTED, SUCCEEDED)
+from frenzy_orchestrator import lifecycle
+from frenzy_orchestrator.core import OrchestratorCore
+
+STATES = [SUBMITTED, PLANNED, QUEUED, PLACED, LAUNCHING, RUNNING, SUCCEEDED, FAILED, CANCELLED]
+SPEC = types_pb2.JobSpec(name="t", model="gpt2", training=types_pb2.TrainingConfig(
+    seq_len=1024, global_batch_size=8, steps=10))
+
+
+@given(st.lists(st.sampled_from(STATES), max_size=30))
+def test_only_legal_transitions_are_accepted(targets):
+    state = SUBMITTED
+    for target in targets:
+        if lifecycle.is_legal(state, target):
+            lifecycle.check(state, target)
+            state = target
+        else:
+            try:
+                lifecycle.check(state, target)
+            except lifecycle.IllegalTransition:
+                continue
+            raise AssertionError(f"{state}->{target} accepted")
+    if state in lifecycle.TERMINAL:
+        assert all(not lifecycle.is_legal(state, t) for t in STATES)
+
+
+def test_terminal_states_have_no_exit_and_live_states_can_fail_or_cancel():
+    for state in STATES:
+        if state in lifecycle.TERMINAL:
+            assert not lifecycle.LEGAL[state]
+        else:
+            assert {FAILED, CANCELLED} <= lifecycle.LEGAL[state]
+
+
+def heartbeat(node_id: str, gpus: int = 4, gpu_type: str = "A100-80GB") -> events_pb2.NodeHeartbeat:
+    return events_pb2.NodeHeartbeat(node_id=node_id, gpus=[
+        types_pb2.GpuStatus(index=i, gpu_type=gpu_type, health=types_pb2.HEALTHY) for i in range(gpus)])
+
+
+def queued_core(*job_ids: str) -> OrchestratorCore:
+    core = OrchestratorCore(node_timeout_s=10, max_retries=2)
+    for node in ("n1", "n2"):
+        core.on_heartbeat(heartbeat(node), now_s=0)
+    option = types_pb2.PlanOption(gpu_type="A100-80GB", num_gpus=2, peak_bytes_per_gpu=10 * 2**30)
+    for job_id in job_ids:
+        core.submit(job_id, SPEC, 0)
+        core.on_planned(events_pb2.JobPlanned(job_id=job_id, options=[option]), 0)
+        assert core.jobs[job_id].job.state == QUEUED
+    return core
+
+
+def placed(job_id: str, node: str, gpus: list[int], attempt: int = 0) -> events_pb2.JobPlaced:
+    return events_pb2.JobPlaced(job_id=job_id, attempt=attempt,
+                                option=types_pb2.PlanOption(gpu_type="A100-80GB", num_gpus=len(gpus)),
+                                assignments=[types_pb2.GpuAssignment(node_id=node, gpu_indices=gpus)])
+
+
+def test_double_placement_is_rejected_and_no_gpu_is_double_booked():
+    core = queued_core("a", "b")
+    out = core.on_placed(placed("a", "n1", [0, 1]), 1)
+    assert core.jobs["a"].job.state == LAUNCHING
+    assert [o.payload.node_id for o in out if o.topic == topics.AGENT_COMMANDS] == ["n1"]
+    out = core.on_placed(placed("b", "n1", [1, 2]), 1)  # GPU 1 is taken: a stale view
+    job_b = core.jobs["b"].job
+    assert job_b.state == QUEUED and "placement rejected" in job_b.reason and "[1]" in job_b.reason
+    assert core.nodes["n1"].allocations == {0: "a", 1: "a"}
+    assert any(o.topic == topics.CLUSTER_EVENTS for o in out)  # the scheduler gets the true view
+    core.on_placed(placed("b", "n1", [2, 3]), 2)
+    assert core.nodes["n1"].allocations == {0: "a", 1: "a", 2: "b", 3: "b"}
+
+
+def agent_status(job_id, state, node="n1", attempt=0, reason="", peak=0):
+    return events_pb2.JobStatusChanged(job_id=job_id, state=state, source=events_pb2.AGENT, node_id=node,
+                                       attempt=attempt, reason=reason,
+                                       progress=types_pb2.Progress(peak_memory_bytes=peak))
+
+
+def test_success_releases_gpus():
+    core = queued_core("a")
+    core.on_placed(placed("a", "n1", [0, 1]), 1)
+    core.on_agent_status(agent_status("a", RUNNING), 2)
+    out = core.on_agent_status(agent_status("a", SUCCEEDED), 3)
+    assert core.jobs["a"].job.state == SUCCEEDED and not core.nodes["n1"].allocations
+    freed = [o.payload for o in out if o.topic == topics.CLUSTER_EVENTS]
+    assert freed and list(freed[-1].free_gpu_indices) == [0, 1, 2, 3]
+
+
+def test_lost_node_requeues_then_fails_after_max_retries():
+    core = queued_core("a")
+    core.on_placed(placed("a", "n1", [0, 1]), 1)
+    core.on_heartbeat(heartbeat("n2"), 11)
+    core.check_liveness(11)  # n1 silent since t=0
+    job = core.jobs["a"].job
+    assert job.state == QUEUED and job.attempt == 1 and core.nodes["n1"].state == types_pb2.NODE_LOST
+    assert core.on_placed(placed("a", "n1", [0, 1], attempt=1), 12)  # lost node: rejected
+    assert "lost" in job.reason and job.state == QUEUED
+    core.on_placed(placed("a", "n2", [0, 1], attempt=1), 12)
+    core.check_liveness(30)
+    assert job.state == QUEUED and job.attempt == 2
+    assert core.on_agent_status(agent_status("a", SUCCEEDED, node="n2", attempt=1), 31) == []  # stale attempt
+    core.on_heartbeat(heartbeat("n2"), 40)
+    core.on_placed(placed("a", "n2", [0, 1], attempt=2), 40)
+    core.check_liveness(60)
+    assert job.state == FAILED and "retries exhausted" in job.reason
+
+
+def test_oom_replans_once_with_more_memory():
+    core = queued_core("a")
+    core.jobs["a"].job.option.peak_bytes_per_gpu = 0
+    core.on_placed(placed("a", "n1", [0, 1]), 1)
+    out = core.on_agent_status(agent_status("a", FAILED, reason="OOM: out of memory", peak=40 * 2**30), 2)
+    job = core.jobs["a"].job
+    assert job.state == SUBMITTED and job.attempt == 1 and "OOM" in job.reason
+    resubmit = [o.payload for o in out if o.topic == topics.JOBS_SUBMITTED]
+    assert resubmit and resubmit[0].min_memory_bytes > 40 * 2**30
+    assert not core.nodes["n1"].allocations
+    option = types_pb2.PlanOption(gpu_type="A100-80GB", num_gpus=2)
+    core.on_planned(events_pb2.JobPlanned(job_id="a", attempt=1, options=[option]), 3)
+    core.on_placed(placed("a", "n1", [0, 1], attempt=1), 4)
+    core.on_agent_status(agent_status("a", FAILED, attempt=1, reason="OOM: again"), 5)
+    assert job.state == FAILED  # only one re-plan
+
+
+def test_cancel_sends_stop_and_is_idempotent():
+    core = queued_core("a")
+    core.on_placed(placed("a", "n1", [0, 1]), 1)
+    out = core.cancel("a", 2)
+    assert core.jobs["a"].job.state == CANCELLED
+    assert any(isinstance(o.payload, events_pb2.StopJob) for o in out)
+    assert core.cancel("a", 3) == []
+
+
+def test_duplicate_submit_is_ignored_and_invalid_spec_fails():
+    core = OrchestratorCore()
+    assert core.submit("a", SPEC, 0) and core.submit("a", SPEC, 1) == []
+    bad = types_pb2.JobSpec(name="b", model="nope", training=SPEC.training)
+    core.submit("b", bad, 0)
+    assert core.jobs["b"].job.state == FAILED and "model" in core.jobs["b"].job.reason
