@@ -42,7 +42,7 @@ class MemoryEstimate:
     peak_tensor_bytes: int  # comparable to torch.cuda.max_memory_allocated
     peak_bytes: int  # plus framework overhead; used to decide fit
     breakdown: dict[str, int] = field(default_factory=dict)
-    peak_phase: str = ""  # "backward" (at the loss), "layer_backward" or "optimizer"
+    peak_phase: str = ""  # backward (at the loss), layer_backward, first_layer_backward, optimizer
     peak_stage: int = 0  # pipeline stage holding the per-rank peak
 
 
@@ -329,12 +329,20 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
         layer_acts = (in_flight - 1) * layers * layer_act + kept_layers + layer_live
         layer_bwd = {**states_bwd, "activations": layer_acts, "logits_loss": 0,
                      "temporaries": inputs + extra}
+        # FSDP without accumulation: sharded fp32 grads appear block by block during backward
+        # while activations are freed, so the first block's backward is a second candidate.
+        bottom_bwd = dict(layer_bwd)
+        if plan.zero >= 2 and not accum > 1:
+            bottom_bwd["activations"] = layer_act * (in_flight - 1) * layers + \
+                (layer_act if plan.recompute == "full" else 0) + layer_live
+            block_shard = -(-(-(-arch.layer_params() // plan.tp)) // plan.dp)
+            bottom_bwd["gradients"] = (layers - 1) * _r(block_shard * 4)
 
         states_opt = model_state_bytes(arch, recipe, plan, params, grads_live=True)
         optimizer = {**states_opt, "activations": 0, "logits_loss": 0,
                      "temporaries": inputs + optimizer_step_temporary_bytes(arch, recipe, plan, params)}
         for phase, terms in (("backward", backward), ("layer_backward", layer_bwd),
-                             ("optimizer", optimizer)):
+                             ("first_layer_backward", bottom_bwd), ("optimizer", optimizer)):
             total = sum(terms.values())
             if best is None or total > best[0]:
                 best = (total, terms, phase, stage)
