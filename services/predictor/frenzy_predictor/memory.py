@@ -112,7 +112,7 @@ def fsdp_gathered_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, lay
 # ---------------------------------------------------------------- activations (Korthikanti 2022)
 
 def korthikanti_layer_activation_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
-                                       seq_len: int) -> int:
+                                       seq_len: int, recompute: str | None = None) -> int:
     """Bytes one transformer layer saves for backward, per micro-batch (Korthikanti et al. 2022).
 
     Korthikanti's 34sbh + 5as^2b, re-derived for this model (docs/marp-memory.md):
@@ -130,7 +130,8 @@ def korthikanti_layer_activation_bytes(arch: ModelArch, recipe: Recipe, plan: Pa
     gpt2 = arch.family == "gpt2"
     norm_stats = 2 * (2 if gpt2 else 1) * FP32_BYTES  # per token: LayerNorm mean+rstd, RMSNorm rstd
 
-    if plan.recompute == "full":  # only the block input is kept
+    recompute = plan.recompute if recompute is None else recompute
+    if recompute == "full":  # only the block input is kept
         return _r(tokens * h * e // rep_div)
 
     replicated = [tokens * h * e] * 4 + [tokens * norm_stats // 2] * 2
@@ -143,7 +144,7 @@ def korthikanti_layer_activation_bytes(arch: ModelArch, recipe: Recipe, plan: Pa
         qkv = [tokens * h * e // t] * 3  # k, v repeated to all heads
     sharded = qkv + [tokens * h * e // t]  # attention output, saved by o_proj
     sharded += [tokens * f * e // t] * (2 if gpt2 else 4)
-    if plan.recompute != "selective":
+    if recompute != "selective":
         if eager:
             scores = b * (a // t) * s * s
             sharded += [scores * e, s * s]  # softmax output, causal mask
@@ -298,6 +299,14 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
     accum = grad_accum if grad_accum is not None else max(2, plan.pp)
     layer_act = korthikanti_layer_activation_bytes(arch, recipe, plan, seq_len)
     layers = arch.num_layers // plan.pp
+    # The layer running backward: what it holds live (recomputed first under full recompute).
+    full = plan.recompute == "full"
+    recomputed = korthikanti_layer_activation_bytes(arch, recipe, plan, seq_len, "none") if full \
+        else layer_act
+    mlp_t, attn_t = layer_backward_transient_bytes(arch, recipe, plan, seq_len)
+    attn_live = recomputed if full else recomputed - mlp_saved_bytes(arch, recipe, plan, seq_len)
+    layer_live = max(recomputed + mlp_t, attn_live + attn_t)
+    extra = pending_embedding_grad_bytes(arch, recipe, plan) + fsdp_layer_backward_bytes(arch, recipe, plan)
     best: tuple[int, dict[str, int], str, int] | None = None
     for stage in sorted({0, plan.pp - 1}):  # middle stages are dominated by the first
         first, last = stage == 0, stage == plan.pp - 1
@@ -313,19 +322,7 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
         backward = {**states_bwd, "activations": acts, "logits_loss": loss, "temporaries": inputs}
 
         # Last layer's backward (dominates only for small vocabularies or eager long sequences).
-        kept_layers = (layers - 1) * layer_act
-        if plan.recompute == "full":
-            recomputed = korthikanti_layer_activation_bytes(
-                arch, recipe, ParallelPlan(**{**plan.__dict__, "recompute": "none"}), seq_len)
-            kept_layers += layer_act  # the checkpointed input of the layer being recomputed
-        else:
-            recomputed = layer_act
-        mlp_t, attn_t = layer_backward_transient_bytes(arch, recipe, plan, seq_len)
-        attn_live = recomputed if plan.recompute == "full" else \
-            recomputed - mlp_saved_bytes(arch, recipe, plan, seq_len)
-        layer_live = max(recomputed + mlp_t, attn_live + attn_t)
-        extra = pending_embedding_grad_bytes(arch, recipe, plan) + \
-            fsdp_layer_backward_bytes(arch, recipe, plan)
+        kept_layers = (layers - 1) * layer_act + (layer_act if plan.recompute == "full" else 0)
         layer_acts = (in_flight - 1) * layers * layer_act + kept_layers + layer_live
         layer_bwd = {**states_bwd, "activations": layer_acts, "logits_loss": 0,
                      "temporaries": inputs + extra}
