@@ -1,0 +1,419 @@
+"""`python -m frenzy_trainer`: the reference trainer a node agent launches, one process per GPU.
+
+It reads the torchrun environment (WORLD_SIZE, RANK, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT), the plan MARP chose (FRENZY_PLAN) and the job (command-line flags, else FRENZY_*
+variables, else FRENZY_JOB_SPEC JSON; docs/trainer.md), then trains the catalog model with the
+reference recipe (frenzy_trainer.recipe):
+
+* data parallel with ZeRO 0/1: Megatron-style flat fp32 grad buffer, one all-reduce per step
+  (gloo on CPU, nccl on GPU);
+* ZeRO 2/3: FSDP2 `fully_shard` with a MixedPrecisionPolicy;
+* recompute none/selective/full: activation checkpointing in the model.
+
+Tensor and pipeline parallelism are not supported here and fail as bad configuration.
+
+Exit codes: 0 done, 2 bad configuration, 3 out of memory (CUDA OOM, allocator OOM, or tracked
+peak over FRENZY_MEMORY_LIMIT_BYTES), 143 SIGTERM, 1 anything else.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from typing import Any, Mapping, Sequence
+
+import torch
+import torch.distributed as dist
+
+from frenzy.catalog.models import ModelArch, load_model
+from frenzy.domain import (ATTENTIONS, GRAD_DTYPES, OPTIMIZERS, PRECISIONS, RECOMPUTES,
+                           ParallelPlan, Recipe)
+
+from .data import make_source, rank_micro_batches
+from .progress import MemoryLimitExceeded, PeakMemory, ProgressWriter
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_CONFIG, EXIT_OOM, EXIT_SIGTERM = 0, 1, 2, 3, 143
+SIGTERM_GRACE_S = 10.0  # after SIGTERM, cleanup gets this long before a hard exit
+MAX_SEQ_LEN = 1 << 20
+
+
+class ConfigError(ValueError):
+    """Bad job configuration; the message names the field (exit code 2)."""
+
+
+class Terminated(Exception):
+    """SIGTERM arrived (exit code 143)."""
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    model: str
+    seq_len: int
+    global_batch: int
+    steps: int
+    recipe: Recipe
+    lr: float
+    data: str
+    seed: int
+    log_every: int
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    """The torchrun-compatible rendezvous environment."""
+
+    world_size: int
+    rank: int
+    local_rank: int
+    local_world_size: int
+    master_addr: str
+    master_port: int
+
+
+# ---------------------------------------------------------------------------- configuration
+
+# flag -> (FRENZY_* variable, FRENZY_JOB_SPEC key, default)
+_FIELDS: dict[str, tuple[str, str, Any]] = {
+    "model": ("FRENZY_MODEL", "model", None),
+    "seq_len": ("FRENZY_SEQ_LEN", "seq_len", None),
+    "global_batch": ("FRENZY_GLOBAL_BATCH", "global_batch_size", None),
+    "steps": ("FRENZY_STEPS", "steps", None),
+    "tokens": ("FRENZY_TOKENS", "tokens", None),
+    "precision": ("FRENZY_PRECISION", "precision", "bf16"),
+    "grad_dtype": ("FRENZY_GRAD_DTYPE", "grad_dtype", "fp32"),
+    "optimizer": ("FRENZY_OPTIMIZER", "optimizer", "adamw"),
+    "attention": ("FRENZY_ATTENTION", "attention", "flash"),
+    "dropout": ("FRENZY_DROPOUT", "dropout", 0.0),
+    "lr": ("FRENZY_LR", "lr", 6e-4),
+    "data": ("FRENZY_DATA", "data", "synthetic"),
+    "seed": ("FRENZY_SEED", "seed", 1234),
+    "log_every": ("FRENZY_LOG_EVERY", "log_every", 1),
+}
+
+
+def _arg_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m frenzy_trainer", description=__doc__.split("\n")[0])
+    p.add_argument("--model", help="catalog name or path to a Hugging Face config.json")
+    p.add_argument("--seq-len", type=int)
+    p.add_argument("--global-batch", type=int, help="sequences per optimizer step, all ranks")
+    p.add_argument("--steps", type=int)
+    p.add_argument("--tokens", type=float, help="training tokens (instead of --steps)")
+    p.add_argument("--precision", choices=PRECISIONS)
+    p.add_argument("--grad-dtype", choices=GRAD_DTYPES)
+    p.add_argument("--optimizer", choices=OPTIMIZERS)
+    p.add_argument("--attention", choices=ATTENTIONS)
+    p.add_argument("--dropout", type=float)
+    p.add_argument("--lr", type=float)
+    p.add_argument("--data", help="'synthetic' or a path to a text file (byte-level tokens)")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--log-every", type=int, help="progress line every N steps (default 1)")
+    p.add_argument("--plan", help="plan JSON (default: FRENZY_PLAN; else a single-GPU plan)")
+    return p
+
+
+class _ArgParseError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse would exit 2 itself; keep control of the exit
+        raise _ArgParseError(message)
+
+
+def _number(field: str, value: Any, kind: type) -> Any:
+    try:
+        number = kind(float(value)) if kind is int else kind(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{field}: {value!r} is not a valid {kind.__name__}") from None
+    if kind is int and float(value) != number:
+        raise ConfigError(f"{field}: {value!r} is not an integer")
+    return number
+
+
+def load_config(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[JobConfig, ParallelPlan]:
+    """Flags win over FRENZY_* variables, which win over FRENZY_JOB_SPEC; ConfigError names the field."""
+    parser = _Parser(prog="python -m frenzy_trainer", add_help=True)
+    for action in _arg_parser()._actions:
+        if action.dest != "help":
+            parser._add_action(action)
+    try:
+        args = vars(parser.parse_args(list(argv)))
+    except _ArgParseError as err:
+        raise ConfigError(f"arguments: {err}") from None
+    spec: dict[str, Any] = {}
+    if environ.get("FRENZY_JOB_SPEC"):
+        try:
+            spec = json.loads(environ["FRENZY_JOB_SPEC"])
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"FRENZY_JOB_SPEC: not valid JSON ({err.msg})") from None
+        if not isinstance(spec, dict):
+            raise ConfigError("FRENZY_JOB_SPEC: must be a JSON object")
+        spec = {**spec, **spec.get("training", {})}  # accept the JobSpec nesting too
+
+    def value(field: str) -> Any:
+        env_name, spec_key, default = _FIELDS[field]
+        if args.get(field) is not None:
+            return args[field]
+        if environ.get(env_name, "") != "":
+            return environ[env_name]
+        if spec.get(spec_key) not in (None, "", 0):
+            return spec[spec_key]
+        return default
+
+    model = value("model")
+    if not model:
+        raise ConfigError("model: missing (--model, FRENZY_MODEL or FRENZY_JOB_SPEC)")
+    seq_len, global_batch = value("seq_len"), value("global_batch")
+    for field, v in (("seq_len", seq_len), ("global_batch", global_batch)):
+        if v is None:
+            raise ConfigError(f"{field}: missing")
+    seq_len, global_batch = _number("seq_len", seq_len, int), _number("global_batch", global_batch, int)
+    if seq_len <= 0 or seq_len > MAX_SEQ_LEN:
+        raise ConfigError(f"seq_len: must be in 1..{MAX_SEQ_LEN}, got {seq_len}")
+    if global_batch <= 0:
+        raise ConfigError(f"global_batch: must be positive, got {global_batch}")
+    steps, tokens = value("steps"), value("tokens")
+    if steps is not None:
+        steps = _number("steps", steps, int)
+    elif tokens is not None:
+        steps = math.ceil(_number("tokens", tokens, float) / (seq_len * global_batch))
+    else:
+        raise ConfigError("steps: missing (--steps or --tokens)")
+    if steps <= 0:
+        raise ConfigError(f"steps: must be positive, got {steps}")
+    recipe = Recipe(str(value("precision")), str(value("grad_dtype")), str(value("optimizer")),
+                    str(value("attention")), _number("dropout", value("dropout"), float))
+    try:
+        recipe.validate()
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    lr = _number("lr", value("lr"), float)
+    if not lr > 0:
+        raise ConfigError(f"lr: must be positive, got {lr}")
+    log_every = _number("log_every", value("log_every"), int)
+    config = JobConfig(str(model), seq_len, global_batch, steps, recipe, lr, str(value("data")),
+                       _number("seed", value("seed"), int), max(1, log_every))
+    plan_text = args.get("plan") or environ.get("FRENZY_PLAN") or ""
+    return config, parse_plan(plan_text)
+
+
+def parse_plan(text: str) -> ParallelPlan:
+    """FRENZY_PLAN JSON -> ParallelPlan ({} or "" is one GPU, no parallelism)."""
+    try:
+        raw = json.loads(text) if text.strip() else {}
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"FRENZY_PLAN: not valid JSON ({err.msg})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError("FRENZY_PLAN: must be a JSON object")
+    unknown = set(raw) - {"dp", "tp", "pp", "zero", "micro_batch", "recompute", "sequence_parallel"}
+    if unknown:
+        raise ConfigError(f"FRENZY_PLAN: unknown keys {sorted(unknown)}")
+    ints = {k: _number(f"plan.{k}", raw.get(k, d), int)
+            for k, d in (("dp", 1), ("tp", 1), ("pp", 1), ("zero", 0), ("micro_batch", 1))}
+    plan = ParallelPlan(**ints, recompute=str(raw.get("recompute") or "none"),
+                        sequence_parallel=bool(raw.get("sequence_parallel", False)))
+    for k in ("dp", "tp", "pp", "micro_batch"):
+        if getattr(plan, k) <= 0:
+            raise ConfigError(f"plan.{k}: must be positive, got {getattr(plan, k)}")
+    if plan.zero not in (0, 1, 2, 3):
+        raise ConfigError(f"plan.zero: must be 0-3, got {plan.zero}")
+    if plan.recompute not in RECOMPUTES:
+        raise ConfigError(f"plan.recompute: {plan.recompute!r} is not one of {RECOMPUTES}")
+    return plan
+
+
+def dist_env(environ: Mapping[str, str]) -> DistEnv:
+    try:
+        world = int(environ.get("WORLD_SIZE", "1"))
+        rank = int(environ.get("RANK", "0"))
+        local_rank = int(environ.get("LOCAL_RANK", str(rank)))
+        local_world = int(environ.get("LOCAL_WORLD_SIZE", str(world)))
+        port = int(environ.get("MASTER_PORT", "0") or 0)
+    except ValueError as err:
+        raise ConfigError(f"torchrun environment: {err}") from None
+    if not 0 <= rank < world:
+        raise ConfigError(f"RANK: {rank} is not in 0..WORLD_SIZE-1 ({world - 1})")
+    return DistEnv(world, rank, local_rank, local_world, environ.get("MASTER_ADDR", "127.0.0.1"), port)
+
+
+def check_plan(arch: ModelArch, config: JobConfig, plan: ParallelPlan, env: DistEnv) -> None:
+    if plan.tp > 1 or plan.pp > 1:
+        raise ConfigError(f"plan: tp={plan.tp}, pp={plan.pp}: tensor and pipeline parallelism are "
+                          "not supported by the reference trainer (use tp=1, pp=1)")
+    if plan.num_gpus != env.world_size:
+        raise ConfigError(f"plan: dp x tp x pp = {plan.num_gpus} but WORLD_SIZE = {env.world_size}")
+    if config.global_batch % (plan.dp * plan.micro_batch):
+        raise ConfigError(f"plan.micro_batch: global batch {config.global_batch} is not a multiple "
+                          f"of dp x micro_batch = {plan.dp * plan.micro_batch}")
+    if arch.family == "gpt2" and config.seq_len > arch.max_position_embeddings:
+        raise ConfigError(f"seq_len: {config.seq_len} exceeds {arch.name}'s learned positions "
+                          f"({arch.max_position_embeddings})")
+
+
+# ---------------------------------------------------------------------------- training
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _device(env: DistEnv) -> torch.device:
+    if torch.cuda.is_available():
+        return torch.device("cuda", env.local_rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def _init_distributed(env: DistEnv, device: torch.device, plan: ParallelPlan,
+                      timeout_s: float) -> None:
+    """One process group over all ranks: always for more than one rank, and for FSDP2."""
+    if env.world_size == 1 and plan.zero < 2:
+        return
+    os.environ.setdefault("MASTER_ADDR", env.master_addr)
+    if env.master_port:
+        os.environ["MASTER_PORT"] = str(env.master_port)
+    elif env.world_size == 1:
+        os.environ["MASTER_PORT"] = str(_free_port())
+    else:
+        raise ConfigError("MASTER_PORT: missing for WORLD_SIZE > 1")
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend, rank=env.rank, world_size=env.world_size,
+                            timeout=timedelta(seconds=timeout_s),
+                            device_id=device if device.type == "cuda" else None)
+
+
+def _build_trainer(arch: ModelArch, config: JobConfig, plan: ParallelPlan, device: torch.device):
+    from .recipe import build_trainer
+
+    mesh = None
+    if plan.zero >= 2:
+        from torch.distributed.device_mesh import init_device_mesh
+        mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    return build_trainer(arch, config.recipe, zero=plan.zero, recompute=plan.recompute,
+                         lr=config.lr, device=device, mesh=mesh)
+
+
+def _reduce(loss: torch.Tensor, peak_bytes: int, device: torch.device) -> tuple[float, int]:
+    """Mean loss over data-parallel ranks and the largest per-rank peak."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return float(loss), peak_bytes
+    values = torch.stack([loss.float().to(device), torch.tensor(float(peak_bytes), device=device,
+                                                                dtype=torch.float32)])
+    world = dist.get_world_size()
+    mean = values[:1].clone()
+    dist.all_reduce(mean)
+    peak = values[1:].clone()
+    dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+    return float(mean) / world, int(peak)
+
+
+def train(config: JobConfig, plan: ParallelPlan, env: DistEnv, device: torch.device,
+          progress: ProgressWriter, memory: PeakMemory) -> dict[str, Any]:
+    """The training loop; returns the final summary (also written as the "done" line)."""
+    arch = load_model(config.model)
+    if device.type == "cuda" and config.recipe.precision == "bf16" and not torch.cuda.is_bf16_supported():
+        config = replace(config, recipe=replace(config.recipe, precision="fp16"))  # as MARP assumes
+    check_plan(arch, config, plan, env)
+    source = make_source(config.data, arch.vocab_size, config.seq_len, config.seed)
+    torch.manual_seed(config.seed)  # identical initial weights on every rank
+    trainer = _build_trainer(arch, config, plan, device)
+    tokens_per_step = config.seq_len * config.global_batch
+    started = time.monotonic()
+    loss = math.nan
+    peak = 0
+    for step in range(1, config.steps + 1):
+        batches = rank_micro_batches(source, step, config.global_batch, plan.dp, env.rank,
+                                     plan.micro_batch, device)
+        step_loss = trainer.train_step(batches)
+        memory.check()
+        if step % config.log_every == 0 or step == config.steps:
+            loss, peak = _reduce(step_loss, memory.peak_bytes(), device)
+            progress.write({"step": step, "steps": config.steps, "tokens": step * tokens_per_step,
+                            "loss": round(loss, 6), "peak_memory_bytes": peak,
+                            "time_s": round(time.monotonic() - started, 3)})
+    elapsed = time.monotonic() - started
+    return {"event": "done", "step": config.steps, "steps": config.steps,
+            "tokens": config.steps * tokens_per_step, "loss": round(loss, 6),
+            "peak_memory_bytes": peak, "time_s": round(elapsed, 3),
+            "tokens_per_s": round(config.steps * tokens_per_step / max(elapsed, 1e-9), 1),
+            "world_size": env.world_size, "device": device.type}
+
+
+def _is_oom(err: BaseException) -> bool:
+    if isinstance(err, (MemoryLimitExceeded, MemoryError)):
+        return True
+    if torch.cuda.is_available() and isinstance(err, torch.cuda.OutOfMemoryError):
+        return True
+    text = str(err)
+    return isinstance(err, RuntimeError) and ("out of memory" in text.lower()
+                                              or "DefaultCPUAllocator: can't allocate" in text)
+
+
+def _on_sigterm(signum, frame) -> None:
+    # A hard exit if cleanup hangs (e.g. peers stuck in a collective); the timer thread runs
+    # even while the main thread waits in C++.
+    timer = threading.Timer(SIGTERM_GRACE_S, lambda: os._exit(EXIT_SIGTERM))
+    timer.daemon = True
+    timer.start()
+    raise Terminated()
+
+
+def _shutdown() -> None:
+    if dist.is_available() and dist.is_initialized():
+        try:
+            dist.destroy_process_group()
+        except Exception:  # noqa: BLE001 - best effort while exiting
+            pass
+
+
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    """Run one rank; returns the exit code (see module docstring)."""
+    environ = os.environ if environ is None else environ
+    argv = sys.argv[1:] if argv is None else argv
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    progress = ProgressWriter(None)
+    try:
+        config, plan = load_config(argv, environ)
+        env = dist_env(environ)
+        load_model(config.model)  # unknown model / model_type -> exit 2 before any rendezvous
+        device = _device(env)
+        if device.type == "cpu" and not environ.get("OMP_NUM_THREADS"):
+            # Ranks of one node share its cores; oversubscribed OpenMP threads spin and crawl.
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, env.local_world_size)))
+        limit = int(environ.get("FRENZY_MEMORY_LIMIT_BYTES", "0") or 0)
+        timeout_s = float(environ.get("FRENZY_DIST_TIMEOUT_S", "600"))
+        _init_distributed(env, device, plan, timeout_s)
+        progress = ProgressWriter(environ.get("FRENZY_PROGRESS_FILE") if env.rank == 0 else None)
+        with PeakMemory(device, limit) as memory:
+            summary = train(config, plan, env, device, progress, memory)
+        progress.write(summary)
+        return EXIT_OK
+    except Terminated:
+        print("frenzy_trainer: SIGTERM, stopping", file=sys.stderr)
+        return EXIT_SIGTERM
+    except (ConfigError, ValueError) as err:
+        if _is_oom(err):
+            print(f"frenzy_trainer: out of memory: {err}", file=sys.stderr)
+            return EXIT_OOM
+        print(f"frenzy_trainer: bad configuration: {err}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    except BaseException as err:  # noqa: BLE001 - every failure maps to an exit code
+        if isinstance(err, KeyboardInterrupt):
+            return EXIT_SIGTERM
+        if _is_oom(err):
+            print(f"frenzy_trainer: out of memory: {err}", file=sys.stderr)
+            return EXIT_OOM
+        traceback.print_exc()
+        return EXIT_FAILED
+    finally:
+        progress.close()
+        _shutdown()
