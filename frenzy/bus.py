@@ -102,6 +102,9 @@ class Bus:
         return AIOKafkaConsumer(
             *(t.name for t in subscribed), bootstrap_servers=self.bootstrap, group_id=group,
             enable_auto_commit=False, auto_offset_reset="earliest",
+            # A short fetch wait keeps event-to-reaction latency low; brokers answer at once
+            # when data is there, so this only bounds the idle long-poll.
+            fetch_max_wait_ms=self.settings.fetch_max_wait_ms,
             session_timeout_ms=self.settings.session_timeout_ms,
             heartbeat_interval_ms=self.settings.heartbeat_interval_ms,
             client_id=f"frenzy-{self.service}", **kwargs)

@@ -16,6 +16,7 @@ class BusSettings(BaseSettings):
     # half the session timeout there); production deployments raise these.
     session_timeout_ms: int = 6000
     heartbeat_interval_ms: int = 1000
+    fetch_max_wait_ms: int = 50
     dedupe_window: int = Field(100_000, description="event ids remembered per consumer")
 
 

@@ -204,7 +204,7 @@ def _log_mentions_oom(job: RunningJob) -> bool:
     return False
 
 
-async def wait_for_exit(job: RunningJob, on_progress, poll_s: float = 0.2) -> Outcome:
+async def wait_for_exit(job: RunningJob, on_progress, poll_s: float = 0.05) -> Outcome:
     """Poll until every process of the job is gone, reporting progress as it changes.
 
     When one process fails the others are stopped, so a job never half-runs.
