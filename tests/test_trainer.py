@@ -62,7 +62,7 @@ def _progress(tmp_path: Path) -> list[dict]:
     ("tiny-llama", {"dp": 2, "tp": 1, "pp": 1, "zero": 3, "micro_batch": 2, "recompute": "full"}),
 ])
 def test_two_ranks_train_and_the_loss_falls(tmp_path, model, plan):
-    steps = 25
+    steps = 20
     results = _wait(_launch(tmp_path, ["--model", model, "--steps", str(steps), *COMMON], plan))
     for code, out in results:
         assert code == 0, out
@@ -86,17 +86,69 @@ def test_memory_limit_exits_3(tmp_path):
         assert "out of memory" in out
 
 
+def _main_in_process(tmp_path: Path, args: list[str], plan: dict, **extra: str) -> int:
+    """Run one rank in this process (no rendezvous happens for one rank without FSDP)."""
+    from frenzy_trainer.train import main
+
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        return main(args, _env(tmp_path, 0, 1, 0, plan, **extra))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 @pytest.mark.parametrize("args, plan, field", [
     (["--model", "no-such-model", "--steps", "2", *COMMON], {}, "model"),
     (["--model", "tiny-gpt2", "--steps", "2", *COMMON], {"tp": 2}, "not supported by the reference trainer"),
+    (["--model", "tiny-gpt2", "--steps", "2", *COMMON], {"dp": 2}, "WORLD_SIZE"),
     (["--model", "tiny-gpt2", "--steps", "2", *COMMON], {"micro_batch": 3}, "micro_batch"),
     (["--model", "tiny-gpt2", "--steps", "2", "--seq-len", "4096", "--global-batch", "8"], {}, "seq_len"),
     (["--model", "tiny-gpt2", *COMMON], {}, "steps"),
+    (["--model", "tiny-gpt2", "--steps", "2", "--precision", "fp8", *COMMON], {}, "precision"),
 ])
-def test_bad_configuration_exits_2(tmp_path, args, plan, field):
-    (code, out), = _wait(_launch(tmp_path, args, plan, world=1))
-    assert code == 2, out
-    assert field in out
+def test_bad_configuration_exits_2(tmp_path, capsys, args, plan, field):
+    assert _main_in_process(tmp_path, args, plan) == 2
+    assert field in capsys.readouterr().err
+
+
+def test_bad_plan_json_exits_2(tmp_path, capsys):
+    from frenzy_trainer.train import main
+
+    env = _env(tmp_path, 0, 1, 0, {})
+    env["FRENZY_PLAN"] = "{not json"
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        assert main(["--model", "tiny-gpt2", "--steps", "1", *COMMON], env) == 2
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert "FRENZY_PLAN" in capsys.readouterr().err
+
+
+def test_job_spec_env_and_text_data(tmp_path):
+    text = tmp_path / "corpus.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 200)
+    spec = {"model": "tiny-llama", "training": {"seq_len": 32, "global_batch_size": 4, "steps": 3}}
+    assert _main_in_process(tmp_path, ["--data", str(text)], {"micro_batch": 2},
+                            FRENZY_JOB_SPEC=json.dumps(spec)) == 0
+    done = _progress(tmp_path)[-1]
+    assert done["event"] == "done" and done["tokens"] == 3 * 32 * 4
+    assert done["peak_memory_bytes"] > 0
+
+
+def test_cpu_tracker_counts_live_bytes():
+    from frenzy_trainer.progress import LiveTensorBytes, MemoryLimitExceeded
+
+    with LiveTensorBytes() as tracker:
+        a = torch.empty(1000, dtype=torch.float32)
+        view = a[:10]  # same storage: not counted twice
+        b = torch.empty(500, dtype=torch.float32)
+        del b
+        assert tracker.live_bytes == 4000 and tracker.peak_bytes == 6000
+        del a, view
+        assert tracker.live_bytes == 0
+    with pytest.raises(MemoryLimitExceeded, match="out of memory"):
+        with LiveTensorBytes(limit_bytes=1000):
+            torch.zeros(1000)
 
 
 def test_sigterm_exits_143(tmp_path):
@@ -110,13 +162,3 @@ def test_sigterm_exits_143(tmp_path):
     assert proc.returncode == 143, out
 
 
-def test_job_spec_env_and_text_data(tmp_path):
-    text = tmp_path / "corpus.txt"
-    text.write_text("the quick brown fox jumps over the lazy dog. " * 200)
-    spec = {"model": "tiny-llama", "training": {"seq_len": 32, "global_batch_size": 4, "steps": 3}}
-    (proc,) = _launch(tmp_path, ["--data", str(text)], {"micro_batch": 2}, world=1,
-                      FRENZY_JOB_SPEC=json.dumps(spec))
-    (code, out), = _wait([proc])
-    assert code == 0, out
-    done = _progress(tmp_path)[-1]
-    assert done["event"] == "done" and done["tokens"] == 3 * 32 * 4
