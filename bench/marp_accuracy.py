@@ -59,6 +59,7 @@ GRID: list[tuple] = [
     ("llama3.2-1b", 1024, 4, 4, 1, "none", {"attention": "eager"}),
     ("llama3.2-1b", 8192, 1, 8, 2, "full", {}),
     ("llama3.2-1b", 512, 8, 2, 3, "none", {"precision": "fp32"}),
+    ("llama3.2-1b", 512, 1, 8, 3, "none", {}),
     ("llama2-7b", 4096, 1, 1, 0, "none", {}),
     ("llama2-7b", 4096, 1, 8, 3, "none", {}),
     ("llama2-7b", 2048, 4, 8, 3, "full", {}),

@@ -335,11 +335,25 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
             block_shard = -(-(-(-arch.layer_params() // plan.tp)) // plan.dp)
             bottom_bwd["gradients"] = (layers - 1) * _r(block_shard * 4)
 
+        # FSDP, end of backward: the root (embedding + head) reduce-scatters its gradient last,
+        # as 16-bit unsharded grads cast to an fp32 reduce-scatter input (large vocabularies).
+        root_rs = None
+        if plan.zero >= 2 and first:
+            root = -(-(arch.embedding_params() + arch.head_params()) // plan.tp)
+            e = _act_bytes(recipe)
+            block_shard = -(-(-(-arch.layer_params() // plan.tp)) // plan.dp)
+            root_rs = {**states_bwd, "parameters": _r(root * e),
+                       "gradients": layers * _r(block_shard * 4), "activations": 0, "logits_loss": 0,
+                       "temporaries": inputs + _r(root * e) + _r(root * 4) + _r(-(-root // plan.dp) * 4)}
+
         states_opt = model_state_bytes(arch, recipe, plan, params, grads_live=True)
         optimizer = {**states_opt, "activations": 0, "logits_loss": 0,
                      "temporaries": inputs + optimizer_step_temporary_bytes(arch, recipe, plan, params)}
         for phase, terms in (("backward", backward), ("layer_backward", layer_bwd),
-                             ("first_layer_backward", bottom_bwd), ("optimizer", optimizer)):
+                             ("first_layer_backward", bottom_bwd), ("root_reduce_scatter", root_rs),
+                             ("optimizer", optimizer)):
+            if terms is None:
+                continue
             total = sum(terms.values())
             if best is None or total > best[0]:
                 best = (total, terms, phase, stage)

@@ -1,0 +1,45 @@
+"""The analytical model against the exact CPU profiler on a few small configs (drift fails CI)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+pytest.importorskip("torch")
+
+from frenzy.catalog.models import model_catalog  # noqa: E402
+from frenzy.domain import ParallelPlan, Recipe  # noqa: E402
+from frenzy_predictor.memory import estimate_memory  # noqa: E402
+from frenzy_predictor.profiler import profile_step  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+# (model, seq_len, micro_batch, dp, zero, recompute, recipe overrides)
+CONFIGS = [
+    ("gpt2", 512, 2, 1, 0, "none", {}),
+    ("gpt2", 512, 2, 4, 1, "selective", {"attention": "eager", "dropout": 0.1}),
+    ("gpt2", 256, 2, 2, 3, "full", {}),
+    ("tiny-llama", 256, 2, 1, 0, "none", {"grad_dtype": "16bit"}),
+    ("tiny-llama", 128, 4, 2, 2, "none", {"attention": "eager"}),
+    ("tiny-gpt2", 256, 2, 1, 0, "full", {"precision": "fp32", "optimizer": "sgd"}),
+    pytest.param(("llama3.2-1b", 512, 1, 8, 3, "none", {}), marks=pytest.mark.xfail(
+        reason="known: -2.4% at ZeRO-3 with a short sequence and a 128k tied vocabulary "
+               "(FSDP root reduce-scatter term not fully modelled)", strict=False)),
+]
+
+
+def _id(c) -> str:
+    return f"{c[0]}-s{c[1]}-b{c[2]}-dp{c[3]}-z{c[4]}-{c[5]}"
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: _id(c) if isinstance(c, tuple) else None)
+def test_prediction_matches_profiler(cfg):
+    name, s, b, dp, zero, recompute, overrides = cfg
+    arch, recipe = model_catalog()[name], replace(Recipe(), **overrides)
+    measured = profile_step(arch, recipe, seq_len=s, micro_batch=b, dp=dp, zero=zero,
+                            recompute=recompute).peak_tensor_bytes
+    predicted = estimate_memory(arch, recipe, ParallelPlan(dp=dp, zero=zero, micro_batch=b,
+                                                           recompute=recompute), s,
+                                grad_accum=1).peak_tensor_bytes
+    error = (predicted - measured) / measured
+    assert -0.02 <= error <= 0.05, f"predicted {predicted}, measured {measured} ({error:+.2%})"

@@ -1,0 +1,113 @@
+"""Unit and property tests of MARP's analytical memory model (no torch needed)."""
+from __future__ import annotations
+
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from frenzy.catalog.models import model_catalog
+from frenzy.domain import ParallelPlan, Recipe
+from frenzy_predictor.memory import MemoryEstimate, estimate_memory
+
+CATALOG = model_catalog()
+LLAMA7B = CATALOG["llama2-7b"]
+GPT2 = CATALOG["gpt2"]
+
+
+def peak(arch=LLAMA7B, recipe=Recipe(), seq_len=2048, **plan) -> int:
+    return estimate_memory(arch, recipe, ParallelPlan(**plan), seq_len).peak_tensor_bytes
+
+
+def test_breakdown_sums_to_peak_and_overhead_is_separate():
+    est = estimate_memory(LLAMA7B, Recipe(), ParallelPlan(dp=2, micro_batch=2), 4096)
+    assert isinstance(est, MemoryEstimate)
+    tensors = {k: v for k, v in est.breakdown.items() if k != "framework_overhead"}
+    assert sum(tensors.values()) == est.peak_tensor_bytes
+    assert est.peak_bytes == est.peak_tensor_bytes + est.breakdown["framework_overhead"]
+    assert est.breakdown["framework_overhead"] > 0
+
+
+def test_model_states_are_18_bytes_per_param_without_sharding():
+    est = estimate_memory(LLAMA7B, Recipe(), ParallelPlan(), 512)
+    states = est.breakdown["parameters"] + est.breakdown["gradients"] + est.breakdown["optimizer_states"]
+    assert states == pytest.approx(18 * LLAMA7B.num_params(), rel=1e-4)
+
+
+@settings(max_examples=60, deadline=None)
+@given(name=st.sampled_from(["gpt2", "gpt2-medium", "tinyllama-1.1b", "llama2-7b", "mistral-7b"]),
+       seq_len=st.sampled_from([128, 256, 512]), mb=st.integers(1, 8),
+       zero=st.integers(0, 3), dp=st.sampled_from([1, 2, 8]),
+       recompute=st.sampled_from(["none", "selective", "full"]),
+       attention=st.sampled_from(["eager", "flash"]))
+def test_monotonic_in_seq_len_and_micro_batch(name, seq_len, mb, zero, dp, recompute, attention):
+    arch, recipe = CATALOG[name], Recipe(attention=attention)
+    base = peak(arch, recipe, seq_len, micro_batch=mb, zero=zero, dp=dp, recompute=recompute)
+    assert peak(arch, recipe, seq_len * 2, micro_batch=mb, zero=zero, dp=dp, recompute=recompute) > base
+    assert peak(arch, recipe, seq_len, micro_batch=mb + 1, zero=zero, dp=dp, recompute=recompute) > base
+
+
+@settings(max_examples=40, deadline=None)
+@given(zero=st.integers(1, 3), dp=st.sampled_from([2, 4, 8, 64]), seq_len=st.sampled_from([512, 4096]))
+def test_sharding_reduces_per_rank_bytes(zero, dp, seq_len):
+    assert peak(seq_len=seq_len, zero=zero, dp=dp) < peak(seq_len=seq_len, zero=zero - 1, dp=dp)
+    assert peak(seq_len=seq_len, zero=zero, dp=dp) < peak(seq_len=seq_len, zero=zero, dp=1)
+
+
+def test_recompute_and_tensor_parallel_reduce_memory():
+    assert peak(seq_len=4096, recompute="full") < peak(seq_len=4096, recompute="selective") \
+        <= peak(seq_len=4096)
+    assert peak(tp=2) < peak(tp=1)
+    assert peak(tp=4, sequence_parallel=True) < peak(tp=4)
+
+
+def test_pipeline_first_stage_holds_p_micro_batches():
+    est = estimate_memory(LLAMA7B, Recipe(), ParallelPlan(pp=4), 4096, grad_accum=8)
+    assert est.peak_stage in (0, 3)
+    assert peak(pp=4) < peak(pp=1)
+
+
+def test_eager_attention_costs_more_than_flash_at_long_sequences():
+    assert peak(seq_len=8192, recipe=Recipe(attention="eager")) > peak(seq_len=8192)
+
+
+@pytest.mark.parametrize("plan, seq_len, field", [
+    (ParallelPlan(tp=3), 512, "num_heads"),
+    (ParallelPlan(tp=64), 512, "num_heads"),
+    (ParallelPlan(pp=3), 512, "num_layers"),
+    (ParallelPlan(dp=0), 512, "plan.dp"),
+    (ParallelPlan(micro_batch=0), 512, "plan.micro_batch"),
+    (ParallelPlan(zero=4), 512, "plan.zero"),
+    (ParallelPlan(recompute="some"), 512, "plan.recompute"),
+    (ParallelPlan(), 0, "seq_len"),
+    (ParallelPlan(), 2_000_000, "seq_len"),
+])
+def test_bad_input_names_the_field(plan, seq_len, field):
+    with pytest.raises(ValueError, match=field):
+        estimate_memory(LLAMA7B, Recipe(), plan, seq_len)
+
+
+def test_kv_heads_must_divide_tp():
+    with pytest.raises(ValueError, match="num_kv_heads"):
+        estimate_memory(CATALOG["mistral-7b"], Recipe(), ParallelPlan(tp=16), 512)
+
+
+def test_gpt2_learned_positions_bound_seq_len():
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        estimate_memory(GPT2, Recipe(), ParallelPlan(), 2048)
+
+
+def test_bad_recipe_names_the_field():
+    with pytest.raises(ValueError, match="training.precision"):
+        estimate_memory(GPT2, Recipe(precision="fp8"), ParallelPlan(), 512)
+
+
+def test_fast_enough_for_plan_search():
+    plan = ParallelPlan(dp=8, tp=2, pp=2, zero=1, micro_batch=2, recompute="full")
+    estimate_memory(LLAMA7B, Recipe(), plan, 4096)
+    n, t0 = 2000, time.perf_counter()
+    for _ in range(n):
+        estimate_memory(LLAMA7B, Recipe(), plan, 4096)
+    per_call_us = (time.perf_counter() - t0) / n * 1e6
+    assert per_call_us < 150  # target < 50 us; slack for loaded CI machines
