@@ -78,11 +78,16 @@ class LiveState:
                     del self.pending[job_id]
 
     def waiting(self) -> list[QueuedJob]:
-        return [QueuedJob(job_id, job.submit_time_s, job.options[job.queued_attempt],
-                          job.deadline_s, job.queued_attempt)
-                for job_id, job in self.jobs.items()
-                if job.queued_attempt >= 0 and job.queued_attempt in job.options
-                and job_id not in self.pending]
+        queue = []
+        for job_id, job in self.jobs.items():
+            if job.queued_attempt < 0 or job_id in self.pending:
+                continue
+            # A retry after a lost node keeps its plans; a re-plan (after OOM) has its own.
+            planned = [a for a in job.options if a <= job.queued_attempt]
+            if planned:
+                queue.append(QueuedJob(job_id, job.submit_time_s, job.options[max(planned)],
+                                       job.deadline_s, job.queued_attempt))
+        return queue
 
     def effective_cluster(self) -> ClusterView:
         view = self.cluster.copy()
