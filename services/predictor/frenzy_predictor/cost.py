@@ -149,6 +149,7 @@ class CostModel:
         self.model_flops = model_flops_per_token(arch, training.seq_len) * training.tokens_per_step
         self._micro_batch_cache: dict[tuple, tuple[float, float, float]] = {}
         self._step_cache: dict[tuple, float] = {}
+        self._dp_cache: dict[tuple, tuple[float, float, float]] = {}
 
     def micro_batch_s(self, tp: int, pp: int, dp: int, mb: int, recompute: str) -> tuple[float, float, float]:
         """(compute, tensor-parallel, pipeline-send) seconds of one micro-batch on the slowest stage.
@@ -229,26 +230,20 @@ class CostModel:
         slots = micro_batches + pp - 1  # 1F1B: (m + p - 1) micro-batch slots, (p - 1) idle
         compute_s, tp_s, pp_s = self.micro_batch_s(tp, pp, dp, mb, recompute)
 
-        # Data parallel, tp innermost then dp (Megatron's rank order): the dp group stays inside
-        # a node while tp * dp fits in one, else it crosses the network. Bucketed syncs overlap
-        # the backward pass, but at most COMM_OVERLAP of any transfer hides behind compute.
+        # Data parallel: bucketed syncs overlap the backward pass, but at most COMM_OVERLAP of
+        # any transfer hides behind compute.
         dp_s = 0.0
         if dp > 1:
-            gbs = self.gpu.intra_node_gbs if tp * dp <= self.gpu.typical_gpus_per_node \
-                else self.inter_node_gbs
-            rank_params = self.num_params / (tp * pp)
-            grads, weights = rank_params * self.grad_bytes, rank_params * self.act_bytes
+            reduce_grads_s, scatter_grads_s, gather_weights_s = self._dp_collectives_s(tp, pp, dp)
             backward_s = compute_s * 2 / 3  # the last micro-batch's backward hides the grad sync
             if zero == 0:
-                dp_s = _exposed(_ring_s(2, grads, dp, gbs), backward_s)
+                dp_s = _exposed(reduce_grads_s, backward_s)
             elif zero == 1:  # reduce-scatter grads, all-gather updated weights
-                dp_s = _exposed(_ring_s(1, grads, dp, gbs), backward_s) + _ring_s(1, weights, dp, gbs)
+                dp_s = _exposed(scatter_grads_s, backward_s) + gather_weights_s
             elif zero == 2:  # reduce-scatter every micro-batch, all-gather weights once
-                dp_s = (micro_batches * _exposed(_ring_s(1, grads, dp, gbs), backward_s)
-                        + _ring_s(1, weights, dp, gbs))
+                dp_s = micro_batches * _exposed(scatter_grads_s, backward_s) + gather_weights_s
             else:  # zero 3: per micro-batch, gather weights for fwd and bwd, reduce-scatter grads
-                per_mb = _ring_s(2, weights, dp, gbs) + _ring_s(1, grads, dp, gbs)
-                dp_s = micro_batches * _exposed(per_mb, compute_s)
+                dp_s = micro_batches * _exposed(2 * gather_weights_s + scatter_grads_s, compute_s)
 
         owned_params = self.num_params / (tp * pp) / (dp if zero >= 1 else 1)
         optimizer_s = owned_params * self.optimizer_bytes / self.hbm_bytes_per_s
@@ -256,6 +251,23 @@ class CostModel:
             compute_s=slots * compute_s, tensor_parallel_s=slots * tp_s,
             pipeline_s=slots * pp_s, data_parallel_s=dp_s, optimizer_s=optimizer_s,
             bubble_fraction=(pp - 1) / slots, model_flops=self.model_flops)
+
+    def _dp_collectives_s(self, tp: int, pp: int, dp: int) -> tuple[float, float, float]:
+        """(all-reduce grads, reduce-scatter grads, all-gather 16-bit weights) over the dp group.
+
+        Data parallel with tp innermost, then dp (Megatron's rank order): the group stays
+        inside a node while tp * dp fits in one, else it crosses the network.
+        """
+        key = (tp, pp, dp)
+        cached = self._dp_cache.get(key)
+        if cached is None:
+            gbs = self.gpu.intra_node_gbs if tp * dp <= self.gpu.typical_gpus_per_node \
+                else self.inter_node_gbs
+            rank_params = self.num_params / (tp * pp)
+            grads, weights = rank_params * self.grad_bytes, rank_params * self.act_bytes
+            cached = self._dp_cache[key] = (_ring_s(2, grads, dp, gbs), _ring_s(1, grads, dp, gbs),
+                                            _ring_s(1, weights, dp, gbs))
+        return cached
 
     def step_time_s(self, plan: ParallelPlan) -> float:
         return self.breakdown(plan).total_s

@@ -131,16 +131,19 @@ class _TypeSearch:
         self.usable = usable_bytes(gpu, fit_margin)
         self.cost = CostModel(arch, training, gpu)
         self.best: dict[int, _Best] = {}
-        # Largest micro-batch that fitted per (tp, pp, zero, recompute) at a smaller dp: memory
-        # never grows with dp, so it still fits (when it still divides the per-replica batch).
-        self.fitted_mb: dict[tuple[int, int, int, str], int] = {}
+        # Largest micro-batch that fitted per (tp, pp) and (zero, recompute index) at a smaller
+        # or equal dp. Memory never grows with dp (beyond one GPU), with the ZeRO stage or with
+        # recompute, so it also fits any (zero', recompute') >= (zero, recompute) here.
+        self.fitted_mb: dict[tuple[int, int], dict[tuple[int, int], int]] = {}
 
     def incumbent_s(self, n: int) -> float:
         return self.best[n].step_s if n in self.best else math.inf
 
-    def largest_fitting(self, tp: int, pp: int, dp: int, zero: int, rc: str, mbs: list[int]) -> int:
+    def largest_fitting(self, tp: int, pp: int, dp: int, zero: int, i: int, mbs: list[int]) -> int:
         """Index of the largest micro-batch that fits, or -1 (binary search: memory grows with it)."""
-        previous = self.fitted_mb.get((tp, pp, zero, rc), 0)
+        rc = self.recomputes[i]
+        fitted = self.fitted_mb.setdefault((tp, pp), {})
+        previous = max((m for (z, j), m in fitted.items() if z <= zero and j <= i), default=0)
         lo = max((i for i, m in enumerate(mbs) if m <= previous), default=-1)
         if lo < 0:  # settle the common "nothing fits" case cheaply
             if (self.table.floor_bytes(tp, pp, dp, zero) > self.usable
@@ -155,7 +158,7 @@ class _TypeSearch:
             else:
                 hi = mid - 1
         if tp * pp * dp > 1:  # a single GPU has no NCCL buffers: not a bound for dp = 2
-            self.fitted_mb[(tp, pp, zero, rc)] = mbs[lo]
+            fitted[(zero, i)] = max(fitted.get((zero, i), 0), mbs[lo])
         return lo
 
     def floor(self, tp: int, pp: int, dp: int) -> tuple[float, int, list[int]]:
@@ -188,7 +191,7 @@ class _TypeSearch:
             if any(z >= zero and j >= i for z, j in too_big):
                 top = -1  # a plan needing less memory already did not fit
             else:
-                top = self.largest_fitting(tp, pp, dp, zero, self.recomputes[i], mbs)
+                top = self.largest_fitting(tp, pp, dp, zero, i, mbs)
             # Heavier recompute: when nothing fits, or (selective only, it is cheap) to fit a
             # larger micro-batch; full recompute's +33% compute never pays for a larger one.
             if i + 1 < len(self.recomputes) and (
