@@ -313,6 +313,10 @@ def enumerate_options(arch: ModelArch, training: TrainingSpec, gpu_types: Sequen
     """
     limit = min(max_gpus, constraints.max_gpus) if constraints.max_gpus > 0 else max_gpus
     recomputes = [rc for rc in RECOMPUTES if rc in recomputes]  # cheapest first
+    if training.recipe.attention == "flash" and len(recomputes) > 1:
+        # Selective recompute (Korthikanti et al. 2022) drops the s x s attention activations,
+        # which flash attention never stores: it would cost time and save almost nothing.
+        recomputes = [rc for rc in recomputes if rc != "selective"]
     table = memory_table or MemoryTable(arch, training)
     steps = training.steps
     options: list[PlanOption] = []
