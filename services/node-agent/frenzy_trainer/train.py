@@ -100,8 +100,17 @@ _FIELDS: dict[str, tuple[str, str, Any]] = {
 }
 
 
+class _ArgParseError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse would exit 2 itself; keep control of the exit
+        raise _ArgParseError(message)
+
+
 def _arg_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m frenzy_trainer", description=__doc__.split("\n")[0])
+    p = _Parser(prog="python -m frenzy_trainer", description=__doc__.split("\n")[0])
     p.add_argument("--model", help="catalog name or path to a Hugging Face config.json")
     p.add_argument("--seq-len", type=int)
     p.add_argument("--global-batch", type=int, help="sequences per optimizer step, all ranks")
@@ -120,15 +129,6 @@ def _arg_parser() -> argparse.ArgumentParser:
     return p
 
 
-class _ArgParseError(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # argparse would exit 2 itself; keep control of the exit
-        raise _ArgParseError(message)
-
-
 def _number(field: str, value: Any, kind: type) -> Any:
     try:
         number = kind(float(value)) if kind is int else kind(value)
@@ -141,12 +141,8 @@ def _number(field: str, value: Any, kind: type) -> Any:
 
 def load_config(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[JobConfig, ParallelPlan]:
     """Flags win over FRENZY_* variables, which win over FRENZY_JOB_SPEC; ConfigError names the field."""
-    parser = _Parser(prog="python -m frenzy_trainer", add_help=True)
-    for action in _arg_parser()._actions:
-        if action.dest != "help":
-            parser._add_action(action)
     try:
-        args = vars(parser.parse_args(list(argv)))
+        args = vars(_arg_parser().parse_args(list(argv)))
     except _ArgParseError as err:
         raise ConfigError(f"arguments: {err}") from None
     spec: dict[str, Any] = {}
@@ -406,6 +402,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             return EXIT_OOM
         print(f"frenzy_trainer: bad configuration: {err}", file=sys.stderr)
         return EXIT_BAD_CONFIG
+    except SystemExit as err:  # --help
+        return int(err.code or 0)
     except BaseException as err:  # noqa: BLE001 - every failure maps to an exit code
         if isinstance(err, KeyboardInterrupt):
             return EXIT_SIGTERM

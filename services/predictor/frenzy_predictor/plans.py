@@ -5,15 +5,16 @@ fastest plan that fits for each GPU count, and return each type's Pareto front o
 job duration and GPU-seconds. The search is pruned so that one job against ten GPU types takes
 milliseconds (docs/marp-plans.md, "Search"):
 
-* memory does not depend on the GPU type, so each plan's estimate is computed once per job and
-  shared by all types (`MemoryTable`);
-* tp, pp, dp and micro-batches are powers of two; tp stays inside a node; n <= 512 GPUs;
-* branch and bound: a (zero, recompute) choice is only checked for memory when its best-case
-  step time (largest micro-batch, no memory check) beats the best plan already found for that
-  GPU count; the cost model is ~10x cheaper than a memory estimate;
-* the largest fitting micro-batch is found by binary search (memory grows with micro-batch);
-* dp stops doubling once two doublings in a row bring no speed-up (more GPUs are then
-  dominated in both duration and GPU-seconds).
+* memory does not depend on the GPU type: each plan is estimated once per job (`MemoryTable`);
+* tp, pp, dp and micro-batches are powers of two; tp stays inside a node; pipelines use the
+  node's widest tp (NVLink) or none (PCIe); at most 512 GPUs;
+* branch and bound per GPU count: layouts (tp, pp, dp) in order of a compute-only lower bound,
+  then (ZeRO stage, recompute) in order of their memory-blind step time; memory is estimated
+  only for candidates that could still beat the incumbent (the cost model is ~5x cheaper);
+* the largest fitting micro-batch is a binary search (memory grows with it), started from what
+  already fitted with fewer replicas, less ZeRO or less recompute (memory only shrinks there);
+* each type starts from the winners of the types searched before it (good early incumbents);
+* GPU counts stop doubling after two doublings without a speed-up.
 """
 from __future__ import annotations
 
