@@ -8,7 +8,7 @@ from frenzy.convert import option_to_proto
 from frenzy.domain import PlanOption
 from frenzy.jobspec import resolve_spec
 from frenzy.v1 import events_pb2, types_pb2
-from frenzy_predictor.plans import enumerate_options
+from frenzy_predictor.plans import FIT_MARGIN, enumerate_options
 
 
 def plan_job(spec: types_pb2.JobSpec, gpu_types: list[GpuType] | None = None,
@@ -25,7 +25,7 @@ def plan_job(spec: types_pb2.JobSpec, gpu_types: list[GpuType] | None = None,
         by_name = gpu_catalog()
         options = [replace(o, peak_bytes_per_gpu=max(o.peak_bytes_per_gpu, min_memory_bytes))
                    for o in options
-                   if max(o.peak_bytes_per_gpu, min_memory_bytes) <= 0.95 * by_name[o.gpu_type].memory_bytes]
+                   if max(o.peak_bytes_per_gpu, min_memory_bytes) <= FIT_MARGIN * by_name[o.gpu_type].memory_bytes]
     return options, job.arch.num_params()
 
 
