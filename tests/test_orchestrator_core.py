@@ -144,3 +144,11 @@ def test_duplicate_submit_is_ignored_and_invalid_spec_fails():
     bad = types_pb2.JobSpec(name="b", model="nope", training=SPEC.training)
     core.submit("b", bad, 0)
     assert core.jobs["b"].job.state == FAILED and "model" in core.jobs["b"].job.reason
+
+
+def test_plan_arriving_before_its_submission_is_applied_on_submit():
+    core = OrchestratorCore()
+    option = types_pb2.PlanOption(gpu_type="A100-80GB", num_gpus=1)
+    assert core.on_planned(events_pb2.JobPlanned(job_id="early", options=[option]), 0) == []
+    core.submit("early", SPEC, 1)
+    assert core.jobs["early"].job.state == QUEUED and not core.early_plans

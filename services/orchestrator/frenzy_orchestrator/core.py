@@ -76,6 +76,9 @@ class OrchestratorCore:
         self.max_oom_replans = max_oom_replans
         self.nodes: dict[str, NodeRecord] = {}
         self.jobs: dict[str, JobRecord] = {}
+        # Topics are not ordered relative to each other: a JobPlanned can arrive before the
+        # JobSubmitted of a job produced straight onto Kafka. It waits here for its job.
+        self.early_plans: dict[str, events_pb2.JobPlanned] = {}
 
     # ----- jobs -------------------------------------------------------------------------
     def _transition(self, rec: JobRecord, target: int, reason: str, now_s: float) -> list[Outgoing]:
@@ -110,11 +113,16 @@ class OrchestratorCore:
             return self._transition(rec, FAILED, f"invalid spec: {err}", now_s)
         status = events_pb2.JobStatusChanged(job_id=job_id, state=SUBMITTED, reason="submitted",
                                              source=events_pb2.ORCHESTRATOR, job=job)
-        return [Outgoing(topics.JOBS_STATUS, job_id, status)]
+        out = [Outgoing(topics.JOBS_STATUS, job_id, status)]
+        early = self.early_plans.pop(job_id, None)
+        return out + (self.on_planned(early, now_s) if early is not None else [])
 
     def on_planned(self, planned: events_pb2.JobPlanned, now_s: float) -> list[Outgoing]:
         rec = self.jobs.get(planned.job_id)
-        if rec is None or rec.job.state != SUBMITTED or planned.attempt != rec.job.attempt:
+        if rec is None:
+            self.early_plans[planned.job_id] = planned
+            return []
+        if rec.job.state != SUBMITTED or planned.attempt != rec.job.attempt:
             return []
         if not planned.options:
             return self._transition(rec, FAILED, planned.reason or "unschedulable", now_s)
