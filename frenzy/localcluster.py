@@ -90,6 +90,7 @@ def start_cluster(cluster_file: Path = DEFAULT_CLUSTER, grpc_port: int = 50051,
     from frenzy_scheduler.clusterfile import build_cluster, load_cluster_file
 
     groups = load_cluster_file(cluster_file)
+    workdir = workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     cluster = LocalCluster(workdir, grpc_port)
     try:

@@ -106,7 +106,8 @@ def job_environment(launch: events_pb2.LaunchJob, local_rank: int, workdir: Path
 
 
 def launch(launch_cmd: events_pb2.LaunchJob, jobs_dir: Path, time_scale: float) -> RunningJob:
-    workdir = jobs_dir / f"{launch_cmd.job_id}.{launch_cmd.attempt}"
+    # Absolute: the job runs with this as its cwd, and its environment names files in it.
+    workdir = (jobs_dir / f"{launch_cmd.job_id}.{launch_cmd.attempt}").resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     command = ["/bin/sh", "-c", _RECORD_EXIT, "sh", *job_command(launch_cmd)]
     pids: list[int] = []
