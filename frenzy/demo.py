@@ -97,7 +97,7 @@ def _raise_interrupt(*_: object) -> None:
               default=DEFAULT_CLUSTER, show_default=True)
 @click.option("--grpc-port", default=50051, show_default=True, type=click.IntRange(1, 65535))
 @click.option("--policy", default="has", show_default=True)
-@click.option("--time-scale", default=0.001, show_default=True, type=click.FloatRange(min=0, min_open=True),
+@click.option("--time-scale", default=0.0002, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="synthetic jobs run for predicted duration x this")
 @click.option("--timeout", "timeout_s", default=300.0, show_default=True)
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=Path(".frenzy"))
