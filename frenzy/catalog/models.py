@@ -6,7 +6,7 @@ three agree on what "llama2-7b" means.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 FAMILIES = ("gpt2", "llama")
@@ -155,7 +155,3 @@ def load_model(ref: str) -> ModelArch:
             raise ValueError(f"model: {ref!r} is not valid JSON ({err.msg})") from None
         return from_hf_config(config, name=path.parent.name or path.stem)
     raise ValueError(f"model: unknown model {ref!r}; catalog: {', '.join(catalog)}")
-
-
-def with_name(arch: ModelArch, name: str) -> ModelArch:
-    return replace(arch, name=name)

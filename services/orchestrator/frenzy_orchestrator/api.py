@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from typing import TYPE_CHECKING, AsyncIterator
 
@@ -137,7 +136,3 @@ async def start_grpc(service: "OrchestratorService", host: str, port: int) -> gr
         raise RuntimeError(f"cannot listen on {host}:{port}")
     await server.start()
     return server
-
-
-def now_s() -> float:
-    return time.time()
