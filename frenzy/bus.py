@@ -26,13 +26,16 @@ TOPIC_EXISTS = 36
 log = get_logger("bus")
 
 
-async def ensure_topics(bootstrap_servers: str, wanted: Iterable[topics.Topic] = topics.ALL_TOPICS) -> None:
+async def ensure_topics(bootstrap_servers: str, wanted: Iterable[topics.Topic] = topics.ALL_TOPICS,
+                        prefix: str = "") -> None:
     """Create missing topics. Safe to call from every service at start-up."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers)
     await admin.start()
     try:
         existing = set(await admin.list_topics())
-        new = [NewTopic(t.name, t.partitions, 1) for t in wanted if t.name not in existing]
+        new = [NewTopic(prefix + t.name, t.partitions, 1,
+                        topic_configs={"cleanup.policy": "compact"} if t.compacted else None)
+               for t in wanted if prefix + t.name not in existing]
         if new:
             response = await admin.create_topics(new)
             for name, code, *_ in getattr(response, "topic_errors", []) or []:
@@ -66,11 +69,16 @@ class Bus:
         self.service = service
         self.settings = settings or BusSettings()
         self.bootstrap = bootstrap(self.settings)
+        self.prefix = f"{self.settings.namespace}." if self.settings.namespace else ""
         self.producer: AIOKafkaProducer | None = None
+
+    def topic_name(self, topic: topics.Topic) -> str:
+        """The topic's name on the broker, in this deployment's namespace."""
+        return self.prefix + topic.name
 
     async def start(self) -> None:
         """Create topics if needed and connect; must run inside the event loop."""
-        await ensure_topics(self.bootstrap)
+        await ensure_topics(self.bootstrap, prefix=self.prefix)
         self.producer = AIOKafkaProducer(
             bootstrap_servers=self.bootstrap, acks="all", linger_ms=2,
             enable_idempotence=False, client_id=f"frenzy-{self.service}")
@@ -84,8 +92,13 @@ class Bus:
                       trace_id: str = "") -> events_pb2.Envelope:
         env = events.envelope(payload, trace_id=trace_id, producer=self.service)
         value, headers = events.encode(env)
-        await self.producer.send_and_wait(topic.name, value, key=key.encode(), headers=headers)
+        await self.producer.send_and_wait(self.topic_name(topic), value, key=key.encode(),
+                                          headers=headers)
         return env
+
+    async def publish_tombstone(self, topic: topics.Topic, key: str) -> None:
+        """Delete a key from a compacted topic."""
+        await self.producer.send_and_wait(self.topic_name(topic), None, key=key.encode())
 
     async def dead_letter(self, record, reason: str, group: str) -> None:
         headers = list(record.headers or []) + [
@@ -93,14 +106,15 @@ class Bus:
             ("x-frenzy-source", f"{record.topic}/{record.partition}/{record.offset}".encode()),
             ("x-frenzy-consumer", group.encode()),
         ]
-        await self.producer.send_and_wait(topics.DEADLETTER.name, record.value or b"",
+        await self.producer.send_and_wait(self.topic_name(topics.DEADLETTER), record.value or b"",
                                           key=record.key, headers=headers)
         log.warning("dead-lettered record", reason=reason, topic=record.topic,
                     partition=record.partition, offset=record.offset, consumer=group)
 
     def consumer(self, group: str, *subscribed: topics.Topic, **kwargs) -> AIOKafkaConsumer:
         return AIOKafkaConsumer(
-            *(t.name for t in subscribed), bootstrap_servers=self.bootstrap, group_id=group,
+            *(self.topic_name(t) for t in subscribed), bootstrap_servers=self.bootstrap,
+            group_id=self.prefix + group,
             enable_auto_commit=False, auto_offset_reset="earliest",
             # A short fetch wait keeps event-to-reaction latency low; brokers answer at once
             # when data is there, so this only bounds the idle long-poll.
@@ -116,7 +130,8 @@ class Bus:
                            started: bool = False) -> None:
         """Consume until cancelled. handlers maps payload type (e.g. "job_planned") to a coroutine.
 
-        json_payloads maps a topic name to the payload type it accepts as bare JSON.
+        json_payloads maps a topic's name (without namespace) to the payload type it accepts
+        as bare JSON.
         """
         deduper = Deduper(self.settings.dedupe_window)
         json_payloads = json_payloads or {}
@@ -130,8 +145,9 @@ class Bus:
                 batch = await consumer.getmany(timeout_ms=200, max_records=500)
                 for tp, records in batch.items():
                     for record in records:
+                        logical_topic = record.topic.removeprefix(self.prefix)
                         await self._handle_record(record, group, handlers, deduper,
-                                                  json_payloads.get(record.topic, ""))
+                                                  json_payloads.get(logical_topic, ""))
                 if batch:
                     await consumer.commit()
         finally:

@@ -35,27 +35,28 @@ class FrenzyClient:
 
     def submit(self, spec: types_pb2.JobSpec, job_id: str = "") -> str:
         return self.jobs.SubmitJob(services_pb2.SubmitJobRequest(spec=spec, job_id=job_id),
-                                   timeout=self.timeout_s).job_id
+                                   timeout=self.timeout_s, wait_for_ready=True).job_id
 
     def get(self, job_id: str) -> types_pb2.Job:
-        return self.jobs.GetJob(services_pb2.GetJobRequest(job_id=job_id), timeout=self.timeout_s)
+        return self.jobs.GetJob(services_pb2.GetJobRequest(job_id=job_id), timeout=self.timeout_s, wait_for_ready=True)
 
     def list(self, states: list[int] | None = None) -> list[types_pb2.Job]:
         return list(self.jobs.ListJobs(services_pb2.ListJobsRequest(states=states or []),
-                                       timeout=self.timeout_s).jobs)
+                                       timeout=self.timeout_s, wait_for_ready=True).jobs)
 
     def cancel(self, job_id: str) -> types_pb2.Job:
-        return self.jobs.CancelJob(services_pb2.CancelJobRequest(job_id=job_id), timeout=self.timeout_s)
+        return self.jobs.CancelJob(services_pb2.CancelJobRequest(job_id=job_id), timeout=self.timeout_s, wait_for_ready=True)
 
     def watch(self, job_id: str, timeout_s: float | None = None) -> Iterator[types_pb2.Job]:
         return self.jobs.WatchJob(services_pb2.WatchJobRequest(job_id=job_id), timeout=timeout_s)
 
     def predict(self, spec: types_pb2.JobSpec, gpu_types: list[str] | None = None) -> services_pb2.PredictResponse:
         return self.predictor.Predict(services_pb2.PredictRequest(spec=spec, gpu_types=gpu_types or []),
-                                      timeout=self.timeout_s)
+                                      timeout=self.timeout_s, wait_for_ready=True)
 
     def list_nodes(self) -> list[types_pb2.Node]:
-        return list(self.cluster.ListNodes(services_pb2.ListNodesRequest(), timeout=self.timeout_s).nodes)
+        return list(self.cluster.ListNodes(services_pb2.ListNodesRequest(), timeout=self.timeout_s, wait_for_ready=True).nodes)
 
     def cluster_summary(self) -> services_pb2.ClusterSummary:
-        return self.cluster.GetCluster(services_pb2.GetClusterRequest(), timeout=self.timeout_s)
+        return self.cluster.GetCluster(services_pb2.GetClusterRequest(), timeout=self.timeout_s,
+                                       wait_for_ready=True)

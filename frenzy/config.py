@@ -18,6 +18,9 @@ class BusSettings(BaseSettings):
     heartbeat_interval_ms: int = 1000
     fetch_max_wait_ms: int = 50
     dedupe_window: int = Field(100_000, description="event ids remembered per consumer")
+    # Prefix of every topic and consumer group, so that several Frenzy deployments (or test
+    # clusters) can share one Kafka cluster without seeing each other's events or state.
+    namespace: str = ""
 
 
 class ServiceSettings(BusSettings):
@@ -30,6 +33,7 @@ class ServiceSettings(BusSettings):
     max_retries: int = 3
     time_scale: float = Field(1.0, description="synthetic workload runs predicted duration x this")
     stop_grace_s: float = 5.0
+    metrics_port: int = Field(0, description="Prometheus /metrics port of the orchestrator; 0 = off")
 
 
 def bootstrap(settings: BusSettings | None = None) -> str:

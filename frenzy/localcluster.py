@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from frenzy.broker import EmbeddedBroker, start_embedded_broker, wait_for_port
+from frenzy.broker import EmbeddedBroker, free_port, start_embedded_broker, wait_for_port
 
 DEFAULT_CLUSTER = Path(__file__).resolve().parent.parent / "deploy" / "clusters" / "local.yaml"
 
@@ -25,7 +25,13 @@ class LocalCluster:
     bootstrap: str = ""
     broker: EmbeddedBroker | None = None
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    commands: dict[str, tuple[list[str], dict[str, str] | None]] = field(default_factory=dict)
     node_ids: list[str] = field(default_factory=list)
+    metrics_port: int = 0
+    namespace: str = ""  # topic and consumer-group prefix (FRENZY_NAMESPACE)
+
+    def topic_name(self, topic) -> str:
+        return f"{self.namespace}.{topic.name}" if self.namespace else topic.name
 
     @property
     def grpc_address(self) -> str:
@@ -43,7 +49,14 @@ class LocalCluster:
                                     stdin=subprocess.DEVNULL, env=self.env(extra_env),
                                     start_new_session=True)
         self.processes[name] = proc
+        self.commands[name] = (args, extra_env)
         return proc
+
+    def restart(self, name: str) -> subprocess.Popen:
+        """Start a stopped (or killed) process again with its original command."""
+        self.stop_process(name)
+        args, extra_env = self.commands[name]
+        return self.spawn(name, args, extra_env)
 
     def stop_process(self, name: str, sig: int = signal.SIGTERM, timeout_s: float = 10.0) -> None:
         proc = self.processes.get(name)
@@ -85,14 +98,15 @@ def agent_args(node_id: str, gpu_type: str, gpus: int, workdir: Path) -> list[st
 
 def start_cluster(cluster_file: Path = DEFAULT_CLUSTER, grpc_port: int = 50051,
                   workdir: Path = Path(".frenzy"), policy: str = "has",
-                  extra_env: dict[str, str] | None = None, timeout_s: float = 60.0) -> LocalCluster:
+                  extra_env: dict[str, str] | None = None, timeout_s: float = 60.0,
+                  namespace: str = "") -> LocalCluster:
     """Start broker (unless KAFKA_BOOTSTRAP is set), predictor, scheduler, orchestrator, agents."""
     from frenzy_scheduler.clusterfile import build_cluster, load_cluster_file
 
     groups = load_cluster_file(cluster_file)
     workdir = workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
-    cluster = LocalCluster(workdir, grpc_port)
+    cluster = LocalCluster(workdir, grpc_port, namespace=namespace)
     try:
         if os.environ.get("KAFKA_BOOTSTRAP"):
             cluster.bootstrap = os.environ["KAFKA_BOOTSTRAP"]
@@ -100,7 +114,9 @@ def start_cluster(cluster_file: Path = DEFAULT_CLUSTER, grpc_port: int = 50051,
             (workdir / "logs").mkdir(parents=True, exist_ok=True)
             cluster.broker = start_embedded_broker(log_path=workdir / "logs" / "broker.log")
             cluster.bootstrap = cluster.broker.bootstrap
-        env = {"FRENZY_POLICY": policy, **(extra_env or {})}
+        cluster.metrics_port = free_port()
+        env = {"FRENZY_POLICY": policy, "FRENZY_METRICS_PORT": str(cluster.metrics_port),
+               "FRENZY_NAMESPACE": namespace, **(extra_env or {})}
         cluster.spawn("orchestrator", ["frenzy_orchestrator"], env)
         cluster.spawn("predictor", ["frenzy_predictor"], env)
         cluster.spawn("scheduler", ["frenzy_scheduler"], env)
@@ -151,6 +167,7 @@ def up_command(cluster_file: Path, grpc_port: int, policy: str, workdir: Path) -
         raise click.BadParameter(str(err), param_hint="--cluster") from None
     click.echo(f"frenzy up: {len(cluster.node_ids)} nodes ready; broker {cluster.bootstrap}")
     click.echo(f"gRPC address: {cluster.grpc_address}  (logs in {workdir / 'logs'}; Ctrl-C stops)")
+    click.echo(f"metrics: http://127.0.0.1:{cluster.metrics_port}/metrics")
     stopping: list[bool] = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     try:

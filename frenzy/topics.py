@@ -9,6 +9,7 @@ class Topic:
     name: str
     key: str  # what the record key holds, for per-entity order
     partitions: int
+    compacted: bool = False  # keep only the latest record per key (state topics)
 
 
 JOBS_SUBMITTED = Topic("frenzy.jobs.submitted", "job id", 4)
@@ -18,9 +19,11 @@ JOBS_STATUS = Topic("frenzy.jobs.status", "job id", 4)
 NODES_HEARTBEATS = Topic("frenzy.nodes.heartbeats", "node id", 4)
 CLUSTER_EVENTS = Topic("frenzy.cluster.events", "node id", 4)
 AGENT_COMMANDS = Topic("frenzy.agent.commands", "node id", 8)
+# The orchestrator's durable state: keys "job/<id>", "early/<id>", "meta/epoch", "marker/<p>".
+ORCHESTRATOR_STATE = Topic("frenzy.orchestrator.state", "record kind/entity id", 4, compacted=True)
 DEADLETTER = Topic("frenzy.deadletter", "original key", 1)
 
 ALL_TOPICS: tuple[Topic, ...] = (
     JOBS_SUBMITTED, JOBS_PLANNED, JOBS_PLACED, JOBS_STATUS,
-    NODES_HEARTBEATS, CLUSTER_EVENTS, AGENT_COMMANDS, DEADLETTER,
+    NODES_HEARTBEATS, CLUSTER_EVENTS, AGENT_COMMANDS, ORCHESTRATOR_STATE, DEADLETTER,
 )

@@ -24,7 +24,8 @@ def cluster(kafka_bootstrap, tmp_path_factory):
     os.environ["KAFKA_BOOTSTRAP"] = kafka_bootstrap
     local = start_cluster(DATA / "cluster_failover.yaml", free_port(),
                           tmp_path_factory.mktemp("frenzy"), "has",
-                          extra_env={"FRENZY_NODE_TIMEOUT_S": "3", "FRENZY_TIME_SCALE": "0.01"})
+                          extra_env={"FRENZY_NODE_TIMEOUT_S": "3", "FRENZY_TIME_SCALE": "0.01"},
+                          namespace="failures")
     yield local
     local.stop()
 

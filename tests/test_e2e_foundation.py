@@ -35,7 +35,7 @@ def cluster(kafka_bootstrap, tmp_path_factory):
     os.environ["KAFKA_BOOTSTRAP"] = kafka_bootstrap
     workdir = tmp_path_factory.mktemp("frenzy")
     local = start_cluster(DATA / "cluster_small.yaml", free_port(), workdir, "has",
-                          extra_env={"FRENZY_TIME_SCALE": "0.01"})
+                          extra_env={"FRENZY_TIME_SCALE": "0.01"}, namespace="foundation")
     yield local
     local.stop()
 
@@ -69,14 +69,14 @@ def test_grpc_job_succeeds_and_watch_streams_states_in_order(client):
     assert job.option.gpu_type and job.option.num_gpus > 0 and job.progress.step == job.progress.steps
 
 
-def _produce(bootstrap: str, value: bytes, key: bytes, headers=None) -> None:
+def _produce(bootstrap: str, topic: str, value: bytes, key: bytes, headers=None) -> None:
     from aiokafka import AIOKafkaProducer
 
     async def go() -> None:
         producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
         await producer.start()
         try:
-            await producer.send_and_wait(topics.JOBS_SUBMITTED.name, value, key=key, headers=headers)
+            await producer.send_and_wait(topic, value, key=key, headers=headers)
         finally:
             await producer.stop()
 
@@ -87,7 +87,8 @@ def test_raw_json_on_kafka_succeeds(client, cluster):
     job_id = f"pipeline-{int(time.time() * 1000)}"
     body = {"jobId": job_id, "spec": {"name": "from-pipeline", "model": "gpt2",
                                       "training": {"seqLen": 512, "globalBatchSize": 8, "tokens": "10000000"}}}
-    _produce(cluster.bootstrap, json.dumps(body).encode(), job_id.encode(),
+    _produce(cluster.bootstrap, cluster.topic_name(topics.JOBS_SUBMITTED), json.dumps(body).encode(),
+             job_id.encode(),
              [("content-type", b"application/json")])
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -99,11 +100,11 @@ def test_raw_json_on_kafka_succeeds(client, cluster):
     assert wait_terminal(client, job_id).state == types_pb2.SUCCEEDED
 
 
-def _consume_deadletter(bootstrap: str, timeout_s: float = 20) -> list:
+def _consume_deadletter(bootstrap: str, topic: str, timeout_s: float = 20) -> list:
     from aiokafka import AIOKafkaConsumer
 
     async def go() -> list:
-        consumer = AIOKafkaConsumer(topics.DEADLETTER.name, bootstrap_servers=bootstrap,
+        consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap,
                                     auto_offset_reset="earliest", group_id=None)
         await consumer.start()
         records = []
@@ -122,8 +123,10 @@ def _consume_deadletter(bootstrap: str, timeout_s: float = 20) -> list:
 
 
 def test_garbage_goes_to_deadletter_and_consumers_keep_going(client, cluster):
-    _produce(cluster.bootstrap, b"\x00\xffnot an event", b"garbage-key")
-    records = [r for r in _consume_deadletter(cluster.bootstrap) if r.key == b"garbage-key"]
+    _produce(cluster.bootstrap, cluster.topic_name(topics.JOBS_SUBMITTED), b"\x00\xffnot an event",
+             b"garbage-key")
+    dead = _consume_deadletter(cluster.bootstrap, cluster.topic_name(topics.DEADLETTER))
+    records = [r for r in dead if r.key == b"garbage-key"]
     assert records, "garbage record never reached frenzy.deadletter"
     reasons = {dict(r.headers)["x-frenzy-reason"].decode() for r in records}
     assert all("malformed" in reason for reason in reasons), reasons

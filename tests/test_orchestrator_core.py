@@ -152,3 +152,68 @@ def test_plan_arriving_before_its_submission_is_applied_on_submit():
     assert core.on_planned(events_pb2.JobPlanned(job_id="early", options=[option]), 0) == []
     core.submit("early", SPEC, 1)
     assert core.jobs["early"].job.state == QUEUED and not core.early_plans
+
+
+def restarted(core: OrchestratorCore, now_s: float) -> OrchestratorCore:
+    """A new core built only from the state records the old one emitted."""
+    latest: dict[str, object] = {}
+    for out in core.drain_state_records():
+        assert out.topic == topics.ORCHESTRATOR_STATE
+        latest[out.key] = out.payload
+    fresh = OrchestratorCore(node_timeout_s=10, max_retries=2, epoch=core.epoch + 1)
+    fresh.restore([v for k, v in latest.items() if k.startswith("job/")],
+                  [v for k, v in latest.items() if k.startswith("early/") and v is not None], now_s)
+    return fresh
+
+
+def test_restart_from_state_records_keeps_jobs_and_allocations():
+    core = queued_core("run", "wait", "done")
+    core.on_placed(placed("run", "n1", [0, 1]), 1)
+    core.on_agent_status(agent_status("run", RUNNING), 2)
+    done = placed("done", "n2", [0])
+    done.option.peak_bytes_per_gpu = 10 * 2**30
+    core.on_placed(done, 1)
+    core.on_agent_status(agent_status("done", SUCCEEDED, node="n2", peak=8 * 2**30), 3)
+    option = types_pb2.PlanOption(gpu_type="A100-80GB", num_gpus=1)
+    core.on_planned(events_pb2.JobPlanned(job_id="early", options=[option]), 3)
+    old_version = core._availability(core.nodes["n1"], "probe").payload.version
+
+    fresh = restarted(core, now_s=5)
+    assert {j: r.job.state for j, r in fresh.jobs.items()} == {"run": RUNNING, "wait": QUEUED,
+                                                               "done": SUCCEEDED}
+    assert fresh.early_plans.keys() == {"early"}
+    assert fresh.nodes["n1"].allocations == {0: "run", 1: "run"} and "n2" not in fresh.nodes
+    assert fresh.memory_errors == [("A100-80GB", (10 - 8) / 8)]
+    # A placement on the running job's GPUs is rejected; on free ones it is accepted.
+    fresh.on_heartbeat(heartbeat("n1"), 6)
+    out = fresh.on_placed(placed("wait", "n1", [1, 2]), 6)
+    assert fresh.jobs["wait"].job.state == QUEUED and "not free" in fresh.jobs["wait"].job.reason
+    versions = [o.payload.version for o in out if o.topic == topics.CLUSTER_EVENTS]
+    assert versions and min(versions) > old_version  # the scheduler must not drop them as stale
+    fresh.on_placed(placed("wait", "n1", [2, 3]), 7)
+    # The running job finishing after the restart frees its GPUs exactly once.
+    fresh.on_agent_status(agent_status("run", SUCCEEDED), 8)
+    assert fresh.jobs["run"].job.state == SUCCEEDED
+    assert fresh.nodes["n1"].allocations == {2: "wait", 3: "wait"}
+    assert fresh.on_agent_status(agent_status("run", SUCCEEDED), 9) == []
+
+
+def test_restored_node_that_never_heartbeats_is_lost_and_its_job_requeued():
+    core = queued_core("run")
+    core.on_placed(placed("run", "n1", [0, 1]), 1)
+    fresh = restarted(core, now_s=100)
+    assert fresh.check_liveness(105) == []  # the timeout counts from the restart
+    fresh.check_liveness(111)
+    job = fresh.jobs["run"].job
+    assert job.state == QUEUED and job.attempt == 1 and fresh.nodes["n1"].state == types_pb2.NODE_LOST
+
+
+def test_state_records_mark_consumed_early_plans_deleted():
+    core = OrchestratorCore()
+    option = types_pb2.PlanOption(gpu_type="A100-80GB", num_gpus=1)
+    core.on_planned(events_pb2.JobPlanned(job_id="e", options=[option]), 0)
+    assert [(o.key, o.payload is None) for o in core.drain_state_records()] == [("early/e", False)]
+    core.submit("e", SPEC, 1)
+    records = {o.key: o.payload for o in core.drain_state_records()}
+    assert records["early/e"] is None and records["job/e"].job.state == QUEUED
+    assert core.drain_state_records() == []

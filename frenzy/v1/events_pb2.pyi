@@ -21,7 +21,7 @@ ORCHESTRATOR: StatusSource
 AGENT: StatusSource
 
 class Envelope(_message.Message):
-    __slots__ = ("event_id", "type", "produced_at", "trace_id", "producer", "job_submitted", "job_planned", "job_placed", "launch_job", "stop_job", "job_status_changed", "node_heartbeat", "gpu_availability_changed")
+    __slots__ = ("event_id", "type", "produced_at", "trace_id", "producer", "job_submitted", "job_planned", "job_placed", "launch_job", "stop_job", "job_status_changed", "node_heartbeat", "gpu_availability_changed", "job_record_state", "state_marker", "orchestrator_epoch")
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     PRODUCED_AT_FIELD_NUMBER: _ClassVar[int]
@@ -35,6 +35,9 @@ class Envelope(_message.Message):
     JOB_STATUS_CHANGED_FIELD_NUMBER: _ClassVar[int]
     NODE_HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     GPU_AVAILABILITY_CHANGED_FIELD_NUMBER: _ClassVar[int]
+    JOB_RECORD_STATE_FIELD_NUMBER: _ClassVar[int]
+    STATE_MARKER_FIELD_NUMBER: _ClassVar[int]
+    ORCHESTRATOR_EPOCH_FIELD_NUMBER: _ClassVar[int]
     event_id: str
     type: str
     produced_at: _timestamp_pb2.Timestamp
@@ -48,7 +51,10 @@ class Envelope(_message.Message):
     job_status_changed: JobStatusChanged
     node_heartbeat: NodeHeartbeat
     gpu_availability_changed: GpuAvailabilityChanged
-    def __init__(self, event_id: _Optional[str] = ..., type: _Optional[str] = ..., produced_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., trace_id: _Optional[str] = ..., producer: _Optional[str] = ..., job_submitted: _Optional[_Union[JobSubmitted, _Mapping]] = ..., job_planned: _Optional[_Union[JobPlanned, _Mapping]] = ..., job_placed: _Optional[_Union[JobPlaced, _Mapping]] = ..., launch_job: _Optional[_Union[LaunchJob, _Mapping]] = ..., stop_job: _Optional[_Union[StopJob, _Mapping]] = ..., job_status_changed: _Optional[_Union[JobStatusChanged, _Mapping]] = ..., node_heartbeat: _Optional[_Union[NodeHeartbeat, _Mapping]] = ..., gpu_availability_changed: _Optional[_Union[GpuAvailabilityChanged, _Mapping]] = ...) -> None: ...
+    job_record_state: JobRecordState
+    state_marker: StateMarker
+    orchestrator_epoch: OrchestratorEpoch
+    def __init__(self, event_id: _Optional[str] = ..., type: _Optional[str] = ..., produced_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., trace_id: _Optional[str] = ..., producer: _Optional[str] = ..., job_submitted: _Optional[_Union[JobSubmitted, _Mapping]] = ..., job_planned: _Optional[_Union[JobPlanned, _Mapping]] = ..., job_placed: _Optional[_Union[JobPlaced, _Mapping]] = ..., launch_job: _Optional[_Union[LaunchJob, _Mapping]] = ..., stop_job: _Optional[_Union[StopJob, _Mapping]] = ..., job_status_changed: _Optional[_Union[JobStatusChanged, _Mapping]] = ..., node_heartbeat: _Optional[_Union[NodeHeartbeat, _Mapping]] = ..., gpu_availability_changed: _Optional[_Union[GpuAvailabilityChanged, _Mapping]] = ..., job_record_state: _Optional[_Union[JobRecordState, _Mapping]] = ..., state_marker: _Optional[_Union[StateMarker, _Mapping]] = ..., orchestrator_epoch: _Optional[_Union[OrchestratorEpoch, _Mapping]] = ...) -> None: ...
 
 class JobSubmitted(_message.Message):
     __slots__ = ("job_id", "spec", "submitted_at", "attempt", "min_memory_bytes")
@@ -195,3 +201,32 @@ class GpuAvailabilityChanged(_message.Message):
     cause: str
     allocated_jobs: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, node_id: _Optional[str] = ..., gpu_type: _Optional[str] = ..., gpus_total: _Optional[int] = ..., free_gpu_indices: _Optional[_Iterable[int]] = ..., node_state: _Optional[_Union[_types_pb2.NodeState, str]] = ..., version: _Optional[int] = ..., cause: _Optional[str] = ..., allocated_jobs: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class JobRecordState(_message.Message):
+    __slots__ = ("job", "node_outcomes", "oom_replans")
+    class NodeOutcomesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: _types_pb2.JobState
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[_types_pb2.JobState, str]] = ...) -> None: ...
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    NODE_OUTCOMES_FIELD_NUMBER: _ClassVar[int]
+    OOM_REPLANS_FIELD_NUMBER: _ClassVar[int]
+    job: _types_pb2.Job
+    node_outcomes: _containers.ScalarMap[str, _types_pb2.JobState]
+    oom_replans: int
+    def __init__(self, job: _Optional[_Union[_types_pb2.Job, _Mapping]] = ..., node_outcomes: _Optional[_Mapping[str, _types_pb2.JobState]] = ..., oom_replans: _Optional[int] = ...) -> None: ...
+
+class StateMarker(_message.Message):
+    __slots__ = ("marker_id",)
+    MARKER_ID_FIELD_NUMBER: _ClassVar[int]
+    marker_id: str
+    def __init__(self, marker_id: _Optional[str] = ...) -> None: ...
+
+class OrchestratorEpoch(_message.Message):
+    __slots__ = ("epoch",)
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    def __init__(self, epoch: _Optional[int] = ...) -> None: ...

@@ -90,14 +90,26 @@ class GpuTypeSummary(_message.Message):
     def __init__(self, gpu_type: _Optional[str] = ..., total: _Optional[int] = ..., free: _Optional[int] = ..., allocated: _Optional[int] = ..., running_jobs: _Optional[int] = ..., queued_jobs: _Optional[int] = ..., nodes: _Optional[int] = ...) -> None: ...
 
 class ClusterSummary(_message.Message):
-    __slots__ = ("gpu_types", "nodes_ready", "nodes_lost")
+    __slots__ = ("gpu_types", "nodes_ready", "nodes_lost", "memory_prediction")
     GPU_TYPES_FIELD_NUMBER: _ClassVar[int]
     NODES_READY_FIELD_NUMBER: _ClassVar[int]
     NODES_LOST_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_PREDICTION_FIELD_NUMBER: _ClassVar[int]
     gpu_types: _containers.RepeatedCompositeFieldContainer[GpuTypeSummary]
     nodes_ready: int
     nodes_lost: int
-    def __init__(self, gpu_types: _Optional[_Iterable[_Union[GpuTypeSummary, _Mapping]]] = ..., nodes_ready: _Optional[int] = ..., nodes_lost: _Optional[int] = ...) -> None: ...
+    memory_prediction: MemoryPredictionStats
+    def __init__(self, gpu_types: _Optional[_Iterable[_Union[GpuTypeSummary, _Mapping]]] = ..., nodes_ready: _Optional[int] = ..., nodes_lost: _Optional[int] = ..., memory_prediction: _Optional[_Union[MemoryPredictionStats, _Mapping]] = ...) -> None: ...
+
+class MemoryPredictionStats(_message.Message):
+    __slots__ = ("jobs", "mean_abs_error", "worst_under_prediction")
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    MEAN_ABS_ERROR_FIELD_NUMBER: _ClassVar[int]
+    WORST_UNDER_PREDICTION_FIELD_NUMBER: _ClassVar[int]
+    jobs: int
+    mean_abs_error: float
+    worst_under_prediction: float
+    def __init__(self, jobs: _Optional[int] = ..., mean_abs_error: _Optional[float] = ..., worst_under_prediction: _Optional[float] = ...) -> None: ...
 
 class ListNodesRequest(_message.Message):
     __slots__ = ()

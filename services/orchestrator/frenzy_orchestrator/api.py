@@ -80,24 +80,7 @@ class ClusterApi(services_pb2_grpc.ClusterServiceServicer):
         self.service = service
 
     async def GetCluster(self, request, context):
-        core = self.service.core
-        summary: dict[str, services_pb2.GpuTypeSummary] = {}
-        for node in core.nodes.values():
-            s = summary.setdefault(node.gpu_type, services_pb2.GpuTypeSummary(gpu_type=node.gpu_type))
-            s.nodes += 1
-            s.total += node.gpus_total
-            s.free += len(node.free_gpus)
-            s.allocated += len(node.allocations)
-        for rec in core.jobs.values():
-            gpu_type = rec.job.option.gpu_type
-            if rec.job.state in (types_pb2.PLACED, types_pb2.LAUNCHING, types_pb2.RUNNING) and gpu_type in summary:
-                summary[gpu_type].running_jobs += 1
-            elif rec.job.state == types_pb2.QUEUED:
-                for s in summary.values():  # a queued job waits on every type it could use
-                    s.queued_jobs += 1
-        ready = sum(1 for n in core.nodes.values() if n.state == types_pb2.NODE_READY)
-        return services_pb2.ClusterSummary(gpu_types=sorted(summary.values(), key=lambda s: s.gpu_type),
-                                           nodes_ready=ready, nodes_lost=len(core.nodes) - ready)
+        return self.service.core.cluster_summary()
 
     async def ListNodes(self, request, context):
         nodes = []

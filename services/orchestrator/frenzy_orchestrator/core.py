@@ -12,7 +12,7 @@ from google.protobuf.message import Message
 
 from frenzy import topics
 from frenzy.jobspec import SpecError, resolve_spec
-from frenzy.v1 import events_pb2, types_pb2
+from frenzy.v1 import events_pb2, services_pb2, types_pb2
 from frenzy.v1.types_pb2 import (CANCELLED, FAILED, LAUNCHING, PLACED, PLANNED, QUEUED, RUNNING,
                                  SUBMITTED, SUCCEEDED)
 from frenzy_orchestrator import lifecycle
@@ -25,7 +25,7 @@ EXIT_OOM = 3
 class Outgoing:
     topic: topics.Topic
     key: str
-    payload: Message
+    payload: Message | None  # None: a tombstone on a compacted topic
 
 
 @dataclass
@@ -41,6 +41,7 @@ class NodeRecord:
     allocations: dict[int, str] = field(default_factory=dict)  # GPU index -> job id
     running_jobs: list[str] = field(default_factory=list)
     version: int = 0
+    heard: bool = True  # False for a node known only from recovered jobs, until it heartbeats
 
     @property
     def free_gpus(self) -> list[int]:
@@ -70,15 +71,72 @@ def _master_port(job_id: str, attempt: int) -> int:
 
 class OrchestratorCore:
     def __init__(self, node_timeout_s: float = 10.0, max_retries: int = 3,
-                 max_oom_replans: int = 1) -> None:
+                 max_oom_replans: int = 1, epoch: int = 0) -> None:
         self.node_timeout_s = node_timeout_s
         self.max_retries = max_retries
         self.max_oom_replans = max_oom_replans
+        self.epoch = epoch  # orchestrator incarnation; keeps node versions growing over restarts
         self.nodes: dict[str, NodeRecord] = {}
         self.jobs: dict[str, JobRecord] = {}
         # Topics are not ordered relative to each other: a JobPlanned can arrive before the
         # JobSubmitted of a job produced straight onto Kafka. It waits here for its job.
         self.early_plans: dict[str, events_pb2.JobPlanned] = {}
+        # (gpu type, (predicted - measured) / measured) of each job that reported its peak.
+        self.memory_errors: list[tuple[str, float]] = []
+        # What changed since the last drain_state_records(): job ids and early-plan job ids.
+        self._dirty_jobs: set[str] = set()
+        self._dirty_early: set[str] = set()
+
+    # ----- durable state ----------------------------------------------------------------
+    def drain_state_records(self) -> list[Outgoing]:
+        """State records for everything changed since the last call.
+
+        The shell publishes these after the handler's other events: if it dies in between, the
+        input event is redelivered and handled again from the older state, rather than the new
+        state being saved with its commands never sent.
+        """
+        out = [Outgoing(topics.ORCHESTRATOR_STATE, f"job/{job_id}", self.record_state(job_id))
+               for job_id in sorted(self._dirty_jobs)]
+        out += [Outgoing(topics.ORCHESTRATOR_STATE, f"early/{job_id}", self.early_plans.get(job_id))
+                for job_id in sorted(self._dirty_early)]
+        self._dirty_jobs.clear()
+        self._dirty_early.clear()
+        return out
+
+    def record_state(self, job_id: str) -> events_pb2.JobRecordState:
+        rec = self.jobs[job_id]
+        return events_pb2.JobRecordState(job=rec.job, node_outcomes=rec.node_outcomes,
+                                         oom_replans=rec.oom_replans)
+
+    def restore(self, records: list[events_pb2.JobRecordState],
+                early_plans: list[events_pb2.JobPlanned], now_s: float) -> None:
+        """Rebuild jobs and allocations from saved records after a restart.
+
+        Nodes come back from their heartbeats. Until a node heartbeats it exists only to hold its
+        jobs' GPUs; if it stays silent past the timeout, liveness re-queues those jobs as usual.
+        """
+        for saved in records:
+            job = types_pb2.Job()
+            job.CopyFrom(saved.job)
+            rec = JobRecord(job, dict(saved.node_outcomes), saved.oom_replans,
+                            history=[(job.state, "restored")])
+            self.jobs[job.id] = rec
+            if job.state == SUCCEEDED:
+                self._record_memory_error(job)
+            if job.state not in (PLACED, LAUNCHING, RUNNING):
+                continue
+            for a in job.assignments:
+                node = self.nodes.get(a.node_id)
+                if node is None:
+                    node = NodeRecord(a.node_id, job.option.gpu_type, 0, last_heartbeat_s=now_s,
+                                      heard=False)
+                    self.nodes[a.node_id] = node
+                node.gpus_total = max(node.gpus_total, max(a.gpu_indices, default=-1) + 1)
+                for gpu in a.gpu_indices:
+                    node.allocations[gpu] = job.id
+        for planned in early_plans:
+            if planned.job_id not in self.jobs:
+                self.early_plans[planned.job_id] = planned
 
     # ----- jobs -------------------------------------------------------------------------
     def _transition(self, rec: JobRecord, target: int, reason: str, now_s: float) -> list[Outgoing]:
@@ -92,6 +150,7 @@ class OrchestratorCore:
         if target in lifecycle.TERMINAL:
             job.finished_at.FromNanoseconds(int(now_s * 1e9))
         rec.history.append((target, reason))
+        self._dirty_jobs.add(job.id)
         status = events_pb2.JobStatusChanged(
             job_id=job.id, state=target, reason=reason, source=events_pb2.ORCHESTRATOR,
             attempt=job.attempt, exit_code=job.exit_code)
@@ -107,6 +166,7 @@ class OrchestratorCore:
         job.submitted_at.FromNanoseconds(int(now_s * 1e9))
         rec = JobRecord(job, history=[(SUBMITTED, "submitted")])
         self.jobs[job_id] = rec
+        self._dirty_jobs.add(job_id)
         try:
             resolve_spec(spec)
         except SpecError as err:
@@ -115,12 +175,15 @@ class OrchestratorCore:
                                              source=events_pb2.ORCHESTRATOR, job=job)
         out = [Outgoing(topics.JOBS_STATUS, job_id, status)]
         early = self.early_plans.pop(job_id, None)
+        if early is not None:
+            self._dirty_early.add(job_id)
         return out + (self.on_planned(early, now_s) if early is not None else [])
 
     def on_planned(self, planned: events_pb2.JobPlanned, now_s: float) -> list[Outgoing]:
         rec = self.jobs.get(planned.job_id)
         if rec is None:
             self.early_plans[planned.job_id] = planned
+            self._dirty_early.add(planned.job_id)
             return []
         if rec.job.state != SUBMITTED or planned.attempt != rec.job.attempt:
             return []
@@ -213,6 +276,7 @@ class OrchestratorCore:
         if status.node_id not in rec.node_outcomes or rec.job.state not in (LAUNCHING, RUNNING):
             return []
         job = rec.job
+        self._dirty_jobs.add(job.id)
         if status.HasField("progress") and status.progress.step >= job.progress.step:
             job.progress.CopyFrom(status.progress)
         if status.state == RUNNING:
@@ -223,18 +287,27 @@ class OrchestratorCore:
         if status.state == SUCCEEDED:
             rec.node_outcomes[status.node_id] = SUCCEEDED
             if all(s == SUCCEEDED for s in rec.node_outcomes.values()):
+                self._record_memory_error(job)
                 out = self._release(rec, f"job {job.id} finished")
                 return self._transition(rec, SUCCEEDED, "all processes exited 0", now_s) + out
             return []
         if status.state == FAILED:
             job.exit_code = status.exit_code
             rec.node_outcomes[status.node_id] = FAILED
+            if status.reason.startswith(OOM_REASON):
+                self._record_memory_error(job)
             out = self._stop_commands(rec, "another node failed", skip=status.node_id)
             out += self._release(rec, f"job {job.id} failed")
             if status.reason.startswith(OOM_REASON) and rec.oom_replans < self.max_oom_replans:
                 return out + self._replan_after_oom(rec, status, now_s)
             return self._transition(rec, FAILED, status.reason or f"exit code {status.exit_code}", now_s) + out
         return []
+
+    def _record_memory_error(self, job: types_pb2.Job) -> None:
+        """How far MARP's prediction for the plan was from the peak the job measured."""
+        measured, predicted = job.progress.peak_memory_bytes, job.option.peak_bytes_per_gpu
+        if measured > 0 and predicted > 0:
+            self.memory_errors.append((job.option.gpu_type, (predicted - measured) / measured))
 
     def _progress_update(self, rec: JobRecord) -> list[Outgoing]:
         rec.job.version += 1
@@ -272,7 +345,8 @@ class OrchestratorCore:
         node.version += 1
         return Outgoing(topics.CLUSTER_EVENTS, node.node_id, events_pb2.GpuAvailabilityChanged(
             node_id=node.node_id, gpu_type=node.gpu_type, gpus_total=node.gpus_total,
-            free_gpu_indices=node.free_gpus, node_state=node.state, version=node.version,
+            free_gpu_indices=node.free_gpus, node_state=node.state,
+            version=(self.epoch << 32) | node.version,
             cause=cause, allocated_jobs=sorted(set(node.allocations.values()))))
 
     def on_heartbeat(self, hb: events_pb2.NodeHeartbeat, now_s: float) -> list[Outgoing]:
@@ -286,6 +360,9 @@ class OrchestratorCore:
         elif node.state != types_pb2.NODE_READY:
             node.state = types_pb2.NODE_READY
             cause = "node recovered"
+        elif not node.heard:
+            node.heard = True
+            cause = "node reported after orchestrator restart"
         else:
             cause = ""
         healthy_before = node.free_gpus
@@ -322,5 +399,31 @@ class OrchestratorCore:
         return self._transition(rec, QUEUED, f"node {node_id} lost; retry {job.attempt}", now_s) + out
 
     # ----- views ------------------------------------------------------------------------
+    def cluster_summary(self) -> services_pb2.ClusterSummary:
+        """Per GPU type: total, free and allocated GPUs, running and queued jobs."""
+        summary: dict[str, services_pb2.GpuTypeSummary] = {}
+        for node in self.nodes.values():
+            s = summary.setdefault(node.gpu_type, services_pb2.GpuTypeSummary(gpu_type=node.gpu_type))
+            s.nodes += 1
+            s.total += node.gpus_total
+            s.free += len(node.free_gpus)
+            s.allocated += len(node.allocations)
+        for rec in self.jobs.values():
+            gpu_type = rec.job.option.gpu_type
+            if rec.job.state in (PLACED, LAUNCHING, RUNNING) and gpu_type in summary:
+                summary[gpu_type].running_jobs += 1
+            elif rec.job.state == QUEUED:
+                for s in summary.values():  # a queued job waits on every type it could use
+                    s.queued_jobs += 1
+        ready = sum(1 for n in self.nodes.values() if n.state == types_pb2.NODE_READY)
+        errors = [error for _, error in self.memory_errors]
+        stats = services_pb2.MemoryPredictionStats(
+            jobs=len(errors),
+            mean_abs_error=sum(abs(e) for e in errors) / len(errors) if errors else 0.0,
+            worst_under_prediction=min([0.0, *errors]))
+        return services_pb2.ClusterSummary(
+            gpu_types=sorted(summary.values(), key=lambda s: s.gpu_type), nodes_ready=ready,
+            nodes_lost=len(self.nodes) - ready, memory_prediction=stats)
+
     def queued_count(self) -> int:
         return sum(1 for r in self.jobs.values() if r.job.state in (SUBMITTED, PLANNED, QUEUED))

@@ -10,9 +10,11 @@ from frenzy.config import ServiceSettings
 from frenzy.events import submitted_job_id
 from frenzy.logs import get_logger
 from frenzy.runtime import run_service, run_until_stopped
+from frenzy.statestore import read_state
 from frenzy.v1 import events_pb2, types_pb2
 from frenzy_orchestrator.api import start_grpc
 from frenzy_orchestrator.core import OrchestratorCore, Outgoing
+from frenzy_orchestrator.metrics import OrchestratorMetrics
 
 GROUP = "frenzy-orchestrator"
 log = get_logger("orchestrator")
@@ -23,11 +25,42 @@ class OrchestratorService:
         self.bus = bus
         self.settings = settings
         self.core = OrchestratorCore(settings.node_timeout_s, settings.max_retries)
+        self.metrics = OrchestratorMetrics(self.core)
+        self._errors_observed = 0  # memory prediction errors already in the histogram
         self.watchers: dict[str, list[asyncio.Queue]] = {}
         self._lock = asyncio.Lock()  # keeps publish order equal to state-change order
 
+    async def recover(self) -> None:
+        """Rebuild jobs and allocations from the state topic before taking any event."""
+        started_s = time.monotonic()
+        state = await read_state(self.bus.bootstrap, self.bus.producer,
+                                 self.bus.topic_name(topics.ORCHESTRATOR_STATE),
+                                 topics.ORCHESTRATOR_STATE.partitions)
+        saved_epoch = state.get("meta/epoch")
+        epoch = (saved_epoch.orchestrator_epoch.epoch if saved_epoch else 0) + 1
+        await self.bus.publish(topics.ORCHESTRATOR_STATE, "meta/epoch",
+                               events_pb2.OrchestratorEpoch(epoch=epoch))
+        self.core = OrchestratorCore(self.settings.node_timeout_s, self.settings.max_retries,
+                                     epoch=epoch)
+        self.metrics = OrchestratorMetrics(self.core)
+        jobs = [env.job_record_state for key, env in state.items() if key.startswith("job/")]
+        early = [env.job_planned for key, env in state.items() if key.startswith("early/")]
+        self.core.restore(jobs, early, time.time())
+        self._errors_observed = len(self.core.memory_errors)
+        active = sum(1 for r in self.core.jobs.values() if r.job.state not in (
+            types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED))
+        log.info("state recovered", epoch=epoch, jobs=len(jobs), active_jobs=active,
+                 early_plans=len(early), took_s=round(time.monotonic() - started_s, 3))
+
     async def _apply(self, outgoing: list[Outgoing]) -> None:
-        for out in outgoing:
+        for gpu_type, error in self.core.memory_errors[self._errors_observed:]:
+            self.metrics.memory_prediction_error.labels(gpu_type).observe(error)
+        self._errors_observed = len(self.core.memory_errors)
+        # State records go last: see OrchestratorCore.drain_state_records.
+        for out in outgoing + self.core.drain_state_records():
+            if out.payload is None:
+                await self.bus.publish_tombstone(out.topic, out.key)
+                continue
             await self.bus.publish(out.topic, out.key, out.payload)
             if isinstance(out.payload, events_pb2.JobStatusChanged):
                 job = out.payload.job
@@ -70,6 +103,8 @@ class OrchestratorService:
 
     async def on_heartbeat(self, env: events_pb2.Envelope, key: str) -> None:
         await self._run(self.core.on_heartbeat, env.node_heartbeat)
+        lag_s = time.time() - env.produced_at.ToNanoseconds() / 1e9
+        self.metrics.heartbeat_lag_s.observe(max(0.0, lag_s))
 
     async def liveness_loop(self) -> None:
         while True:
@@ -78,6 +113,9 @@ class OrchestratorService:
 
     async def run(self, stop: asyncio.Event) -> None:
         await self.bus.start()
+        await self.recover()
+        if self.settings.metrics_port:
+            self.metrics.serve(self.settings.grpc_host, self.settings.metrics_port)
         server = await start_grpc(self, self.settings.grpc_host, self.settings.grpc_port)
         try:
             consumer = self.bus.consumer(GROUP, topics.JOBS_SUBMITTED, topics.JOBS_PLANNED,

@@ -1,0 +1,117 @@
+"""The orchestrator is killed mid-workload and restarted: it rebuilds its state from Kafka and
+every job still reaches a terminal state exactly once."""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+import urllib.request
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from frenzy import events, topics
+from frenzy.broker import free_port
+from frenzy.client import FrenzyClient
+from frenzy.localcluster import start_cluster
+from frenzy.v1 import events_pb2, types_pb2
+
+pytestmark = pytest.mark.e2e
+DATA = Path(__file__).parent / "data"
+TERMINAL = {types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED}
+JOBS = 20  # on 12 GPUs: some run and some wait when the orchestrator dies
+
+
+@pytest.fixture(scope="module")
+def cluster(kafka_bootstrap, tmp_path_factory):
+    os.environ["KAFKA_BOOTSTRAP"] = kafka_bootstrap
+    local = start_cluster(DATA / "cluster_small.yaml", free_port(), tmp_path_factory.mktemp("frenzy"),
+                          "has", extra_env={"FRENZY_NODE_TIMEOUT_S": "5"},
+                          namespace=f"recovery{int(time.time())}")
+    yield local
+    local.stop()
+
+
+def spec(i: int) -> types_pb2.JobSpec:
+    # Each job holds one GPU for 2-5 s.
+    script = f"import time; time.sleep({2 + i % 4})"
+    return types_pb2.JobSpec(name=f"recover-{i}", model="gpt2", entrypoint=[sys.executable, "-c", script],
+                             constraints=types_pb2.Constraints(max_gpus=1),
+                             training=types_pb2.TrainingConfig(seq_len=512, global_batch_size=8,
+                                                               tokens=1_000_000))
+
+
+def read_status_events(bootstrap: str, topic: str, job_ids: set[str], timeout_s: float = 30):
+    """Every orchestrator JobStatusChanged of these jobs, read until all have a terminal one."""
+    from aiokafka import AIOKafkaConsumer
+
+    async def go() -> list[events_pb2.JobStatusChanged]:
+        consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None,
+                                    auto_offset_reset="earliest")
+        await consumer.start()
+        seen: list[events_pb2.JobStatusChanged] = []
+        try:
+            deadline = time.monotonic() + timeout_s
+            quiet_until = None
+            while time.monotonic() < deadline:
+                batch = await consumer.getmany(timeout_ms=300)
+                for record in (r for rs in batch.values() for r in rs):
+                    status = events.decode(record.value, record.headers).job_status_changed
+                    if status.source == events_pb2.ORCHESTRATOR and status.job_id in job_ids:
+                        seen.append(status)
+                done = {s.job_id for s in seen if s.state in TERMINAL}
+                if done >= job_ids:
+                    # keep reading a little: a duplicate terminal event would come after
+                    quiet_until = quiet_until or time.monotonic() + 2
+                    if time.monotonic() > quiet_until:
+                        break
+        finally:
+            await consumer.stop()
+        return seen
+
+    return asyncio.run(go())
+
+
+def test_orchestrator_killed_and_restarted_loses_no_job(cluster):
+    with FrenzyClient(cluster.grpc_address, timeout_s=30) as client:
+        job_ids = {client.submit(spec(i), job_id=f"rec-{cluster.namespace}-{i}") for i in range(JOBS)}
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # wait until some run and some wait
+            states = [client.get(j).state for j in job_ids]
+            if types_pb2.RUNNING in states:
+                break
+            time.sleep(0.2)
+        before = {j: client.get(j) for j in job_ids}
+        assert any(j.state == types_pb2.RUNNING for j in before.values())
+        assert any(j.state == types_pb2.QUEUED for j in before.values())
+
+        cluster.stop_process("orchestrator", signal.SIGKILL)
+        time.sleep(3)  # jobs finish and agents report while the orchestrator is down
+        cluster.restart("orchestrator")
+
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            jobs = {j: client.get(j) for j in job_ids}  # waits for the new server to answer
+            if all(job.state in TERMINAL for job in jobs.values()):
+                break
+            time.sleep(0.5)
+        unfinished = {j: types_pb2.JobState.Name(job.state) for j, job in jobs.items()
+                      if job.state not in TERMINAL}
+        assert not unfinished, f"jobs never finished after the restart: {unfinished}"
+        assert all(job.state == types_pb2.SUCCEEDED for job in jobs.values()), \
+            {j: job.reason for j, job in jobs.items()}
+
+    statuses = read_status_events(cluster.bootstrap, cluster.topic_name(topics.JOBS_STATUS), job_ids)
+    terminal_versions: dict[str, set[int]] = defaultdict(set)
+    for status in statuses:
+        if status.state in TERMINAL:
+            terminal_versions[status.job_id].add(status.job.version)
+    # Exactly one terminal transition per job (a redelivered copy carries the same version).
+    assert {j: len(v) for j, v in terminal_versions.items()} == {j: 1 for j in job_ids}
+
+    # The restarted orchestrator serves metrics, including the restored job counts.
+    text = urllib.request.urlopen(f"http://127.0.0.1:{cluster.metrics_port}/metrics", timeout=10).read()
+    assert f'frenzy_jobs{{state="SUCCEEDED"}} {float(JOBS)}'.encode() in text
