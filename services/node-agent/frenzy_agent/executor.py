@@ -67,14 +67,20 @@ def job_command(launch: events_pb2.LaunchJob) -> list[str]:
 
 
 def job_environment(launch: events_pb2.LaunchJob, local_rank: int, workdir: Path,
-                    time_scale: float) -> dict[str, str]:
-    """The torchrun-compatible rendezvous environment plus Frenzy's own contract."""
+                    time_scale: float, visible_devices: str | None = None) -> dict[str, str]:
+    """The torchrun-compatible rendezvous environment plus Frenzy's own contract.
+
+    `visible_devices` is CUDA_VISIBLE_DEVICES: the node's GPU UUIDs or indices for real GPUs,
+    "" for a simulated inventory (its indices name no real device); None: the indices.
+    """
     spec, option = launch.spec, launch.option
+    if visible_devices is None:
+        visible_devices = ",".join(str(g) for g in launch.gpu_indices)
     tokens_per_step = spec.training.seq_len * spec.training.global_batch_size
     steps = spec.training.steps or max(1, -(-spec.training.tokens // max(1, tokens_per_step)))
     return {
         **os.environ, **dict(spec.env),
-        "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in launch.gpu_indices),
+        "CUDA_VISIBLE_DEVICES": visible_devices,
         "WORLD_SIZE": str(launch.world_size),
         "RANK": str(launch.rank_offset + local_rank),
         "LOCAL_RANK": str(local_rank),
@@ -105,7 +111,8 @@ def job_environment(launch: events_pb2.LaunchJob, local_rank: int, workdir: Path
     }
 
 
-def launch(launch_cmd: events_pb2.LaunchJob, jobs_dir: Path, time_scale: float) -> RunningJob:
+def launch(launch_cmd: events_pb2.LaunchJob, jobs_dir: Path, time_scale: float,
+           visible_devices: str | None = None) -> RunningJob:
     # Absolute: the job runs with this as its cwd, and its environment names files in it.
     workdir = (jobs_dir / f"{launch_cmd.job_id}.{launch_cmd.attempt}").resolve()
     workdir.mkdir(parents=True, exist_ok=True)
@@ -118,7 +125,7 @@ def launch(launch_cmd: events_pb2.LaunchJob, jobs_dir: Path, time_scale: float) 
         # Plain Popen, not asyncio's: the agent reaps its children itself (see _alive), which
         # also works for processes it adopts after a restart.
         proc = subprocess.Popen(
-            command, env=job_environment(launch_cmd, local_rank, workdir, time_scale),
+            command, env=job_environment(launch_cmd, local_rank, workdir, time_scale, visible_devices),
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=workdir, **group)
         log.close()
         pgid = pgid or proc.pid

@@ -17,17 +17,21 @@ from frenzy.logs import get_logger
 from frenzy.runtime import run_service, run_until_stopped
 from frenzy.v1 import events_pb2, types_pb2
 from frenzy_agent import executor
-from frenzy_agent.gpus import Gpu, discover
+from frenzy_agent.gpus import Gpu, NvmlMonitor, discover
 
 log = get_logger("node-agent")
 
 
 class NodeAgent:
     def __init__(self, bus: Bus, node_id: str, gpus: list[Gpu], state_dir: Path,
-                 settings: ServiceSettings, host: str = "127.0.0.1") -> None:
+                 settings: ServiceSettings, host: str = "127.0.0.1",
+                 monitor: NvmlMonitor | None = None) -> None:
         self.bus = bus
         self.node_id = node_id
         self.gpus = gpus
+        # Live memory and health of real GPUs; a simulated inventory has nothing to read.
+        self.monitor = monitor if monitor is not None or all(g.simulated for g in gpus) \
+            else NvmlMonitor()
         self.settings = settings
         self.host = host
         self.jobs_dir = state_dir / node_id
@@ -65,7 +69,10 @@ class NodeAgent:
                  "lost": types_pb2.FAILED}.get(result.state)
         if state is not None:  # a stopped job was ended by the orchestrator; nothing to report
             await self.report(job, state, result.reason, result.exit_code)
-        shutil.rmtree(job.workdir, ignore_errors=True) if state == types_pb2.SUCCEEDED else None
+        if state == types_pb2.SUCCEEDED:
+            shutil.rmtree(job.workdir, ignore_errors=True)
+        else:  # kept for post-mortems; a restarted agent must not report it again
+            (job.workdir / "reported").touch()
 
     # ----- commands ----------------------------------------------------------------------
     async def on_launch(self, env: events_pb2.Envelope, key: str) -> None:
@@ -80,7 +87,8 @@ class NodeAgent:
         if (self.jobs_dir / f"{cmd.job_id}.{cmd.attempt}").exists():
             return  # this attempt already ran here (redelivered after it finished)
         try:
-            job = executor.launch(cmd, self.jobs_dir, self.settings.time_scale)
+            job = executor.launch(cmd, self.jobs_dir, self.settings.time_scale,
+                                  self.visible_devices(cmd.gpu_indices))
         except OSError as err:
             failed = executor.RunningJob(cmd.job_id, cmd.attempt, self.jobs_dir, 0, [], 0, [])
             await self.report(failed, types_pb2.FAILED, f"launch failed: {err}", exit_code=127)
@@ -119,6 +127,34 @@ class NodeAgent:
                                   result.exit_code)
                 (workdir / "reported").touch()
 
+    def visible_devices(self, gpu_indices) -> str:
+        """CUDA_VISIBLE_DEVICES for a job: UUIDs of real GPUs (CUDA and NVML may number them
+        differently), else their indices; "" on a simulated inventory, whose indices name no
+        real device (its jobs run on CPU even on a machine that has GPUs)."""
+        by_index = {g.index: g for g in self.gpus}
+        chosen = [by_index[i] for i in gpu_indices if i in by_index]
+        if not chosen or any(g.simulated for g in chosen):
+            return ""
+        if all(g.uuid for g in chosen):
+            return ",".join(g.uuid for g in chosen)
+        return ",".join(str(g.index) for g in chosen)
+
+    def gpu_status(self, gpu: Gpu, job: executor.RunningJob | None) -> types_pb2.GpuStatus:
+        """Real GPUs: NVML's memory used and health now. Simulated: the job's measured peak
+        (its trainer's progress), else MARP's prediction, as the memory a job uses."""
+        if self.monitor is not None and not gpu.simulated:
+            gpu = self.monitor.read(gpu)
+            used = gpu.memory_used_bytes
+        elif job is not None:
+            used = int(job.last_progress.get("peak_memory_bytes") or 0) or job.predicted_peak_bytes
+        else:
+            used = 0
+        return types_pb2.GpuStatus(
+            index=gpu.index, gpu_type=gpu.gpu_type, memory_total_bytes=gpu.memory_total_bytes,
+            memory_used_bytes=used,
+            health=types_pb2.HEALTHY if gpu.healthy else types_pb2.UNHEALTHY,
+            job_id=job.job_id if job is not None else "")
+
     def heartbeat(self) -> events_pb2.NodeHeartbeat:
         self.sequence += 1
         busy = {gpu: job for job in self.running.values() for gpu in job.gpu_indices}
@@ -126,11 +162,7 @@ class NodeAgent:
             node_id=self.node_id, host=self.host, agent_pid=os.getpid(), sequence=self.sequence,
             simulated=all(g.simulated for g in self.gpus),
             running_jobs=[f"{j.job_id}:{j.attempt}" for j in self.running.values()],
-            gpus=[types_pb2.GpuStatus(
-                index=g.index, gpu_type=g.gpu_type, memory_total_bytes=g.memory_total_bytes,
-                memory_used_bytes=busy[g.index].predicted_peak_bytes if g.index in busy else 0,
-                health=types_pb2.HEALTHY, job_id=busy[g.index].job_id if g.index in busy else "")
-                for g in self.gpus])
+            gpus=[self.gpu_status(g, busy.get(g.index)) for g in self.gpus])
 
     async def heartbeat_loop(self) -> None:
         while True:
