@@ -92,6 +92,30 @@ def test_constraints_are_honoured(job, allowed, max_gpus):
     _check_feasible(arch, training, options, ALL_TYPES, limit=max_gpus)
 
 
+@SETTINGS
+@given(jobs, st.sampled_from([2, 4, 16]))
+def test_min_gpus_drops_smaller_counts_but_keeps_what_is_allowed(job, min_gpus):
+    arch, training = job
+    everything = enumerate_options(arch, training, TEN_TYPES, max_per_type=100)
+    floored = enumerate_options(arch, training, TEN_TYPES, max_per_type=100, min_gpus=min_gpus)
+    assert all(o.num_gpus >= min_gpus for o in floored)
+    _check_feasible(arch, training, floored, TEN_TYPES)
+    # The floor is applied before the Pareto fronts: no allowed count is lost because a
+    # smaller, now forbidden, count dominated it.
+    assert {(o.gpu_type, o.num_gpus) for o in everything if o.num_gpus >= min_gpus} <= \
+        {(o.gpu_type, o.num_gpus) for o in floored}
+
+
+def test_min_gpus_two_gives_a_two_gpu_plan_for_a_tiny_model():
+    # 1M parameters: one GPU is cheapest and on most types fastest too; min_gpus = 2 must
+    # still yield a 2-GPU data-parallel plan on every type (the e2e DDP test relies on it).
+    arch, training = load_model("tiny-gpt2"), TrainingSpec(64, 8, 30 * 64 * 8)
+    options = enumerate_options(arch, training, TEN_TYPES, Constraints(max_gpus=2), min_gpus=2)
+    assert {o.gpu_type for o in options} == {g.name for g in TEN_TYPES}
+    assert all(o.num_gpus == 2 and o.plan.dp == 2 for o in options)
+    assert enumerate_options(arch, training, TEN_TYPES, Constraints(max_gpus=2), min_gpus=4) == []
+
+
 def test_small_model_keeps_options_on_every_type():
     arch, training = load_model("gpt2"), TrainingSpec(1024, 64, 10**9)
     options = enumerate_options(arch, training, ALL_TYPES)

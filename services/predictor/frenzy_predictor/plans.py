@@ -240,11 +240,15 @@ class _TypeSearch:
                     self.table.peak_bytes(*values) <= self.usable:
                 self.best[p.num_gpus] = _Best(step_s, p)
 
-    def run(self, gpu: GpuType, limit: int, seeds: dict[int, list[ParallelPlan]]) -> dict[int, _Best]:
-        """GPU counts in doubling order; at each, layouts in order of their compute bound."""
+    def run(self, gpu: GpuType, limit: int, seeds: dict[int, list[ParallelPlan]],
+            min_gpus: int = 1) -> dict[int, _Best]:
+        """GPU counts in doubling order from min_gpus; at each, layouts in order of their
+        compute bound."""
         shapes = model_parallel_shapes(self.arch, gpu, limit)
         fastest_s, stalls = math.inf, 0
         for n in powers_of_two(limit):
+            if n < min_gpus:
+                continue
             self.seed(seeds.get(n, ()), shapes)
             layouts = sorted((*self.floor(tp, pp, dp), tp, pp, dp)
                              for tp, pp, dp in self.layouts(shapes, n))
@@ -306,11 +310,14 @@ def enumerate_options(arch: ModelArch, training: TrainingSpec, gpu_types: Sequen
                       max_per_type: int = MAX_OPTIONS_PER_TYPE,
                       fit_margin: float = FIT_MARGIN,
                       now_s: float | None = None,
-                      memory_table: MemoryTable | None = None) -> list[PlanOption]:
+                      memory_table: MemoryTable | None = None,
+                      min_gpus: int = 0) -> list[PlanOption]:
     """Ranked options: each allowed GPU type's Pareto front over duration and GPU-seconds.
 
     `zero_stages` / `recomputes` restrict what the launcher supports; `now_s` (epoch seconds)
-    drops options that would miss `constraints.deadline_s` if started now.
+    drops options that would miss `constraints.deadline_s` if started now; `min_gpus` > 0
+    drops GPU counts below it before the fronts are taken (so a faster but costlier count is
+    not lost to a cheaper one that is not allowed).
     """
     limit = min(max_gpus, constraints.max_gpus) if constraints.max_gpus > 0 else max_gpus
     recomputes = [rc for rc in RECOMPUTES if rc in recomputes]  # cheapest first
@@ -326,7 +333,7 @@ def enumerate_options(arch: ModelArch, training: TrainingSpec, gpu_types: Sequen
         if constraints.gpu_types and gpu.name not in constraints.gpu_types:
             continue
         best = _TypeSearch(gpu, arch, training, table, sorted(set(zero_stages)), recomputes,
-                           fit_margin).run(gpu, limit, seeds)
+                           fit_margin).run(gpu, limit, seeds, max(1, min_gpus))
         for n, b in best.items():
             if b.plan not in seeds.setdefault(n, []):
                 seeds[n].append(b.plan)
