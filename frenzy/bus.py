@@ -96,6 +96,29 @@ class Bus:
                                           headers=headers)
         return env
 
+    async def publish_many(self, items: list[tuple[topics.Topic, str, Message | None]]) -> None:
+        """Publish in order, pipelined: enqueue every record, then wait for all acknowledgements.
+
+        The producer keeps one request in flight per broker, so per-partition order holds. A
+        None payload is a tombstone (deletes its key on a compacted topic).
+        """
+        acks = []
+        for topic, key, payload in items:
+            value, headers = None, None
+            if payload is not None:
+                value, headers = events.encode(events.envelope(payload, producer=self.service))
+            acks.append(await self.producer.send(self.topic_name(topic), value, key=key.encode(),
+                                                 headers=headers))
+        if acks:
+            await asyncio.gather(*acks)
+
+    async def publish_nowait(self, topic: topics.Topic, key: str, payload: Message) -> asyncio.Future:
+        """Enqueue without waiting for the broker's acknowledgement: for high-rate telemetry
+        (heartbeats) where the next record supersedes a lost one."""
+        value, headers = events.encode(events.envelope(payload, producer=self.service))
+        return await self.producer.send(self.topic_name(topic), value, key=key.encode(),
+                                        headers=headers)
+
     async def publish_tombstone(self, topic: topics.Topic, key: str) -> None:
         """Delete a key from a compacted topic."""
         await self.producer.send_and_wait(self.topic_name(topic), None, key=key.encode())
@@ -127,8 +150,12 @@ class Bus:
                            handlers: dict[str, Handler], *,
                            json_payloads: dict[str, str] | None = None,
                            ready: asyncio.Event | None = None,
-                           started: bool = False) -> None:
+                           started: bool = False,
+                           before_commit: Callable[[], Awaitable[None]] | None = None) -> None:
         """Consume until cancelled. handlers maps payload type (e.g. "job_planned") to a coroutine.
+
+        before_commit runs after each batch and before its offsets are committed: a service that
+        defers publishing its handlers' output flushes it there (at-least-once holds).
 
         json_payloads maps a topic's name (without namespace) to the payload type it accepts
         as bare JSON.
@@ -149,6 +176,8 @@ class Bus:
                         await self._handle_record(record, group, handlers, deduper,
                                                   json_payloads.get(logical_topic, ""))
                 if batch:
+                    if before_commit is not None:
+                        await before_commit()
                     await consumer.commit()
         finally:
             await consumer.stop()

@@ -14,7 +14,8 @@ if TYPE_CHECKING:
 
 # (predicted - measured) / measured: negative buckets are under-predictions (OOM risk).
 ERROR_BUCKETS = (-0.5, -0.2, -0.1, -0.05, -0.02, 0.0, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
-LAG_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+LAG_BUCKETS_S = (0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0,
+                 1.5, 2.5, 5.0, 10.0)
 
 
 class OrchestratorMetrics:

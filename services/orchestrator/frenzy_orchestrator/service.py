@@ -28,7 +28,8 @@ class OrchestratorService:
         self.metrics = OrchestratorMetrics(self.core)
         self._errors_observed = 0  # memory prediction errors already in the histogram
         self.watchers: dict[str, list[asyncio.Queue]] = {}
-        self._lock = asyncio.Lock()  # keeps publish order equal to state-change order
+        self._pending: list[Outgoing] = []  # produced by handled events, not yet published
+        self._flush_lock = asyncio.Lock()
 
     async def recover(self) -> None:
         """Rebuild jobs and allocations from the state topic before taking any event."""
@@ -52,28 +53,37 @@ class OrchestratorService:
         log.info("state recovered", epoch=epoch, jobs=len(jobs), active_jobs=active,
                  early_plans=len(early), took_s=round(time.monotonic() - started_s, 3))
 
-    async def _apply(self, outgoing: list[Outgoing]) -> None:
-        for gpu_type, error in self.core.memory_errors[self._errors_observed:]:
-            self.metrics.memory_prediction_error.labels(gpu_type).observe(error)
-        self._errors_observed = len(self.core.memory_errors)
-        # State records go last: see OrchestratorCore.drain_state_records.
-        for out in outgoing + self.core.drain_state_records():
-            if out.payload is None:
-                await self.bus.publish_tombstone(out.topic, out.key)
-                continue
-            await self.bus.publish(out.topic, out.key, out.payload)
-            if isinstance(out.payload, events_pb2.JobStatusChanged):
-                job = out.payload.job
-                log.info("job state", job_id=out.key, state=types_pb2.JobState.Name(job.state),
-                         reason=job.reason, attempt=job.attempt)
-                for queue in self.watchers.get(out.key, []):
-                    snapshot = types_pb2.Job()
-                    snapshot.CopyFrom(job)
-                    queue.put_nowait(snapshot)
-
     async def _run(self, handler, *args) -> None:
-        async with self._lock:
-            await self._apply(handler(*args, time.time()))
+        """Apply one event to the core. Its outgoing events wait for the next flush()."""
+        self._pending.extend(handler(*args, time.time()))
+
+    async def flush(self) -> None:
+        """Publish what the handled events produced, and only then their state records.
+
+        Consumers call this before committing offsets, so a crash before it redelivers the input
+        events; gRPC calls it before answering. One flush pipelines many records into a couple
+        of broker round trips instead of one per record.
+        """
+        async with self._flush_lock:  # keeps publish order equal to state-change order
+            outgoing, self._pending = self._pending, []
+            records = self.core.drain_state_records()
+            for gpu_type, error in self.core.memory_errors[self._errors_observed:]:
+                self.metrics.memory_prediction_error.labels(gpu_type).observe(error)
+            self._errors_observed = len(self.core.memory_errors)
+            await self.bus.publish_many([(o.topic, o.key, o.payload) for o in outgoing])
+            # State records go last: see OrchestratorCore.drain_state_records.
+            await self.bus.publish_many([(o.topic, o.key, o.payload) for o in records])
+            for out in outgoing:
+                if isinstance(out.payload, events_pb2.JobStatusChanged):
+                    self._notify(out.key, out.payload.job)
+
+    def _notify(self, job_id: str, job: types_pb2.Job) -> None:
+        log.info("job state", job_id=job_id, state=types_pb2.JobState.Name(job.state),
+                 reason=job.reason, attempt=job.attempt)
+        for queue in self.watchers.get(job_id, []):
+            snapshot = types_pb2.Job()
+            snapshot.CopyFrom(job)
+            queue.put_nowait(snapshot)
 
     # Entry points from gRPC.
     async def submit(self, job_id: str, spec: types_pb2.JobSpec) -> None:
@@ -81,9 +91,11 @@ class OrchestratorService:
         submitted.submitted_at.GetCurrentTime()
         await self.bus.publish(topics.JOBS_SUBMITTED, job_id, submitted, trace_id=job_id)
         await self._run(self.core.submit, job_id, spec)
+        await self.flush()
 
     async def cancel(self, job_id: str) -> None:
         await self._run(self.core.cancel, job_id)
+        await self.flush()
 
     # Kafka handlers.
     async def on_submitted(self, env: events_pb2.Envelope, key: str) -> None:
@@ -110,6 +122,7 @@ class OrchestratorService:
         while True:
             await asyncio.sleep(min(1.0, self.settings.node_timeout_s / 4))
             await self._run(self.core.check_liveness)
+            await self.flush()
 
     async def run(self, stop: asyncio.Event) -> None:
         await self.bus.start()
@@ -126,7 +139,8 @@ class OrchestratorService:
                         "node_heartbeat": self.on_heartbeat}
             consume = asyncio.create_task(self.bus.run_consumer(
                 consumer, GROUP, handlers,
-                json_payloads={topics.JOBS_SUBMITTED.name: "job_submitted"}))
+                json_payloads={topics.JOBS_SUBMITTED.name: "job_submitted"},
+                before_commit=self.flush))
             log.info("orchestrator started", grpc=f"{self.settings.grpc_host}:{self.settings.grpc_port}")
             await run_until_stopped(stop, consume, asyncio.create_task(self.liveness_loop()))
         finally:
