@@ -176,9 +176,10 @@ class NodeAgent:
         try:
             await consumer.start()
             await consumer.topics()  # metadata, for the partition count
-            partitions = consumer.partitions_for_topic(topics.AGENT_COMMANDS.name) or {0}
+            commands_topic = self.bus.topic_name(topics.AGENT_COMMANDS)
+            partitions = consumer.partitions_for_topic(commands_topic) or {0}
             mine = partition_for_key(self.node_id, len(partitions))
-            consumer.assign([TopicPartition(topics.AGENT_COMMANDS.name, mine)])
+            consumer.assign([TopicPartition(commands_topic, mine)])
             await self.adopt_survivors()
             commands = asyncio.create_task(self.bus.run_consumer(
                 consumer, group, {"launch_job": self.on_launch, "stop_job": self.on_stop}, started=True))
