@@ -14,6 +14,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "watch": "frenzy.cli_jobs:watch",
     "cancel": "frenzy.cli_jobs:cancel",
     "nodes": "frenzy.cli_jobs:nodes",
+    "cluster": "frenzy.cli_jobs:cluster",
     "predict": "frenzy_predictor.cli_predict:predict",
     "profile": "frenzy_predictor.cli_profile:profile",
     "simulate": "frenzy_scheduler.cli_simulate:simulate",

@@ -121,3 +121,29 @@ def nodes(as_json: bool) -> None:
     for r in rows:
         table.add_row(*(str(v) for v in r.values()))
     Console().print(table)
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def cluster(as_json: bool) -> None:
+    """GPUs and jobs per GPU type, and how MARP's memory predictions compare with measured peaks."""
+    from google.protobuf import json_format
+
+    try:
+        with _client() as client:
+            summary = client.cluster_summary()
+    except grpc.RpcError as err:
+        _fail_rpc(err)
+    if as_json:
+        click.echo(json_format.MessageToJson(summary, always_print_fields_with_no_presence=True,
+                                             preserving_proto_field_name=True))
+        return
+    table = Table("gpu_type", "nodes", "total", "free", "allocated", "running_jobs", "queued_jobs")
+    for t in summary.gpu_types:
+        table.add_row(t.gpu_type, *(str(v) for v in (t.nodes, t.total, t.free, t.allocated,
+                                                     t.running_jobs, t.queued_jobs)))
+    Console().print(table)
+    memory = summary.memory_prediction
+    click.echo(f"nodes ready {summary.nodes_ready}, lost {summary.nodes_lost}; memory prediction over "
+               f"{memory.jobs} finished jobs: mean |error| {memory.mean_abs_error:.1%}, worst "
+               f"under-prediction {memory.worst_under_prediction:.1%}")

@@ -193,6 +193,11 @@ def test_cli_status_and_nodes_json(cluster, client, tmp_path):
     nodes = json.loads(_cli(cluster, "nodes", "--json").stdout)
     assert {n["id"] for n in nodes} == set(cluster.node_ids)
     assert all(set(n) == {"id", "gpu_type", "gpus_total", "gpus_free", "state", "agent_pid"} for n in nodes)
+    summary = json.loads(_cli(cluster, "cluster", "--json").stdout)
+    assert {t["gpu_type"]: t["total"] for t in summary["gpu_types"]} == {"A100-80GB": 4, "T4": 8}
+    # The synthetic workload reports MARP's prediction as its measured peak: zero error.
+    assert summary["memory_prediction"]["jobs"] >= 1
+    assert summary["memory_prediction"]["mean_abs_error"] == 0
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\nmodel: gpt2\ntraining: {seq_len: 512, global_batch_size: -1, steps: 3}\n")
     result = _cli(cluster, "submit", str(bad))
