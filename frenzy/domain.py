@@ -96,3 +96,4 @@ class Constraints:
     gpu_types: tuple[str, ...] = ()  # empty: any
     max_gpus: int = 0  # 0: no limit
     deadline_s: float = 0.0  # absolute epoch seconds; 0: none
+    min_gpus: int = 0  # 0: no floor

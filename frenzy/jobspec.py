@@ -44,6 +44,7 @@ class ConstraintsModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
     gpu_types: list[str] = Field(default_factory=list)
     max_gpus: int = 0
+    min_gpus: int = 0
     deadline: float | None = None  # epoch seconds
 
 
@@ -72,7 +73,8 @@ class JobSpecModel(BaseModel):
                 steps=t.steps or 0, precision=t.precision, optimizer=t.optimizer,
                 grad_dtype=t.grad_dtype, attention=t.attention, dropout=t.dropout),
             constraints=types_pb2.Constraints(gpu_types=self.constraints.gpu_types,
-                                              max_gpus=self.constraints.max_gpus))
+                                              max_gpus=self.constraints.max_gpus,
+                                              min_gpus=self.constraints.min_gpus))
         if self.constraints.deadline:
             spec.constraints.deadline.FromNanoseconds(int(self.constraints.deadline * 1e9))
         return spec
@@ -148,8 +150,13 @@ def resolve_spec(spec: types_pb2.JobSpec) -> ResolvedJob:
             raise SpecError(f"constraints.gpu_types[{i}]", err.args[0]) from None
     if c.max_gpus < 0:
         raise SpecError("constraints.max_gpus", f"must not be negative, got {c.max_gpus}")
+    if c.min_gpus < 0:
+        raise SpecError("constraints.min_gpus", f"must not be negative, got {c.min_gpus}")
+    if c.max_gpus and c.min_gpus > c.max_gpus:
+        raise SpecError("constraints.min_gpus", f"{c.min_gpus} is above max_gpus {c.max_gpus}")
     deadline_s = c.deadline.ToNanoseconds() / 1e9 if c.HasField("deadline") else 0.0
     return ResolvedJob(
         arch=arch,
         training=TrainingSpec(t.seq_len, t.global_batch_size, total_tokens, recipe),
-        constraints=Constraints(tuple(get_gpu(n).name for n in c.gpu_types), c.max_gpus, deadline_s))
+        constraints=Constraints(tuple(get_gpu(n).name for n in c.gpu_types), c.max_gpus, deadline_s,
+                                c.min_gpus))

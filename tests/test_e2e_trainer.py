@@ -36,15 +36,8 @@ def cluster(kafka_bootstrap, tmp_path_factory):
 
 
 def ddp_spec() -> types_pb2.JobSpec:
-    """tiny-gpt2 (~1M parameters) on at most 2 GPUs of one type.
-
-    For this model MARP's 2-GPU plan on H100 is dp=2, ZeRO-0 and a little faster than one GPU,
-    so HAS (fastest completion) takes it; `constraints.min_gpus`, once the contract has it,
-    makes 2 GPUs the only choice.
-    """
-    constraints = types_pb2.Constraints(gpu_types=[GPU_TYPE], max_gpus=2)
-    if "min_gpus" in types_pb2.Constraints.DESCRIPTOR.fields_by_name:
-        constraints.min_gpus = 2
+    """tiny-gpt2 (~1M parameters) on exactly 2 GPUs of one type: a 2-rank DDP job."""
+    constraints = types_pb2.Constraints(gpu_types=[GPU_TYPE], max_gpus=2, min_gpus=2)
     return types_pb2.JobSpec(
         name="ddp-tiny-gpt2", model="tiny-gpt2", constraints=constraints,
         entrypoint=[sys.executable, "-m", "frenzy_trainer"],

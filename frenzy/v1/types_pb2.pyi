@@ -97,14 +97,16 @@ class TrainingConfig(_message.Message):
     def __init__(self, seq_len: _Optional[int] = ..., global_batch_size: _Optional[int] = ..., tokens: _Optional[int] = ..., steps: _Optional[int] = ..., precision: _Optional[str] = ..., optimizer: _Optional[str] = ..., grad_dtype: _Optional[str] = ..., attention: _Optional[str] = ..., dropout: _Optional[float] = ...) -> None: ...
 
 class Constraints(_message.Message):
-    __slots__ = ("gpu_types", "max_gpus", "deadline")
+    __slots__ = ("gpu_types", "max_gpus", "deadline", "min_gpus")
     GPU_TYPES_FIELD_NUMBER: _ClassVar[int]
     MAX_GPUS_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    MIN_GPUS_FIELD_NUMBER: _ClassVar[int]
     gpu_types: _containers.RepeatedScalarFieldContainer[str]
     max_gpus: int
     deadline: _timestamp_pb2.Timestamp
-    def __init__(self, gpu_types: _Optional[_Iterable[str]] = ..., max_gpus: _Optional[int] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    min_gpus: int
+    def __init__(self, gpu_types: _Optional[_Iterable[str]] = ..., max_gpus: _Optional[int] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., min_gpus: _Optional[int] = ...) -> None: ...
 
 class ParallelPlan(_message.Message):
     __slots__ = ("dp", "tp", "pp", "zero", "micro_batch", "recompute", "sequence_parallel")

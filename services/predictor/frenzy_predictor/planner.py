@@ -21,18 +21,13 @@ def plan_job(spec: types_pb2.JobSpec, gpu_types: list[GpuType] | None = None,
     job = resolve_spec(spec)  # raises SpecError naming the field
     types = gpu_types if gpu_types is not None else list(gpu_catalog().values())
     options = enumerate_options(job.arch, job.training, types, job.constraints,
-                                min_gpus=requested_min_gpus(spec))
+                                min_gpus=job.constraints.min_gpus)
     if min_memory_bytes:
         by_name = gpu_catalog()
         options = [replace(o, peak_bytes_per_gpu=max(o.peak_bytes_per_gpu, min_memory_bytes))
                    for o in options
                    if max(o.peak_bytes_per_gpu, min_memory_bytes) <= FIT_MARGIN * by_name[o.gpu_type].memory_bytes]
     return options, job.arch.num_params()
-
-
-def requested_min_gpus(spec: types_pb2.JobSpec) -> int:
-    """`constraints.min_gpus` of the spec; 0 (no floor) while the contract has no such field."""
-    return max(0, int(getattr(spec.constraints, "min_gpus", 0) or 0))
 
 
 def job_planned(submitted: events_pb2.JobSubmitted) -> events_pb2.JobPlanned:
