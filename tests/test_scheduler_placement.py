@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from frenzy_scheduler.clusterfile import (build_cluster, groups_from_alibaba_csv, load_cluster_file,
                                           parse_cluster, scale_groups)
@@ -72,3 +74,20 @@ def test_shipped_cluster_files_load() -> None:
     assert sum(frenzy.total_by_type().values()) == 288
     alibaba = build_cluster(load_cluster_file("deploy/clusters/alibaba-2026-492.yaml"))
     assert len(alibaba.total_by_type()) >= 3
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([1, 2, 4, 8]), st.integers(0, 8)), min_size=1, max_size=20),
+       st.sampled_from([1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64]), st.sampled_from([1, 2, 4]))
+def test_best_fit_succeeds_exactly_when_whole_tp_groups_add_up(nodes, count, tp) -> None:
+    view = _cluster(*((f"n{i:02d}", "T4", size, min(free, size)) for i, (size, free) in enumerate(nodes)))
+    index = FreeIndex(view)
+    usable = sum(len(n.free_gpus) // tp * tp for n in view.nodes.values())
+    chosen = index.best_fit("T4", count, granularity=tp)
+    assert (chosen is not None) == (count % tp == 0 and usable >= count)
+    if chosen is not None:
+        assert sum(len(g) for _, g in chosen) == count
+        assert len({n for n, _ in chosen}) == len(chosen)  # each node once
+        assert all(len(g) % tp == 0 and set(g) <= set(view.nodes[n].free_gpus) for n, g in chosen)
+        index.take(chosen)
+        assert index.free_by_type["T4"] == sum(len(n.free_gpus) for n in view.nodes.values()) - count

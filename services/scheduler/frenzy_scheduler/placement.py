@@ -6,7 +6,7 @@ never mutated, and best-fit costs O(GPUs per node) instead of O(nodes).
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from frenzy_scheduler.core import ClusterView, NodeState
 
@@ -43,7 +43,9 @@ class FreeIndex:
     """Free GPUs of a cluster snapshot, bucketed per GPU type by how many a node has free.
 
     `buckets[type][k]` holds the ids of nodes of that type with exactly k free GPUs (a dict
-    used as an insertion-ordered set, so results are deterministic).
+    used as an insertion-ordered set, so results are deterministic). Built in one O(nodes)
+    pass per decision; afterwards every query and `take` touches only the nodes involved.
+    The snapshot's free lists are shared, never mutated: `take` replaces a node's list.
     """
 
     def __init__(self, cluster: ClusterView) -> None:
@@ -52,19 +54,24 @@ class FreeIndex:
         self.buckets: dict[str, list[dict[str, None]]] = {}
         self.free_by_type: dict[str, int] = {}
         self.node_size: dict[str, int] = {}  # largest node of each type, in GPUs
-        for node_id in sorted(cluster.nodes):
-            node = cluster.nodes[node_id]
+        self.capacity: dict[str, int] = {}  # all GPUs of each type, free or busy
+        nodes = [(node_id, cluster.nodes[node_id]) for node_id in sorted(cluster.nodes)]
+        node_size, capacity = self.node_size, self.capacity
+        for _, node in nodes:
+            gpu_type = node.gpu_type
             size = max(node.total_gpus, len(node.free_gpus))
-            self.node_size[node.gpu_type] = max(self.node_size.get(node.gpu_type, 0), size)
-        for node_id in sorted(cluster.nodes):
-            node = cluster.nodes[node_id]
-            buckets = self.buckets.setdefault(
-                node.gpu_type, [dict() for _ in range(self.node_size[node.gpu_type] + 1)])
-            self.free[node_id] = list(node.free_gpus)
-            self.node_type[node_id] = node.gpu_type
-            buckets[len(node.free_gpus)][node_id] = None
-            self.free_by_type[node.gpu_type] = (self.free_by_type.get(node.gpu_type, 0)
-                                                + len(node.free_gpus))
+            if size > node_size.get(gpu_type, -1):
+                node_size[gpu_type] = size
+            capacity[gpu_type] = capacity.get(gpu_type, 0) + node.total_gpus
+        self.buckets = {t: [{} for _ in range(size + 1)] for t, size in node_size.items()}
+        free_by_type = self.free_by_type = dict.fromkeys(node_size, 0)
+        free, node_type, buckets = self.free, self.node_type, self.buckets
+        for node_id, node in nodes:
+            gpu_type, gpus = node.gpu_type, node.free_gpus
+            free[node_id] = gpus
+            node_type[node_id] = gpu_type
+            buckets[gpu_type][len(gpus)][node_id] = None
+            free_by_type[gpu_type] += len(gpus)
 
     def total_free(self) -> int:
         return sum(self.free_by_type.values())
@@ -82,29 +89,37 @@ class FreeIndex:
         step = max(1, granularity)
         if count % step:
             return None
-        used: set[str] = set()
+        for k in range(count, len(buckets)):  # fast path: one node fits, take the fullest such
+            if buckets[k]:
+                node_id = next(iter(buckets[k]))
+                return ((node_id, tuple(self.free[node_id][:count])),)
+        if step > 1 and sum(len(nodes) * (k // step * step)
+                            for k, nodes in enumerate(buckets)) < count:
+            return None  # whole tp groups cannot add up to count (the walk below would fail)
+        # Several nodes. Nodes are only ever taken from the front of a bucket, so a count per
+        # bucket of the nodes already chosen stands in for a set of used nodes; and the largest
+        # bucket with a node left only moves down, so the whole walk is O(nodes chosen + size).
+        free = self.free
+        chosen_per_bucket = [0] * len(buckets)
+        fronts: dict[int, Iterator[str]] = {}
         chosen: list[tuple[str, tuple[int, ...]]] = []
+        largest = len(buckets) - 1
         remaining = count
         while remaining:
-            node_id = None
-            for k in range(remaining, len(buckets)):  # smallest node that still fits
-                node_id = next((n for n in buckets[k] if n not in used), None)
-                if node_id is not None:
-                    break
-            if node_id is not None:
+            # the smallest node that still fits the rest ...
+            k = next((k for k in range(remaining, len(buckets))
+                      if len(buckets[k]) > chosen_per_bucket[k]), 0)
+            if k:
                 take = remaining
-            else:  # no single node fits the rest: take the largest usable chunk
-                for k in range(len(buckets) - 1, 0, -1):
-                    if k // step * step == 0:
-                        break
-                    node_id = next((n for n in buckets[k] if n not in used), None)
-                    if node_id is not None:
-                        break
-                if node_id is None:
+            else:  # ... else the largest usable chunk (whole tp groups only)
+                while largest >= step and len(buckets[largest]) <= chosen_per_bucket[largest]:
+                    largest -= 1
+                if largest < step:
                     return None
-                take = min(remaining, len(self.free[node_id]) // step * step)
-            used.add(node_id)
-            chosen.append((node_id, tuple(self.free[node_id][:take])))
+                k, take = largest, largest // step * step
+            node_id = next(fronts.get(k) or fronts.setdefault(k, iter(buckets[k])))
+            chosen_per_bucket[k] += 1
+            chosen.append((node_id, tuple(free[node_id][:take])))
             remaining -= take
         return tuple(chosen)
 
@@ -112,11 +127,16 @@ class FreeIndex:
         """Reserve GPUs in this index (the reserve step); ValueError on a double booking."""
         for node_id, gpus in assignments:
             free = self.free[node_id]
-            if not set(gpus) <= set(free):
-                raise ValueError(f"GPUs {sorted(set(gpus) - set(free))} on {node_id} are not free")
+            if tuple(free[:len(gpus)]) == gpus:  # what best_fit hands out: a prefix
+                rest = free[len(gpus):]
+            else:
+                taken = set(gpus)
+                if not taken <= set(free):
+                    raise ValueError(f"GPUs {sorted(taken - set(free))} on {node_id} are not free")
+                rest = [g for g in free if g not in taken]
             gpu_type = self.node_type[node_id]
-            del self.buckets[gpu_type][len(free)][node_id]
-            taken = set(gpus)
-            self.free[node_id] = [g for g in free if g not in taken]
-            self.buckets[gpu_type][len(self.free[node_id])][node_id] = None
-            self.free_by_type[gpu_type] -= len(gpus)
+            buckets = self.buckets[gpu_type]
+            del buckets[len(free)][node_id]
+            buckets[len(rest)][node_id] = None
+            self.free[node_id] = rest
+            self.free_by_type[gpu_type] -= len(free) - len(rest)
