@@ -166,6 +166,9 @@ def test_cancel_running_job_kills_its_processes(client, cluster):
     (small_spec(model="no-such-model"), "model"),
     (types_pb2.JobSpec(name="neg", model="gpt2", training=types_pb2.TrainingConfig(
         seq_len=1024, global_batch_size=-4, steps=10)), "training.global_batch_size"),
+    (types_pb2.JobSpec(name="range", model="gpt2", constraints=types_pb2.Constraints(min_gpus=4, max_gpus=2),
+                       training=types_pb2.TrainingConfig(seq_len=1024, global_batch_size=8, steps=10)),
+     "constraints.min_gpus"),
 ])
 def test_invalid_spec_is_invalid_argument_naming_the_field(client, spec, field):
     with pytest.raises(grpc.RpcError) as err:
