@@ -133,3 +133,18 @@ def test_sia_maximises_normalised_goodput() -> None:
              job("y", 1, option("A100-80GB", 1, 100.0))]
     placed = {p.job_id: p.option.gpu_type for p in get_policy("sia").schedule(queue, cluster, 5.0)}
     assert placed == {"x": "T4", "y": "A100-80GB"}
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios(), scenarios(), st.floats(0.0, 1e4), st.sampled_from([HasConfig(), HasConfig(reserve_after_s=50.0)]))
+def test_has_decisions_do_not_depend_on_what_it_cached_before(first, second, end_s, config) -> None:
+    """Cached per-job data and the kept queue order must never change a decision: a policy
+    that saw another queue or cluster before decides like a fresh one (job ids are reused,
+    with other options, and the same jobs meet another cluster, so stale entries would show)."""
+    warm = HasPolicy(config)
+    for queue, cluster in (first, (first[0], second[1]), second, second):
+        running = [RunningJob(f"r-{n}", option(s.gpu_type, s.total_gpus - s.num_free, 1.0),
+                              ((n, tuple(g for g in range(s.total_gpus) if g not in s.free_gpus)),),
+                              0.0, end_s) for n, s in cluster.nodes.items() if s.num_free < s.total_gpus]
+        assert warm.schedule(queue, cluster, 200.0, running) == \
+            HasPolicy(config).schedule(queue, cluster, 200.0, running)

@@ -6,6 +6,7 @@ The live scheduler service and the trace simulator both call `Policy.schedule`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Protocol, Sequence
 
 from frenzy.domain import PlanOption
@@ -80,8 +81,8 @@ class RunningJob:
     start_time_s: float
     expected_end_s: float
 
-    @property
-    def num_gpus(self) -> int:
+    @cached_property
+    def num_gpus(self) -> int:  # cached: policies read it for every running job, every decision
         return sum(len(gpus) for _, gpus in self.assignments)
 
 

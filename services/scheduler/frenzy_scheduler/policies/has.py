@@ -4,29 +4,40 @@ One pass over the queue per decision, in the Kubernetes framework's steps:
 
 1. sort: shortest predicted duration first, with aging (`key = best_duration - aging_rate *
    waited`) so every job's key eventually beats any newcomer's; jobs near a deadline go first;
-2. filter: options whose GPU type exists and whose shape a node set can host;
+2. filter: options whose GPU type exists and whose GPU count the type's capacity can hold; a
+   job none of whose options has enough free GPUs of its type is skipped without scoring;
 3. score: estimated completion time = expected start + MARP duration. The expected start of
    an option that cannot start now comes from the running jobs' expected ends, minus what
    higher-priority jobs in this pass already wait for. A job holds (stays queued) when waiting
    for faster GPUs finishes earlier than starting now on slower ones;
-4. reserve: best-fit nodes (`FreeIndex.best_fit`), which keeps whole nodes free for big jobs;
-   a job blocked for `reserve_after_s` gets an EASY-style reservation on its type, and later
-   jobs may use that type only if they end before it or fit in the spare GPUs (backfill).
+4. reserve / bind: best-fit nodes (`FreeIndex.best_fit`), which keeps whole nodes free for big
+   jobs; a job blocked for `reserve_after_s` gets an EASY-style reservation on its type, and
+   later jobs may use that type only if they end before it or fit in the spare GPUs (backfill).
 
-Everything is O(queue x options) dictionary work plus a sort; no solver.
+Cost: everything a job's options imply (ranking, per-type minimum GPU count, sort key, scores)
+is derived once and cached across decisions; per decision the pass does O(nodes) to index the
+free GPUs, O(queue) cheap work (a cache check, and a re-sort of the last order that costs about
+one comparison per job), then walks the queue until no GPU is free: one memoised filter lookup
+per job, and scoring only for jobs that pass the filter. No solver.
 """
 from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Sequence
 
 from frenzy.domain import PlanOption
 from frenzy_scheduler.core import ClusterView, Placement, QueuedJob, RunningJob
-from frenzy_scheduler.placement import FreeIndex
+from frenzy_scheduler.placement import Assignments, FreeIndex
 
 INF = math.inf
+_NO_WAITS: dict[int, float] = {}
+_KEY = attrgetter("key")
+
+# One scored option: (option, GPU type, GPU count, duration s, GPU-seconds, tp degree).
+_Entry = tuple[PlanOption, str, int, float, float, int]
 
 
 @dataclass(frozen=True)
@@ -37,17 +48,40 @@ class HasConfig:
     gpu_cost_weight: float = 1.0  # under queue pressure, weight of extra GPU-seconds an option burns
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _JobFacts:
-    """Per-job data derived once from MARP's options (pure function of the options)."""
+    """What a job's options imply, derived once per (job, cluster shape) and kept across
+    decisions: in a queue that changes by a few jobs per event, this is most of the work."""
 
-    options: Sequence[PlanOption]
-    ranked: tuple[PlanOption, ...]  # fastest first
-    # (option, type, GPUs, duration, GPU-seconds) per ranked option: properties read once
-    entries: tuple[tuple[PlanOption, str, int, float, float], ...]
+    options: Sequence[PlanOption]  # identity: the cache is stale when the job's options change
+    submit_s: float
+    entries: tuple[_Entry, ...]  # options the cluster can ever host, fastest first (= rank)
+    need: tuple[tuple[str, int], ...]  # (type, fewest GPUs of any option on it): the filter
+    need_id: int  # small int naming `need`, so the filter memo is one dict lookup
     best_s: float
     min_gpu_seconds: float
     min_gpus: int
+    sjf_key: tuple[int, float, float, str]  # the non-urgent sort key minus aging x now
+    exponent: float = -1.0  # the GPU-cost exponent `costs` / `by_cost` were scored with
+    costs: tuple[float, ...] = ()
+    by_cost: tuple[int, ...] = ()  # entry indices, cheapest first, ties by rank
+    # Set by each decision's sort: the job as queued now, its sort key, the decision number.
+    job: QueuedJob | None = None
+    key: tuple[int, float, float, str] = (2, 0.0, 0.0, "")
+    decision: int = -1
+
+    def scored(self, exponent: float) -> tuple[tuple[float, ...], tuple[int, ...]]:
+        """Per-option cost (duration x GPU-seconds penalty), recomputed only when the queue
+        pressure changes the exponent (saturated queues keep it at the weight)."""
+        if exponent != self.exponent:
+            if exponent:
+                self.costs = tuple(d * (gs / self.min_gpu_seconds) ** exponent
+                                   for _, _, _, d, gs, _ in self.entries)
+            else:
+                self.costs = tuple(e[3] for e in self.entries)
+            self.by_cost = tuple(sorted(range(len(self.costs)), key=self.costs.__getitem__))
+            self.exponent = exponent
+        return self.costs, self.by_cost
 
 
 @dataclass
@@ -57,32 +91,87 @@ class _Reservation:
 
 
 class _ReleaseProfile:
-    """When GPUs of each type are expected to free up, from the running jobs' expected ends."""
+    """When GPUs of each type are expected to free up, from the running jobs' expected ends.
+
+    Built lazily: a decision in which every scored option can start now never needs it."""
 
     def __init__(self, running: Sequence[RunningJob], now_s: float) -> None:
+        self._running = running
+        self._now_s = now_s
+        self._ends: dict[str, list[float]] | None = None
+        self._cumulative: dict[str, list[int]] = {}
+
+    def _build(self) -> dict[str, list[float]]:
+        now_s = self._now_s
         per_type: dict[str, list[tuple[float, int]]] = {}
-        for job in running:
+        for job in self._running:
             per_type.setdefault(job.option.gpu_type, []).append(
                 (max(job.expected_end_s, now_s), job.num_gpus))
-        self.ends: dict[str, list[float]] = {}
-        self.cumulative: dict[str, list[int]] = {}
+        self._ends = {}
         for gpu_type, releases in per_type.items():
             releases.sort()
             total, cum = 0, []
             for _, gpus in releases:
                 total += gpus
                 cum.append(total)
-            self.ends[gpu_type] = [end for end, _ in releases]
-            self.cumulative[gpu_type] = cum
+            self._ends[gpu_type] = [end for end, _ in releases]
+            self._cumulative[gpu_type] = cum
+        return self._ends
 
-    def time_until(self, gpu_type: str, gpus_needed: int, now_s: float) -> float:
+    def time_until(self, gpu_type: str, gpus_needed: int) -> float:
         """Seconds until `gpus_needed` more GPUs of the type are released (inf if never)."""
         if gpus_needed <= 0:
             return 0.0
-        cum = self.cumulative.get(gpu_type)
+        ends = self._ends if self._ends is not None else self._build()
+        cum = self._cumulative.get(gpu_type)
         if not cum or cum[-1] < gpus_needed:
             return INF
-        return self.ends[gpu_type][bisect.bisect_left(cum, gpus_needed)] - now_s
+        return ends[gpu_type][bisect.bisect_left(cum, gpus_needed)] - self._now_s
+
+    def released_by(self, gpu_type: str, time_s: float) -> int:
+        """GPUs of the type released at or before `time_s`."""
+        ends = self._ends if self._ends is not None else self._build()
+        i = bisect.bisect_right(ends.get(gpu_type, []), time_s)
+        return self._cumulative[gpu_type][i - 1] if i else 0
+
+
+@dataclass
+class _Pass:
+    """The state of one decision's pass over the queue (never outlives `schedule`)."""
+
+    index: FreeIndex  # free GPUs, updated as this pass reserves them
+    releases: _ReleaseProfile
+    now_s: float
+    exponent: float  # GPU-cost exponent from the queue pressure
+    claimed: dict[str, int] = field(default_factory=dict)  # GPUs held jobs already wait for
+    reservations: dict[str, _Reservation] = field(default_factory=dict)
+    fits: dict[int, bool] = field(default_factory=dict)  # filter memo by need_id; reset on bind
+    waits: dict[str, dict[int, float]] = field(default_factory=dict)  # type -> GPUs -> wait
+
+    def expected_wait_s(self, gpu_type: str, gpus: int) -> float:
+        """Seconds until `gpus` GPUs of the type could be ours; asked only for an option that
+        cannot start now, so at least one more release is needed (the free GPUs may be
+        fragmented or reserved). Memoised per type until that type's free GPUs, claims or
+        reservation change (`changed`)."""
+        memo = self.waits.setdefault(gpu_type, {})
+        wait_s = memo.get(gpus)
+        if wait_s is None:
+            short = gpus + self.claimed.get(gpu_type, 0) - self.index.free_by_type.get(gpu_type, 0)
+            wait_s = self.releases.time_until(gpu_type, max(1, short))
+            reservation = self.reservations.get(gpu_type)
+            if reservation is not None:
+                wait_s = max(wait_s, reservation.shadow_s - self.now_s)
+            memo[gpus] = wait_s
+        return wait_s
+
+    def changed(self, gpu_type: str) -> None:
+        """The type's free GPUs, claims or reservation changed: drop what was derived from them."""
+        self.waits.pop(gpu_type, None)
+
+    def backfill_allowed(self, gpu_type: str, gpus: int, duration_s: float) -> bool:
+        reservation = self.reservations.get(gpu_type)
+        return (reservation is None or self.now_s + duration_s <= reservation.shadow_s
+                or gpus <= reservation.spare_gpus)
 
 
 class HasPolicy:
@@ -90,161 +179,204 @@ class HasPolicy:
 
     def __init__(self, config: HasConfig = HasConfig()) -> None:
         self.config = config
-        self._facts: dict[str, _JobFacts] = {}  # cache of derived data, keyed by job id
-
-    def _job_facts(self, job: QueuedJob, node_size: dict[str, int]) -> _JobFacts | None:
-        facts = self._facts.get(job.job_id)
-        if facts is None or facts.options is not job.options:
-            usable = [o for o in job.options if o.gpu_type in node_size]
-            if not usable:
-                return None
-            ranked = tuple(sorted(usable, key=lambda o: (o.duration_s, o.num_gpus, o.gpu_type)))
-            entries = tuple((o, o.gpu_type, o.num_gpus, o.duration_s, o.gpu_seconds) for o in ranked)
-            facts = _JobFacts(job.options, ranked, entries, ranked[0].duration_s,
-                              min(o.gpu_seconds for o in ranked), min(o.num_gpus for o in ranked))
-            self._facts[job.job_id] = facts
-        return facts
-
-    def _order(self, queue: Sequence[QueuedJob], facts: dict[str, _JobFacts],
-               now_s: float) -> list[QueuedJob]:
-        """Urgent deadline jobs by slack, then shortest aged duration, then arrival."""
-        urgency = self.config.deadline_urgency
-        aging = self.config.aging_rate
-
-        def key(job: QueuedJob) -> tuple[int, float, float, str]:
-            best = facts[job.job_id].best_s
-            if job.deadline_s > 0:
-                slack = job.deadline_s - now_s - best
-                if slack < urgency * best:
-                    return (0, slack, job.submit_time_s, job.job_id)
-            return (1, best - aging * (now_s - job.submit_time_s), job.submit_time_s, job.job_id)
-
-        return sorted((j for j in queue if j.job_id in facts), key=key)
+        self._facts: dict[str, _JobFacts] = {}  # derived data by job id, across decisions
+        self._capacity: dict[str, int] = {}  # the cluster shape the cached facts were built for
+        self._need_ids: dict[tuple[tuple[str, int], ...], int] = {}
+        self._order: list[_JobFacts] = []  # the last decision's queue, sorted
+        self._decision = 0  # decisions so far
 
     def schedule(self, queue: Sequence[QueuedJob], cluster: ClusterView, now_s: float,
                  running: Sequence[RunningJob] = ()) -> list[Placement]:
         index = FreeIndex(cluster)
-        if not queue or index.total_free() == 0:
-            return []
-        if len(self._facts) > 4 * len(queue) + 1000:
-            self._facts.clear()
-        facts: dict[str, _JobFacts] = {}
-        for job in queue:
-            job_facts = self._job_facts(job, index.node_size)
-            if job_facts is not None:
-                facts[job.job_id] = job_facts
-        capacity = cluster.total_by_type()
         total_free = index.total_free()
-        demand = sum(f.min_gpus for f in facts.values())
+        if not queue or total_free == 0:
+            return []
+        ordered, demand = self._sort(queue, index, now_s)
         pressure = min(1.0, max(0.0, demand / max(1, total_free) - 1.0))
-        releases = _ReleaseProfile(running, now_s)
-        claimed: dict[str, int] = {}  # GPUs per type that held jobs in this pass wait for
-        reservations: dict[str, _Reservation] = {}
+        state = _Pass(index, _ReleaseProfile(running, now_s), now_s,
+                      pressure * self.config.gpu_cost_weight)
         placements: list[Placement] = []
-        for job in self._order(queue, facts, now_s):
-            if index.total_free() == 0:
-                break
-            job_facts = facts[job.job_id]
-            free = index.free_by_type
-            if all(free.get(t, 0) < n for _, t, n, _, _ in job_facts.entries):
-                self._maybe_reserve(job, job_facts, index, releases, claimed, reservations,
-                                    capacity, now_s)
+        reserve_after_s = self.config.reserve_after_s
+        for facts in ordered:
+            job = facts.job
+            if not self._filter(facts, state):
+                if now_s - job.submit_time_s >= reserve_after_s:  # else _maybe_reserve says no
+                    self._maybe_reserve(job, facts, state)
                 continue
-            choice = self._choose(job, job_facts, index, releases, claimed, reservations,
-                                  capacity, pressure, now_s)
-            if isinstance(choice, Placement):
-                index.take(choice.assignments)
-                placements.append(choice)
-            elif choice is not None:  # holding for a faster type: later jobs see that claim
-                if not self._maybe_reserve(job, job_facts, index, releases, claimed,
-                                           reservations, capacity, now_s):
-                    claimed[choice.gpu_type] = claimed.get(choice.gpu_type, 0) + choice.num_gpus
+            choice = self._score(facts, state)
+            if choice is None:
+                continue
+            option, assignments = choice
+            if assignments is None:  # hold for a faster type: later jobs see the claim
+                if not self._maybe_reserve(job, facts, state):
+                    state.claimed[option.gpu_type] = state.claimed.get(option.gpu_type, 0) \
+                        + option.num_gpus
+                    state.changed(option.gpu_type)
+                continue
+            placements.append(self._bind(job, option, assignments, state))
+            total_free -= option.num_gpus
+            if total_free == 0:
+                break
         return placements
 
-    @staticmethod
-    def _expected_wait_s(option: PlanOption, index: FreeIndex, releases: _ReleaseProfile,
-                         claimed: dict[str, int], reservations: dict[str, _Reservation],
-                         now_s: float) -> float:
-        """Seconds until the option could start; called only when it cannot start now, so at
-        least one more release is needed (the free GPUs may be fragmented or reserved)."""
-        gpu_type = option.gpu_type
-        short = option.num_gpus + claimed.get(gpu_type, 0) - index.free_by_type.get(gpu_type, 0)
-        wait_s = releases.time_until(gpu_type, max(1, short), now_s)
-        reservation = reservations.get(gpu_type)
-        if reservation is not None:
-            wait_s = max(wait_s, reservation.shadow_s - now_s)
-        return wait_s
+    # -- sort ------------------------------------------------------------------------------
 
-    def _choose(self, job: QueuedJob, facts: _JobFacts, index: FreeIndex,
-                releases: _ReleaseProfile, claimed: dict[str, int],
-                reservations: dict[str, _Reservation], capacity: dict[str, int],
-                pressure: float, now_s: float) -> Placement | PlanOption | None:
-        """A placement to start now, an option to hold for, or None when nothing fits."""
-        exponent = pressure * self.config.gpu_cost_weight
-        best_now: tuple[float, Placement] | None = None
-        best_wait: tuple[float, PlanOption] | None = None
+    def _derive_facts(self, job: QueuedJob, index: FreeIndex) -> _JobFacts | None:
+        """Rank the job's options and derive what the pass needs from them (cache miss)."""
+        usable = [o for o in job.options if o.gpu_type in index.node_size]
+        if not usable:
+            return None
+        ranked = sorted(usable, key=lambda o: (o.duration_s, o.num_gpus, o.gpu_type))
+        capacity = index.capacity
+        entries = tuple((o, o.gpu_type, o.num_gpus, o.duration_s, o.gpu_seconds, o.plan.tp)
+                        for o in ranked if o.num_gpus <= capacity.get(o.gpu_type, 0))
+        fewest: dict[str, int] = {}
+        for _, gpu_type, gpus, _, _, _ in entries:
+            fewest[gpu_type] = min(gpus, fewest.get(gpu_type, gpus))
+        need = tuple(sorted(fewest.items(), key=lambda item: (item[1], item[0])))
+        best_s = ranked[0].duration_s
+        facts = _JobFacts(
+            job.options, job.submit_time_s, entries, need,
+            self._need_ids.setdefault(need, len(self._need_ids)), best_s,
+            min(o.gpu_seconds for o in ranked), min(o.num_gpus for o in ranked),
+            (1, best_s + self.config.aging_rate * job.submit_time_s, job.submit_time_s, job.job_id))
+        self._facts[job.job_id] = facts
+        return facts
+
+    def _sort(self, queue: Sequence[QueuedJob], index: FreeIndex,
+              now_s: float) -> tuple[list[_JobFacts], int]:
+        """Urgent deadline jobs by slack, then shortest aged duration, then arrival; also the
+        queue's GPU demand (sum of each job's fewest GPUs) for the pressure.
+
+        The aged key `best - aging x (now - submit)` orders jobs like `best + aging x submit`,
+        which does not depend on now, so it is cached with the job's facts; urgent keys all
+        shift with now alike. So the last decision's order, minus the jobs that left, is
+        still sorted: newcomers go after it and the sort (Timsort, which finds sorted runs)
+        costs about one comparison per job instead of n log n."""
+        if index.capacity != self._capacity:  # nodes came or went: re-derive every job's facts
+            self._facts.clear()
+            self._capacity = dict(index.capacity)
+        elif len(self._facts) > 4 * len(queue) + 1000:
+            self._facts.clear()
+        self._decision += 1
+        decision = self._decision
+        urgency = self.config.deadline_urgency
+        newcomers: list[_JobFacts] = []
+        demand = 0
+        cache = self._facts
+        for job in queue:
+            facts = cache.get(job.job_id)
+            if facts is None or facts.options is not job.options or \
+                    facts.submit_s != job.submit_time_s:
+                facts = self._derive_facts(job, index)
+            if facts is None or facts.decision == decision:  # no usable option, or a duplicate
+                continue
+            demand += facts.min_gpus
+            key = facts.sjf_key
+            if job.deadline_s > 0:
+                slack = job.deadline_s - now_s - facts.best_s
+                if slack < urgency * facts.best_s:
+                    key = (0, slack, job.submit_time_s, job.job_id)
+            if facts.decision != decision - 1:
+                newcomers.append(facts)
+            facts.job, facts.key, facts.decision = job, key, decision
+        order = [f for f in self._order if f.decision == decision]
+        order += newcomers
+        order.sort(key=_KEY)
+        self._order = order
+        return order, demand
+
+    # -- filter ----------------------------------------------------------------------------
+
+    @staticmethod
+    def _filter(facts: _JobFacts, state: _Pass) -> bool:
+        """Does some option have enough free GPUs of its type (ignoring node shape)?
+
+        Jobs with the same per-type minimum counts get the same answer until the next bind,
+        so the answer is memoised by `need_id`: most of a long queue costs one dict lookup."""
+        fits = state.fits.get(facts.need_id)
+        if fits is None:
+            free = state.index.free_by_type
+            fits = any(free.get(gpu_type, 0) >= gpus for gpu_type, gpus in facts.need)
+            state.fits[facts.need_id] = fits
+        return fits
+
+    # -- score -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _score(facts: _JobFacts, state: _Pass) -> tuple[PlanOption, Assignments | None] | None:
+        """(option, nodes) to start now, (option, None) to hold for, or None: nothing fits.
+
+        Options are visited cheapest first (cost = duration x GPU-seconds penalty). The first
+        one that can start now wins unless holding for a cheaper one (wait + cost) is
+        strictly better; everything after it costs more, so the scan stops there. Holding
+        candidates tie-break by rank (fastest first)."""
+        costs, by_cost = facts.scored(state.exponent)
+        entries = facts.entries
+        index = state.index
         free = index.free_by_type
-        for option, gpu_type, gpus, duration_s, gpu_seconds in facts.entries:
-            if gpus > capacity.get(gpu_type, 0):
-                continue
-            cost = duration_s
-            if exponent:
-                cost *= (gpu_seconds / facts.min_gpu_seconds) ** exponent
-            if best_now is not None and cost >= best_now[0]:
-                continue  # ranked fastest first, but the GPU cost can reorder: keep scanning
-            if best_wait is not None and cost >= best_wait[0] and \
-                    (best_now is not None or free.get(gpu_type, 0) < gpus):
-                continue  # cannot beat the best option to wait for
-            assignments = None
+        reservations = state.reservations
+        waits = state.waits
+        hold: PlanOption | None = None  # the best option to wait for: (hold_value, hold_rank)
+        hold_value, hold_rank = INF, 0
+        for rank in by_cost:
+            cost = costs[rank]
+            if cost > hold_value:
+                break  # nothing left can beat holding
+            option, gpu_type, gpus, duration_s, _, tp = entries[rank]
             if free.get(gpu_type, 0) >= gpus and (
-                    not reservations or self._backfill_allowed(option, reservations, now_s)):
-                assignments = index.best_fit(gpu_type, gpus, option.plan.tp)
-            if assignments is not None:
-                best_now = (cost, Placement(job.job_id, option, assignments))
-                continue
-            wait_s = self._expected_wait_s(option, index, releases, claimed, reservations,
-                                           now_s)
-            if best_wait is None or wait_s + cost < best_wait[0]:
-                best_wait = (wait_s + cost, option)
-        if best_now is not None and (best_wait is None or best_now[0] <= best_wait[0]):
-            reservation = reservations.get(best_now[1].option.gpu_type)
-            if reservation is not None and now_s + best_now[1].option.duration_s > reservation.shadow_s:
-                reservation.spare_gpus -= best_now[1].option.num_gpus
-            return best_now[1]
-        return best_wait[1] if best_wait is not None else None
+                    not reservations or state.backfill_allowed(gpu_type, gpus, duration_s)):
+                assignments = index.best_fit(gpu_type, gpus, tp)
+                if assignments is not None:
+                    return option, assignments
+            wait_s = waits.get(gpu_type, _NO_WAITS).get(gpus)
+            if wait_s is None:
+                wait_s = state.expected_wait_s(gpu_type, gpus)
+            value = wait_s + cost
+            if hold is None or value < hold_value or (value == hold_value and rank < hold_rank):
+                hold, hold_value, hold_rank = option, value, rank
+        return (hold, None) if hold is not None else None
+
+    # -- reserve / bind --------------------------------------------------------------------
 
     @staticmethod
-    def _backfill_allowed(option: PlanOption, reservations: dict[str, _Reservation],
-                          now_s: float) -> bool:
-        reservation = reservations.get(option.gpu_type)
-        return (reservation is None or now_s + option.duration_s <= reservation.shadow_s
-                or option.num_gpus <= reservation.spare_gpus)
+    def _bind(job: QueuedJob, option: PlanOption, assignments: Assignments,
+              state: _Pass) -> Placement:
+        """Take the GPUs in the pass's index; a start that runs past a reservation's shadow
+        time uses up that reservation's spare GPUs."""
+        state.index.take(assignments)
+        state.fits.clear()
+        state.changed(option.gpu_type)
+        reservation = state.reservations.get(option.gpu_type)
+        if reservation is not None and state.now_s + option.duration_s > reservation.shadow_s:
+            reservation.spare_gpus -= option.num_gpus
+        return Placement(job.job_id, option, assignments)
 
-    def _maybe_reserve(self, job: QueuedJob, facts: _JobFacts, index: FreeIndex,
-                       releases: _ReleaseProfile, claimed: dict[str, int],
-                       reservations: dict[str, _Reservation], capacity: dict[str, int],
-                       now_s: float) -> bool:
+    def _maybe_reserve(self, job: QueuedJob, facts: _JobFacts, state: _Pass) -> bool:
         """Give a long-blocked job a reservation on the type where it would finish first."""
-        if now_s - job.submit_time_s < self.config.reserve_after_s:
+        if state.now_s - job.submit_time_s < self.config.reserve_after_s:
             return False
+        reservations = state.reservations
+        if len(reservations) >= len(state.index.capacity):
+            return False  # every type is already reserved
         best: tuple[float, float, PlanOption] | None = None
-        for option in facts.ranked:
-            if option.gpu_type in reservations or option.num_gpus > capacity.get(option.gpu_type, 0):
+        for option, gpu_type, gpus, duration_s, _, _ in facts.entries:
+            if gpu_type in reservations:
                 continue
-            wait_s = self._expected_wait_s(option, index, releases, claimed, reservations,
-                                           now_s)
-            if best is None or wait_s + option.duration_s < best[0]:
-                best = (wait_s + option.duration_s, wait_s, option)
+            wait_s = state.expected_wait_s(gpu_type, gpus)
+            if best is None or wait_s + duration_s < best[0]:
+                best = (wait_s + duration_s, wait_s, option)
         if best is None:
             return False
         _, wait_s, option = best
         gpu_type = option.gpu_type
-        free_at_shadow = index.free_by_type.get(gpu_type, 0)
-        if wait_s < INF and wait_s > 0:
-            cum = releases.cumulative[gpu_type]
-            free_at_shadow += cum[bisect.bisect_right(releases.ends[gpu_type], now_s + wait_s) - 1]
+        free_at_shadow = state.index.free_by_type.get(gpu_type, 0)
+        if 0 < wait_s < INF:
+            free_at_shadow += state.releases.released_by(gpu_type, state.now_s + wait_s)
+        claimed = state.claimed
         reservations[gpu_type] = _Reservation(
-            now_s + wait_s if wait_s < INF else INF,
+            state.now_s + wait_s if wait_s < INF else INF,
             max(0, free_at_shadow - claimed.get(gpu_type, 0) - option.num_gpus))
         claimed[gpu_type] = claimed.get(gpu_type, 0) + option.num_gpus
+        state.changed(gpu_type)
         return True
