@@ -45,3 +45,40 @@ def test_pending_gpus_are_hidden_until_orchestrator_shows_them_and_rejection_req
     assert [p.job_id for p, _ in state.schedule(0)] == ["b"]
     state.on_status(status("a", types_pb2.QUEUED, 2))  # an old version arriving late is ignored
     assert "a" not in [j.job_id for j in state.waiting()]
+
+
+class _Recorder:
+    """A policy that places nothing and remembers the running jobs it was shown."""
+
+    name = "recorder"
+
+    def __init__(self) -> None:
+        self.seen: list[dict[str, tuple[float, float]]] = []
+
+    def schedule(self, queue, cluster, now_s, running=()):
+        self.seen.append({r.job_id: (r.start_time_s, r.expected_end_s) for r in running})
+        return []
+
+
+def test_jobs_holding_gpus_reach_the_policy_as_running() -> None:
+    state = LiveState(get_policy("fifo"))
+    state.on_availability(availability([0, 1, 2, 3], 1))
+    state.on_planned(events_pb2.JobPlanned(job_id="a", options=[option_to_proto(OPTION)]))
+    state.on_status(status("a", types_pb2.QUEUED, 3))
+    [(placement, _)] = state.schedule(50.0)
+    assert state.running["a"].expected_end_s == 150.0  # our placement: now + predicted duration
+    recorder = _Recorder()
+    state.policy = recorder
+    state.on_planned(events_pb2.JobPlanned(job_id="b", options=[option_to_proto(OPTION)]))
+    state.on_status(status("b", types_pb2.QUEUED, 3))
+    record = types_pb2.Job(id="a", state=types_pb2.RUNNING, version=5, option=option_to_proto(OPTION),
+                           assignments=[types_pb2.GpuAssignment(node_id=n, gpu_indices=g)
+                                        for n, g in placement.assignments])
+    record.started_at.FromSeconds(60)
+    state.on_status(events_pb2.JobStatusChanged(job_id="a", state=types_pb2.RUNNING,
+                                                source=events_pb2.ORCHESTRATOR, job=record))
+    state.schedule(70.0)
+    assert recorder.seen[-1] == {"a": (60.0, 160.0)}  # the orchestrator's start time wins
+    state.on_status(status("a", types_pb2.SUCCEEDED, 6))
+    state.schedule(200.0)
+    assert recorder.seen[-1] == {}

@@ -4,6 +4,11 @@ A job becomes schedulable when both its options (JobPlanned) and the orchestrato
 for the same attempt have arrived; topics are not ordered relative to each other, so either may
 come first. A placement stays "pending" until the orchestrator's availability events show it,
 so the policy never sees those GPUs as free in between.
+
+Jobs holding GPUs are passed to the policy as `running` (what `has` needs to estimate when GPUs
+free up): from our own placements at once, then from the orchestrator's job records (PLACED,
+LAUNCHING, RUNNING carry the option, the assignments and the placed/started times). The
+expected end is the start plus MARP's predicted duration.
 """
 from __future__ import annotations
 
@@ -13,9 +18,11 @@ from dataclasses import dataclass, field
 from frenzy.convert import option_from_proto
 from frenzy.domain import PlanOption
 from frenzy.v1 import events_pb2, types_pb2
-from frenzy_scheduler.core import ClusterView, NodeState, Placement, Policy, QueuedJob
+from frenzy_scheduler.core import (ClusterView, NodeState, Placement, Policy, QueuedJob,
+                                  RunningJob)
 
 _TERMINAL = {types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED}
+_HOLDING = {types_pb2.PLACED, types_pb2.LAUNCHING, types_pb2.RUNNING}
 
 
 @dataclass
@@ -34,6 +41,7 @@ class LiveState:
     node_versions: dict[str, int] = field(default_factory=dict)
     jobs: dict[str, _Job] = field(default_factory=dict)
     pending: dict[str, dict[str, tuple[int, ...]]] = field(default_factory=dict)  # job -> node -> GPUs
+    running: dict[str, RunningJob] = field(default_factory=dict)  # jobs holding GPUs
 
     def on_planned(self, planned: events_pb2.JobPlanned) -> None:
         job = self.jobs.setdefault(planned.job_id, _Job(
@@ -54,6 +62,10 @@ class LiveState:
         if version and version <= job.version:
             return  # an older state, delivered late
         job.version = version
+        if status.state in _HOLDING:
+            self._note_running(status.job)
+        else:
+            self.running.pop(status.job_id, None)
         if status.state in _TERMINAL:
             self.jobs.pop(status.job_id, None)
             self.pending.pop(status.job_id, None)
@@ -62,6 +74,20 @@ class LiveState:
             self.pending.pop(status.job_id, None)  # a rejected or lost placement
         elif status.state == types_pb2.SUBMITTED:
             job.queued_attempt = -1  # re-planning; wait for the new options
+
+    def _note_running(self, record: types_pb2.Job) -> None:
+        """Keep the orchestrator's view of a job holding GPUs (ours until it has one)."""
+        if not record.HasField("option") or not record.assignments:
+            return
+        option = option_from_proto(record.option)
+        start_s = next((stamp.ToNanoseconds() / 1e9 for stamp in (record.started_at,
+                        record.placed_at) if stamp.ToNanoseconds() > 0), None)
+        known = self.running.get(record.id)
+        if start_s is None:
+            start_s = known.start_time_s if known is not None else time.time()
+        assignments = tuple((a.node_id, tuple(a.gpu_indices)) for a in record.assignments)
+        self.running[record.id] = RunningJob(record.id, option, assignments, start_s,
+                                             start_s + option.duration_s)
 
     def on_availability(self, event: events_pb2.GpuAvailabilityChanged) -> None:
         if event.version and event.version <= self.node_versions.get(event.node_id, 0):
@@ -104,9 +130,12 @@ class LiveState:
         if not queue:
             return []
         placed = []
-        for p in self.policy.schedule(queue, self.effective_cluster(), now_s):
+        for p in self.policy.schedule(queue, self.effective_cluster(), now_s,
+                                      list(self.running.values())):
             job = self.jobs[p.job_id]
             placed.append((p, job.queued_attempt))
             self.pending[p.job_id] = {node: gpus for node, gpus in p.assignments}
+            self.running[p.job_id] = RunningJob(p.job_id, p.option, p.assignments, now_s,
+                                                now_s + p.option.duration_s)
             job.queued_attempt = -1
         return placed
