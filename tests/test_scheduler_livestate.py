@@ -1,3 +1,5 @@
+import math
+
 from frenzy.convert import option_to_proto
 from frenzy.domain import ParallelPlan, PlanOption
 from frenzy.v1 import events_pb2, types_pb2
@@ -79,6 +81,8 @@ def test_jobs_holding_gpus_reach_the_policy_as_running() -> None:
                                                 source=events_pb2.ORCHESTRATOR, job=record))
     state.schedule(70.0)
     assert recorder.seen[-1] == {"a": (60.0, 160.0)}  # the orchestrator's start time wins
+    state.schedule(170.0)
+    assert recorder.seen[-1] == {"a": (60.0, math.inf)}  # overdue: its end is unknown
     state.on_status(status("a", types_pb2.SUCCEEDED, 6))
     state.schedule(200.0)
     assert recorder.seen[-1] == {}

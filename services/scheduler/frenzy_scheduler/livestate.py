@@ -8,12 +8,14 @@ so the policy never sees those GPUs as free in between.
 Jobs holding GPUs are passed to the policy as `running` (what `has` needs to estimate when GPUs
 free up): from our own placements at once, then from the orchestrator's job records (PLACED,
 LAUNCHING, RUNNING carry the option, the assignments and the placed/started times). The
-expected end is the start plus MARP's predicted duration.
+expected end is the start plus MARP's predicted duration; once that has passed, the end is
+unknown and the job is shown as ending never (so `has` does not hold jobs for its GPUs).
 """
 from __future__ import annotations
 
+import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from frenzy.convert import option_from_proto
 from frenzy.domain import PlanOption
@@ -129,9 +131,12 @@ class LiveState:
         queue = self.waiting()
         if not queue:
             return []
+        # A job past its predicted end will end at some unknown time: no policy should hold
+        # GPUs waiting for it, so it is shown as ending never.
+        running = [r if r.expected_end_s > now_s else replace(r, expected_end_s=math.inf)
+                   for r in self.running.values()]
         placed = []
-        for p in self.policy.schedule(queue, self.effective_cluster(), now_s,
-                                      list(self.running.values())):
+        for p in self.policy.schedule(queue, self.effective_cluster(), now_s, running):
             job = self.jobs[p.job_id]
             placed.append((p, job.queued_attempt))
             self.pending[p.job_id] = {node: gpus for node, gpus in p.assignments}
