@@ -1,10 +1,12 @@
-"""The orchestrator is killed mid-workload and restarted: it rebuilds its state from Kafka and
-every job still reaches a terminal state exactly once."""
+"""Restarts mid-workload. A killed orchestrator rebuilds its state from Kafka and every job
+still reaches a terminal state exactly once; killed agents adopt their still-running jobs and
+report the ones that ended while they were down."""
 from __future__ import annotations
 
 import asyncio
 import os
 import signal
+import subprocess
 import sys
 import time
 import urllib.request
@@ -29,7 +31,7 @@ JOBS = 20  # on 12 GPUs: some run and some wait when the orchestrator dies
 def cluster(kafka_bootstrap, tmp_path_factory):
     os.environ["KAFKA_BOOTSTRAP"] = kafka_bootstrap
     local = start_cluster(DATA / "cluster_small.yaml", free_port(), tmp_path_factory.mktemp("frenzy"),
-                          "has", extra_env={"FRENZY_NODE_TIMEOUT_S": "5"},
+                          "has", extra_env={"FRENZY_NODE_TIMEOUT_S": "15"},
                           namespace=f"recovery{int(time.time())}")
     yield local
     local.stop()
@@ -115,3 +117,36 @@ def test_orchestrator_killed_and_restarted_loses_no_job(cluster):
     # The restarted orchestrator serves metrics, including the restored job counts.
     text = urllib.request.urlopen(f"http://127.0.0.1:{cluster.metrics_port}/metrics", timeout=10).read()
     assert f'frenzy_jobs{{state="SUCCEEDED"}} {float(JOBS)}'.encode() in text
+
+
+def test_killed_agents_adopt_running_jobs_and_report_finished_ones(cluster):
+    marker = f"agent-restart-{cluster.namespace}"
+    with FrenzyClient(cluster.grpc_address, timeout_s=30) as client:
+        def job(name: str, sleep_s: float) -> str:
+            script = f"import time; time.sleep({sleep_s})  # {marker}"
+            return client.submit(types_pb2.JobSpec(
+                name=name, model="gpt2", entrypoint=[sys.executable, "-c", script],
+                constraints=types_pb2.Constraints(max_gpus=1),
+                training=types_pb2.TrainingConfig(seq_len=512, global_batch_size=8, tokens=1_000_000)))
+
+        long_id, short_id = job("outlives-agent", 10), job("ends-while-agent-down", 3)
+        deadline = time.monotonic() + 60
+        while {client.get(long_id).state, client.get(short_id).state} != {types_pb2.RUNNING}:
+            assert time.monotonic() < deadline, "jobs never both ran"
+            time.sleep(0.2)
+        agents = [name for name in cluster.processes if name.startswith("agent-")]
+        for name in agents:
+            cluster.stop_process(name, signal.SIGKILL)  # job processes live on, in their own group
+        time.sleep(4)  # the short job ends while no agent watches it
+        for name in agents:
+            cluster.restart(name)
+        deadline = time.monotonic() + 60
+        while not all(client.get(j).state in TERMINAL for j in (long_id, short_id)):
+            assert time.monotonic() < deadline, "jobs not finished after the agents came back"
+            time.sleep(0.3)
+        for job_id in (long_id, short_id):
+            done = client.get(job_id)
+            # Same attempt: adopted or reported, not re-queued as lost.
+            assert done.state == types_pb2.SUCCEEDED and done.attempt == 0, (job_id, done.reason)
+    leftover = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.strip()
+    assert leftover == "", "orphan job processes left behind"
