@@ -55,23 +55,26 @@ class FreeIndex:
         self.free_by_type: dict[str, int] = {}
         self.node_size: dict[str, int] = {}  # largest node of each type, in GPUs
         self.capacity: dict[str, int] = {}  # all GPUs of each type, free or busy
-        nodes = [(node_id, cluster.nodes[node_id]) for node_id in sorted(cluster.nodes)]
-        node_size, capacity = self.node_size, self.capacity
-        for _, node in nodes:
-            gpu_type = node.gpu_type
-            size = max(node.total_gpus, len(node.free_gpus))
-            if size > node_size.get(gpu_type, -1):
-                node_size[gpu_type] = size
-            capacity[gpu_type] = capacity.get(gpu_type, 0) + node.total_gpus
-        self.buckets = {t: [{} for _ in range(size + 1)] for t, size in node_size.items()}
-        free_by_type = self.free_by_type = dict.fromkeys(node_size, 0)
+        nodes = cluster.nodes
         free, node_type, buckets = self.free, self.node_type, self.buckets
-        for node_id, node in nodes:
-            gpu_type, gpus = node.gpu_type, node.free_gpus
+        free_by_type, node_size, capacity = self.free_by_type, self.node_size, self.capacity
+        for node_id in sorted(nodes):
+            node = nodes[node_id]
+            gpu_type, gpus, total = node.gpu_type, node.free_gpus, node.total_gpus
+            k = len(gpus)
+            type_buckets = buckets.get(gpu_type)
+            if type_buckets is None:
+                type_buckets = buckets[gpu_type] = [{}]
+                node_size[gpu_type] = capacity[gpu_type] = free_by_type[gpu_type] = 0
+            size = total if total > k else k
+            if size > node_size[gpu_type]:
+                node_size[gpu_type] = size
+                type_buckets.extend({} for _ in range(size + 1 - len(type_buckets)))
+            capacity[gpu_type] += total
+            free_by_type[gpu_type] += k
             free[node_id] = gpus
             node_type[node_id] = gpu_type
-            buckets[gpu_type][len(gpus)][node_id] = None
-            free_by_type[gpu_type] += len(gpus)
+            type_buckets[k][node_id] = None
 
     def total_free(self) -> int:
         return sum(self.free_by_type.values())
