@@ -41,6 +41,9 @@ class Profile:
     first_iteration_peak_bytes: int
     wall_s: float
     config: dict = field(default_factory=dict)
+    # With peak_tensors=True: every storage live at the peak, largest first, as
+    # {"bytes", "category", "op", "dtype", "shape", "phase_allocated"} (for debugging the model).
+    peak_tensors: list[dict] = field(default_factory=list)
 
 
 def _round(nbytes: int) -> int:
@@ -58,9 +61,12 @@ def _make_tracker():
     class AllocationTracker(TorchDispatchMode):
         """Live bytes per category; the peak and the per-category split at the peak."""
 
-        def __init__(self) -> None:
+        def __init__(self, record_peak_tensors: bool = False) -> None:
             super().__init__()
-            self.live: dict[int, list] = {}  # storage key -> [bytes, category, weakref]
+            self.live: dict[int, list] = {}  # storage key -> [bytes, category, weakref, what]
+            self.record = record_peak_tensors
+            self.op = ""
+            self.peak_live: list = []
             self.totals: dict[str, int] = defaultdict(int)
             self.current = 0
             self.phase = "inputs_other"
@@ -68,12 +74,19 @@ def _make_tracker():
 
         def reset_peak(self) -> None:
             self.peak, self.peak_totals, self.peak_phase = self.current, dict(self.totals), self.phase
+            self._snapshot()
+
+        def _snapshot(self) -> None:
+            """Copy the live storages (debug only: O(live) at every new peak)."""
+            if self.record:
+                self.peak_live = [(e[0], e[1], *e[3]) for e in self.live.values()]
 
         def _bump(self, category: str, delta: int) -> None:
             self.totals[category] += delta
             self.current += delta
             if self.current > self.peak:
                 self.peak, self.peak_totals, self.peak_phase = self.current, dict(self.totals), self.phase
+                self._snapshot()
 
         def track(self, t: torch.Tensor) -> None:
             st = t.untyped_storage()
@@ -81,7 +94,9 @@ def _make_tracker():
             if key in self.live:
                 return
             nbytes = _round(st.nbytes())
-            self.live[key] = [nbytes, self.phase, weakref.ref(st, partial(self._freed, key))]
+            what = (self.op, str(t.dtype).removeprefix("torch."), tuple(t.shape), self.phase) \
+                if self.record else ()
+            self.live[key] = [nbytes, self.phase, weakref.ref(st, partial(self._freed, key)), what]
             self._bump(self.phase, nbytes)
 
         def _freed(self, key: int, _ref) -> None:
@@ -109,6 +124,8 @@ def _make_tracker():
             if any(t is DTensor for t in types):
                 return NotImplemented  # let DTensor desugar to local-shard ops we do see
             out = func(*args, **(kwargs or {}))
+            if self.record:
+                self.op = str(func)
             tree_map_only(torch.Tensor, self.track, out)
             return out
 
@@ -121,8 +138,12 @@ def _local(t):
 
 
 def profile_step(arch: ModelArch, recipe: Recipe, *, seq_len: int, micro_batch: int, dp: int = 1,
-                 zero: int = 0, recompute: str = "none", grad_accum: int = 1) -> Profile:
-    """Peak per-rank tensor bytes of the second of two training iterations (fake tensors)."""
+                 zero: int = 0, recompute: str = "none", grad_accum: int = 1,
+                 peak_tensors: bool = False) -> Profile:
+    """Peak per-rank tensor bytes of the second of two training iterations (fake tensors).
+
+    peak_tensors: also list the storages live at the peak (slower; to see what a model misses).
+    """
     import torch
     import torch.distributed as dist
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -141,7 +162,7 @@ def profile_step(arch: ModelArch, recipe: Recipe, *, seq_len: int, micro_batch: 
         raise ValueError(f"seq_len {seq_len} exceeds {arch.name}'s learned positions "
                          f"({arch.max_position_embeddings})")
     started = time.perf_counter()
-    tracker = _make_tracker()()
+    tracker = _make_tracker()(peak_tensors)
     original_resize = torch.UntypedStorage.resize_
 
     def tracked_resize(st, size):
@@ -178,6 +199,7 @@ def profile_step(arch: ModelArch, recipe: Recipe, *, seq_len: int, micro_batch: 
             tracker.reset_peak()
             trainer.train_step(batches)
             peak, totals, phase = tracker.peak, tracker.peak_totals, tracker.peak_phase
+            live = sorted(tracker.peak_live, key=lambda e: -e[0])
             del trainer, model, batches
     finally:
         torch.UntypedStorage.resize_ = original_resize
@@ -188,7 +210,10 @@ def profile_step(arch: ModelArch, recipe: Recipe, *, seq_len: int, micro_batch: 
               "zero": zero, "recompute": recompute, "grad_accum": grad_accum,
               "precision": recipe.precision, "grad_dtype": recipe.grad_dtype,
               "optimizer": recipe.optimizer, "attention": recipe.attention, "dropout": recipe.dropout}
-    return Profile(int(peak), breakdown, phase, int(first_peak), time.perf_counter() - started, config)
+    tensors = [{"bytes": n, "category": c, "op": op, "dtype": dt, "shape": list(shape),
+                "phase_allocated": ph} for n, c, op, dt, shape, ph in live]
+    return Profile(int(peak), breakdown, phase, int(first_peak), time.perf_counter() - started, config,
+                   tensors)
 
 
 def _install_phase_hooks(tracker, model, optimizer) -> None:
