@@ -235,6 +235,66 @@ def pending_embedding_grad_bytes(arch: ModelArch, recipe: Recipe, plan: Parallel
     return 0
 
 
+# ---------------------------------------------------------------- FSDP end of backward
+
+def fsdp_reduce_dtype_bytes(recipe: Recipe) -> int:
+    """Bytes per element FSDP2 reduce-scatters in: fp32 grads reduce in fp32, else 16-bit."""
+    return FP32_BYTES if recipe.grad_dtype == "fp32" else _act_bytes(recipe)
+
+
+def fsdp_root_params(arch: ModelArch, plan: ParallelPlan, first: bool, last: bool) -> int:
+    """Parameters of the FSDP root module (everything outside the blocks) on one stage's tp rank:
+    embedding on the first stage; final norm and head (a copy of a tied one when pp > 1) on the last."""
+    n = arch.embedding_params() if first else 0
+    if last:
+        n += arch.head_params()
+        if arch.tied_embeddings and plan.pp > 1:
+            n += arch.vocab_size * arch.hidden_size
+    return -(-n // plan.tp)
+
+
+def fsdp_block_reduce_scatter_input_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan) -> int:
+    """One block's unsharded gradients in the reduce dtype, padded to dp (FSDP2's reduce-scatter
+    input). FSDP2 keeps the last one until the next group's post-backward (one input buffer by
+    default), so the first block's is still live while the embedding runs backward."""
+    block = -(-arch.layer_params() // plan.tp)
+    return _r(-(-block // plan.dp) * plan.dp * fsdp_reduce_dtype_bytes(recipe))
+
+
+def fsdp_embedding_backward_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
+                                  first: bool, last: bool) -> int:
+    """Transients when the embedding runs backward, the last op of an FSDP backward (profiled).
+
+    The root's 16-bit gradients (the head's, held since the loss, and the embedding's) and, for
+    tied embeddings, their sum: autograd adds the two out of place (aten::add, not add_, also on
+    real tensors), so three vocab x hidden gradients are live.
+    Plus the first block's reduce-scatter input, which FSDP2 still holds. (The root's gathered
+    weights, also live, count as parameters.)
+    """
+    e = _act_bytes(recipe)
+    root_grads = _r(fsdp_root_params(arch, plan, first, last) * e)  # one per root parameter
+    # tied: the head's contribution and the sum, beside the embedding's (the parameter's own)
+    tied = arch.tied_embeddings and first and last
+    tied_grads = 2 * _r(-(-arch.vocab_size * arch.hidden_size // plan.tp) * e) if tied else 0
+    return root_grads + tied_grads + fsdp_block_reduce_scatter_input_bytes(arch, recipe, plan)
+
+
+def fsdp_root_reduce_scatter_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
+                                   first: bool, last: bool) -> int:
+    """Transients when the root reduce-scatters its gradients, after its weights are resharded.
+
+    Its 16-bit gradients are copied into a padded reduce-scatter input (reduce dtype); they are
+    then freed, except an untied head's (held by a loop variable in FSDP2's foreach_reduce),
+    before the output shard is allocated. Binds for untied vocabularies (no 3-way tied sum).
+    """
+    e, r = _act_bytes(recipe), fsdp_reduce_dtype_bytes(recipe)
+    root = fsdp_root_params(arch, plan, first, last)
+    head = -(-arch.vocab_size * arch.hidden_size // plan.tp) if (last and not arch.tied_embeddings) else 0
+    shard = -(-root // plan.dp)
+    rs_input = _r(shard * plan.dp * r)
+    return max(_r(root * e) + rs_input, _r(head * e) + rs_input + _r(shard * r))
+
+
 # ---------------------------------------------------------------- optimizer step
 
 def optimizer_step_temporary_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
@@ -335,22 +395,27 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
             block_shard = -(-(-(-arch.layer_params() // plan.tp)) // plan.dp)
             bottom_bwd["gradients"] = (layers - 1) * _r(block_shard * 4)
 
-        # FSDP, end of backward: the root (embedding + head) reduce-scatters its gradient last,
-        # as 16-bit unsharded grads cast to an fp32 reduce-scatter input (large vocabularies).
-        root_rs = None
-        if plan.zero >= 2 and first:
-            root = -(-(arch.embedding_params() + arch.head_params()) // plan.tp)
-            e = _act_bytes(recipe)
+        # FSDP, end of backward (large vocabularies, short sequences): every block's sharded
+        # grads exist and activations are gone; the embedding runs backward with the root's
+        # weights gathered, then the root reshards and reduce-scatters its gradients.
+        embedding_bwd = root_rs = None
+        if plan.zero >= 2:
             block_shard = -(-(-(-arch.layer_params() // plan.tp)) // plan.dp)
-            root_rs = {**states_bwd, "parameters": _r(root * e),
-                       "gradients": layers * _r(block_shard * 4), "activations": 0, "logits_loss": 0,
-                       "temporaries": inputs + _r(root * e) + _r(root * 4) + _r(-(-root // plan.dp) * 4)}
+            end_states = {**states_bwd, "parameters": 0, "gradients": states_bwd["gradients"]
+                          or layers * _r(block_shard * 4), "activations": 0, "logits_loss": 0}
+            if first:
+                gathered_root = _r(fsdp_root_params(arch, plan, first, last) * _act_bytes(recipe))
+                embedding_bwd = {**end_states, "parameters": gathered_root, "temporaries": inputs
+                                 + fsdp_embedding_backward_bytes(arch, recipe, plan, first, last)}
+            root_rs = {**end_states, "temporaries": inputs + fsdp_root_reduce_scatter_bytes(
+                arch, recipe, plan, first, last)}
 
         states_opt = model_state_bytes(arch, recipe, plan, params, grads_live=True)
         optimizer = {**states_opt, "activations": 0, "logits_loss": 0,
                      "temporaries": inputs + optimizer_step_temporary_bytes(arch, recipe, plan, params)}
         for phase, terms in (("backward", backward), ("layer_backward", layer_bwd),
-                             ("first_layer_backward", bottom_bwd), ("root_reduce_scatter", root_rs),
+                             ("first_layer_backward", bottom_bwd), ("embedding_backward", embedding_bwd),
+                             ("root_reduce_scatter", root_rs),
                              ("optimizer", optimizer)):
             if terms is None:
                 continue
