@@ -106,12 +106,16 @@ class FreeIndex:
         chosen_per_bucket = [0] * len(buckets)
         fronts: dict[int, Iterator[str]] = {}
         chosen: list[tuple[str, tuple[int, ...]]] = []
-        largest = len(buckets) - 1
+        largest = top = len(buckets) - 1
         remaining = count
         while remaining:
-            # the smallest node that still fits the rest ...
-            k = next((k for k in range(remaining, len(buckets))
-                      if len(buckets[k]) > chosen_per_bucket[k]), 0)
+            k = 0
+            if remaining <= top:  # the smallest node that still fits the rest ...
+                for k in range(remaining, top + 1):
+                    if len(buckets[k]) > chosen_per_bucket[k]:
+                        break
+                else:
+                    k = 0
             if k:
                 take = remaining
             else:  # ... else the largest usable chunk (whole tp groups only)

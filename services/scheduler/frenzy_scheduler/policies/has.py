@@ -25,6 +25,7 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass, field
+from itertools import accumulate
 from operator import attrgetter
 from typing import Sequence
 
@@ -102,34 +103,32 @@ class _ReleaseProfile:
         self._cumulative: dict[str, list[int]] = {}
 
     def _build(self) -> dict[str, list[float]]:
-        now_s = self._now_s
         per_type: dict[str, list[tuple[float, int]]] = {}
         for job in self._running:
-            per_type.setdefault(job.option.gpu_type, []).append(
-                (max(job.expected_end_s, now_s), job.num_gpus))
+            releases = per_type.get(job.option.gpu_type)
+            if releases is None:
+                releases = per_type[job.option.gpu_type] = []
+            releases.append((job.expected_end_s, job.num_gpus))
         self._ends = {}
         for gpu_type, releases in per_type.items():
             releases.sort()
-            total, cum = 0, []
-            for _, gpus in releases:
-                total += gpus
-                cum.append(total)
             self._ends[gpu_type] = [end for end, _ in releases]
-            self._cumulative[gpu_type] = cum
+            self._cumulative[gpu_type] = list(accumulate(gpus for _, gpus in releases))
         return self._ends
 
     def time_until(self, gpu_type: str, gpus_needed: int) -> float:
-        """Seconds until `gpus_needed` more GPUs of the type are released (inf if never)."""
+        """Seconds until `gpus_needed` more GPUs of the type are released (inf if never); an
+        overdue job is taken to release its GPUs now."""
         if gpus_needed <= 0:
             return 0.0
         ends = self._ends if self._ends is not None else self._build()
         cum = self._cumulative.get(gpu_type)
         if not cum or cum[-1] < gpus_needed:
             return INF
-        return ends[gpu_type][bisect.bisect_left(cum, gpus_needed)] - self._now_s
+        return max(0.0, ends[gpu_type][bisect.bisect_left(cum, gpus_needed)] - self._now_s)
 
     def released_by(self, gpu_type: str, time_s: float) -> int:
-        """GPUs of the type released at or before `time_s`."""
+        """GPUs of the type released at or before `time_s` (>= now)."""
         ends = self._ends if self._ends is not None else self._build()
         i = bisect.bisect_right(ends.get(gpu_type, []), time_s)
         return self._cumulative[gpu_type][i - 1] if i else 0
