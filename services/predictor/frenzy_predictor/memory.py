@@ -35,6 +35,9 @@ FRAGMENTATION_FRACTION = 0.05  # caching-allocator reserved-but-unallocated marg
 
 INT64_BYTES = 4 * 2
 FP32_BYTES = 4
+# FSDP: a block's 16-bit weight gradients live at the peak of its backward, in blocks
+# (profiled), (without, with) full recompute.
+FSDP_GRADS_IN_FLIGHT = (1.0, 0.5)
 
 
 @dataclass(frozen=True)
@@ -42,7 +45,9 @@ class MemoryEstimate:
     peak_tensor_bytes: int  # comparable to torch.cuda.max_memory_allocated
     peak_bytes: int  # plus framework overhead; used to decide fit
     breakdown: dict[str, int] = field(default_factory=dict)
-    peak_phase: str = ""  # backward (at the loss), layer_backward, first_layer_backward, optimizer
+    # backward (at the loss), layer_backward (the last layer's), layer_{i}_backward (FSDP),
+    # embedding_backward, root_reduce_scatter (FSDP end of backward), optimizer
+    peak_phase: str = ""
     peak_stage: int = 0  # pipeline stage holding the per-rank peak
 
 
@@ -95,18 +100,20 @@ def model_state_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, param
             "optimizer_states": _r(shard * 4) + (moments // 4) * _r(shard * 4)}
 
 
-def fsdp_gathered_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, layers: int) -> int:
-    """16-bit weights FSDP2 holds unsharded at the start of backward.
-
-    ZeRO-2 (reshard_after_forward=False) keeps every block gathered from forward to backward;
-    ZeRO-3 keeps only the root module (embedding, final norm, head) gathered, plus the last
-    block, prefetched for backward.
-    """
+def fsdp_gathered_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, blocks: int) -> int:
+    """16-bit weights FSDP2 holds unsharded: the root module (embedding, final norm, head), which
+    stays gathered through backward, plus `blocks` blocks (`fsdp_gathered_blocks`)."""
     e = _act_bytes(recipe)
     root = arch.embedding_params() + arch.head_params()
-    # ZeRO-3: the last block is already prefetched for backward when the loss gradient starts
-    blocks = arch.layer_params() * (layers if plan.zero == 2 else 1)
-    return _r(-(-(root + blocks) // plan.tp) * e)
+    return _r(-(-(root + blocks * arch.layer_params()) // plan.tp) * e)
+
+
+def fsdp_gathered_blocks(plan: ParallelPlan, block: int) -> int:
+    """Blocks gathered while block `block` (0 = first in forward) runs backward. ZeRO-2
+    (reshard_after_forward=False) keeps each block gathered from forward until its own backward
+    is done (FSDP2 reshards after backward): block + 1 of them. ZeRO-3 gathers one at a time (the
+    last block is already gathered, prefetched, when the loss gradient starts)."""
+    return block + 1 if plan.zero == 2 else 1
 
 
 # ---------------------------------------------------------------- activations (Korthikanti 2022)
@@ -210,26 +217,36 @@ def mlp_saved_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
     return 2 * tokens * h * e + (2 if arch.family == "gpt2" else 4) * tokens * f * e // t
 
 
-def fsdp_layer_backward_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan) -> int:
-    """FSDP2 per-block buffers during a block's backward (measured): the prefetched next block,
-    unsharded 16-bit grads and fp32 reduce-scatter buffers, ~2 blocks of 16-bit weights
-    (~3.4 with full recompute), one fewer for ZeRO-2 whose blocks are all gathered already."""
+def fsdp_block_backward_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, layers: int,
+                              blocks: list[int]) -> list[int]:
+    """FSDP2 buffers while each of `blocks` (0 = first in forward) runs backward, beside its weights:
+
+    - ZeRO-3: the next block's all-gather output, prefetched (none while block 0 runs);
+    - the previous block's reduce-scatter input, which FSDP2 holds until this block's
+      post-backward (none while the last block, the first to run backward, runs);
+    - this block's 16-bit weight gradients so far (profiled: ~1 block at the peak, which comes
+      late in the block; ~0.5 under full recompute, whose peak comes sooner, after the recompute).
+    """
     if plan.zero < 2:
-        return 0
-    block = -(-arch.layer_params() // plan.tp) * _act_bytes(recipe)
-    blocks = 3.4 if plan.recompute == "full" else 2.0
-    return int((blocks - (1 if plan.zero == 2 else 0)) * block)
+        return [0] * len(blocks)
+    weights = -(-arch.layer_params() // plan.tp) * _act_bytes(recipe)
+    prefetch = _r(weights) if plan.zero == 3 else 0
+    held = fsdp_block_reduce_scatter_input_bytes(arch, recipe, plan)
+    grads = int(FSDP_GRADS_IN_FLIGHT[plan.recompute == "full"] * weights)
+    return [(prefetch if i > 0 else 0) + (held if i < layers - 1 else 0) + grads for i in blocks]
 
 
 def pending_embedding_grad_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan) -> int:
     """16-bit gradients held from the head's backward until the embedding's (whole backward).
 
     Tied embeddings (ZeRO-0/1): the head's share of the weight gradient waits for the
-    embedding's. FSDP: the root module (embedding + head) reduce-scatters only at the end.
+    embedding's. FSDP: the root module reduce-scatters only after the embedding's backward, so
+    the head's weight gradient (tied or not) and the final norm's wait through the blocks'.
     """
     e = _act_bytes(recipe)
     if plan.zero >= 2:
-        return _r(-(-(arch.embedding_params() + arch.head_params()) // plan.tp) * e)
+        tied_head = arch.vocab_size * arch.hidden_size if arch.tied_embeddings else 0
+        return _r(-(-(arch.head_params() + tied_head) // plan.tp) * e)
     if arch.tied_embeddings and plan.pp == 1:
         return _r(-(-arch.vocab_size * arch.hidden_size // plan.tp) * e)
     return 0
@@ -289,7 +306,8 @@ def fsdp_root_reduce_scatter_bytes(arch: ModelArch, recipe: Recipe, plan: Parall
     """
     e, r = _act_bytes(recipe), fsdp_reduce_dtype_bytes(recipe)
     root = fsdp_root_params(arch, plan, first, last)
-    head = -(-arch.vocab_size * arch.hidden_size // plan.tp) if (last and not arch.tied_embeddings) else 0
+    untied_head = last and not arch.tied_embeddings
+    head = -(-arch.vocab_size * arch.hidden_size // plan.tp) if untied_head else 0
     shard = -(-root // plan.dp)
     rs_input = _r(shard * plan.dp * r)
     return max(_r(root * e) + rs_input, _r(head * e) + rs_input + _r(shard * r))
@@ -366,56 +384,86 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
     mlp_t, attn_t = layer_backward_transient_bytes(arch, recipe, plan, seq_len)
     attn_live = recomputed if full else recomputed - mlp_saved_bytes(arch, recipe, plan, seq_len)
     layer_live = max(recomputed + mlp_t, attn_live + attn_t)
-    extra = pending_embedding_grad_bytes(arch, recipe, plan) + fsdp_layer_backward_bytes(arch, recipe, plan)
+    pending = pending_embedding_grad_bytes(arch, recipe, plan)
+    fsdp = plan.zero >= 2
+    # Blocks whose backward may hold the peak. FSDP: block layers-1 runs backward first, block 0
+    # last; in between, activations shrink and sharded grads grow linearly, and the buffers
+    # change only next to the ends, so the peak is at block layers-1, layers-2, 1 or 0. Block 1
+    # holds a layer's activations and a block's 16-bit weights (ZeRO-3's prefetch, ZeRO-2's own)
+    # more than block 0 and one fp32 grad shard (4/dp of a block) fewer: it dominates if dp > 1.
+    # Without FSDP only the first (the last layer) can be the peak.
+    candidates = {layers - 1}
+    if fsdp:
+        candidates |= {max(layers - 2, 0), min(1, layers - 1)} | ({0} if plan.dp == 1 else set())
+    blocks = sorted(candidates, reverse=True)
+    # What differs between those blocks is the same on every stage: i layers' activations, FSDP
+    # buffers, gathered weights and (no accumulation) the fp32 grad shards of the blocks already
+    # through backward. Pick the block here; the stages add what all blocks share.
+    buffers = fsdp_block_backward_bytes(arch, recipe, plan, layers, blocks)
+    differing = [i * layer_act + b for i, b in zip(blocks, buffers)]
+    block_shard = 0
+    if fsdp:
+        block = -(-arch.layer_params() // plan.tp)
+        block_shard = _r(-(-block // plan.dp) * 4)
+        for k, i in enumerate(blocks):  # gathered blocks' weights; grad shards without accumulation
+            differing[k] += fsdp_gathered_blocks(plan, i) * block * _act_bytes(recipe) \
+                + ((layers - 1 - i) * block_shard if accum == 1 else 0)
+    k = differing.index(max(differing))
+    peak_block = blocks[k]
+    layer_phase = "layer_backward" if peak_block == layers - 1 else f"layer_{peak_block}_backward"
+    if fsdp:  # gathered at the loss (every ZeRO-2 block, ZeRO-3's last) and in the peak block
+        loss_weights = fsdp_gathered_bytes(arch, recipe, plan, fsdp_gathered_blocks(plan, layers - 1))
+        layer_weights = loss_weights if peak_block == layers - 1 else \
+            fsdp_gathered_bytes(arch, recipe, plan, fsdp_gathered_blocks(plan, peak_block))
     best: tuple[int, dict[str, int], str, int] | None = None
     for stage in sorted({0, plan.pp - 1}):  # middle stages are dominated by the first
         first, last = stage == 0, stage == plan.pp - 1
         in_flight = min(plan.pp - stage, accum)  # 1F1B: stage i holds p - i micro-batches
         params = stage_params(arch, plan, stage)
         states_bwd = model_state_bytes(arch, recipe, plan, params, grads_live=accum > 1)
-        if plan.zero >= 2:
-            states_bwd["parameters"] = fsdp_gathered_bytes(arch, recipe, plan, layers)
+        if fsdp:
+            states_bwd["parameters"] = loss_weights
         acts = in_flight * (layers * layer_act
                             + embedding_head_activation_bytes(arch, recipe, plan, seq_len, first, last))
         loss = logits_loss_bytes(arch, recipe, plan, seq_len) if last else 0
         inputs = input_bytes(seq_len, plan, accum)
         backward = {**states_bwd, "activations": acts, "logits_loss": loss, "temporaries": inputs}
 
-        # Last layer's backward (dominates only for small vocabularies or eager long sequences).
-        kept_layers = (layers - 1) * layer_act + (layer_act if plan.recompute == "full" else 0)
-        layer_acts = (in_flight - 1) * layers * layer_act + kept_layers + layer_live
+        # A layer's backward (dominates for small vocabularies, eager long sequences, or FSDP
+        # buffers larger than a layer's activations). Block i keeps i layers' activations (+ its
+        # own input under full recompute); with FSDP and no accumulation, the blocks after it
+        # already hold their fp32 grad shards.
+        layer_acts = (in_flight - 1) * layers * layer_act + peak_block * layer_act \
+            + (layer_act if full else 0) + layer_live
         layer_bwd = {**states_bwd, "activations": layer_acts, "logits_loss": 0,
-                     "temporaries": inputs + extra}
-        # FSDP without accumulation: sharded fp32 grads appear block by block during backward
-        # while activations are freed, so the first block's backward is a second candidate.
-        bottom_bwd = dict(layer_bwd)
-        if plan.zero >= 2 and not accum > 1:
-            bottom_bwd["activations"] = layer_act * (in_flight - 1) * layers + \
-                (layer_act if plan.recompute == "full" else 0) + layer_live
-            block_shard = -(-(-(-arch.layer_params() // plan.tp)) // plan.dp)
-            bottom_bwd["gradients"] = (layers - 1) * _r(block_shard * 4)
+                     "temporaries": inputs + pending + buffers[k]}
+        if fsdp:
+            layer_bwd["parameters"] = layer_weights
+            if accum == 1:
+                layer_bwd["gradients"] = (layers - 1 - peak_block) * block_shard
 
         # FSDP, end of backward (large vocabularies, short sequences): every block's sharded
         # grads exist and activations are gone; the embedding runs backward with the root's
         # weights gathered, then the root reshards and reduce-scatters its gradients.
         embedding_bwd = root_rs = None
-        if plan.zero >= 2:
-            block_shard = -(-(-(-arch.layer_params() // plan.tp)) // plan.dp)
-            end_states = {**states_bwd, "parameters": 0, "gradients": states_bwd["gradients"]
-                          or layers * _r(block_shard * 4), "activations": 0, "logits_loss": 0}
+        if fsdp:
+            all_shards = states_bwd["gradients"] or layers * block_shard
+            states = states_bwd["optimizer_states"]
             if first:
                 gathered_root = _r(fsdp_root_params(arch, plan, first, last) * _act_bytes(recipe))
-                embedding_bwd = {**end_states, "parameters": gathered_root, "temporaries": inputs
-                                 + fsdp_embedding_backward_bytes(arch, recipe, plan, first, last)}
-            root_rs = {**end_states, "temporaries": inputs + fsdp_root_reduce_scatter_bytes(
-                arch, recipe, plan, first, last)}
+                embedding_bwd = {"parameters": gathered_root, "gradients": all_shards,
+                                 "optimizer_states": states, "activations": 0, "logits_loss": 0,
+                                 "temporaries": inputs + fsdp_embedding_backward_bytes(
+                                     arch, recipe, plan, first, last)}
+            root_rs = {"parameters": 0, "gradients": all_shards, "optimizer_states": states,
+                       "activations": 0, "logits_loss": 0, "temporaries": inputs
+                       + fsdp_root_reduce_scatter_bytes(arch, recipe, plan, first, last)}
 
         states_opt = model_state_bytes(arch, recipe, plan, params, grads_live=True)
         optimizer = {**states_opt, "activations": 0, "logits_loss": 0,
                      "temporaries": inputs + optimizer_step_temporary_bytes(arch, recipe, plan, params)}
-        for phase, terms in (("backward", backward), ("layer_backward", layer_bwd),
-                             ("first_layer_backward", bottom_bwd), ("embedding_backward", embedding_bwd),
-                             ("root_reduce_scatter", root_rs),
+        for phase, terms in (("backward", backward), (layer_phase, layer_bwd),
+                             ("embedding_backward", embedding_bwd), ("root_reduce_scatter", root_rs),
                              ("optimizer", optimizer)):
             if terms is None:
                 continue
