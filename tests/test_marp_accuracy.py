@@ -24,6 +24,8 @@ CONFIGS = [
     ("tiny-gpt2", 256, 2, 1, 0, "full", {"precision": "fp32", "optimizer": "sgd"}),
     ("llama3.2-1b", 512, 1, 8, 3, "none", {}),  # peak at the tied embedding's backward
     ("tinyllama-1.1b", 128, 1, 2, 3, "none", {}),  # peak at the untied root's reduce-scatter
+    ("tiny-llama", 128, 1, 8, 3, "full", {}),  # block 1: prefetch + held reduce-scatter input
+    ("gpt2", 128, 1, 8, 2, "none", {}),  # ZeRO-2 block L-2: blocks reshard after backward
 ]
 
 
