@@ -44,3 +44,13 @@ def test_prediction_matches_profiler(cfg):
                                 grad_accum=1).peak_tensor_bytes
     error = (predicted - measured) / measured
     assert -0.02 <= error <= 0.05, f"predicted {predicted}, measured {measured} ({error:+.2%})"
+
+
+def test_peak_tensors_add_up_to_the_peak():
+    arch = model_catalog()["tiny-llama"]
+    profile = profile_step(arch, Recipe(), seq_len=64, micro_batch=2, dp=2, zero=3, peak_tensors=True)
+    assert sum(t["bytes"] for t in profile.peak_tensors) == profile.peak_tensor_bytes
+    sizes = [t["bytes"] for t in profile.peak_tensors]
+    assert sizes == sorted(sizes, reverse=True)
+    assert {"category", "op", "dtype", "shape", "phase_allocated"} <= set(profile.peak_tensors[0])
+    assert profile_step(arch, Recipe(), seq_len=64, micro_batch=2).peak_tensors == []
