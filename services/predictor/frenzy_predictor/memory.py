@@ -392,10 +392,11 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
     # holds a layer's activations and a block's 16-bit weights (ZeRO-3's prefetch, ZeRO-2's own)
     # more than block 0 and one fp32 grad shard (4/dp of a block) fewer: it dominates if dp > 1.
     # Without FSDP only the first (the last layer) can be the peak.
-    candidates = {layers - 1}
+    blocks = [layers - 1]
     if fsdp:
-        candidates |= {max(layers - 2, 0), min(1, layers - 1)} | ({0} if plan.dp == 1 else set())
-    blocks = sorted(candidates, reverse=True)
+        for i in (layers - 2, 1, 0 if plan.dp == 1 else -1):  # descending, without repeats
+            if 0 <= i < blocks[-1]:
+                blocks.append(i)
     # What differs between those blocks is the same on every stage: i layers' activations, FSDP
     # buffers, gathered weights and (no accumulation) the fp32 grad shards of the blocks already
     # through backward. Pick the block here; the stages add what all blocks share.
