@@ -81,21 +81,25 @@ def job_spec(rng: random.Random, i: int) -> types_pb2.JobSpec:
 
 
 class CpuSampler(threading.Thread):
-    def __init__(self, pid: int) -> None:
+    """CPU % and RSS of each named process, once a second."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
         super().__init__(daemon=True)
-        self.process = psutil.Process(pid)
-        self.cpu_percent: list[float] = []
-        self.rss_bytes: list[int] = []
+        self.processes = {name: psutil.Process(pid) for name, pid in pids.items()}
+        self.cpu_percent: dict[str, list[float]] = {name: [] for name in pids}
+        self.rss_bytes: dict[str, list[int]] = {name: [] for name in pids}
         self.stopped = threading.Event()
 
     def run(self) -> None:
-        self.process.cpu_percent()
+        for process in self.processes.values():
+            process.cpu_percent()
         while not self.stopped.wait(1.0):
-            try:
-                self.cpu_percent.append(self.process.cpu_percent())
-                self.rss_bytes.append(self.process.memory_info().rss)
-            except psutil.Error:
-                return
+            for name, process in self.processes.items():
+                try:
+                    self.cpu_percent[name].append(process.cpu_percent())
+                    self.rss_bytes[name].append(process.memory_info().rss)
+                except psutil.Error:
+                    pass
 
 
 def main() -> None:
@@ -128,7 +132,10 @@ def main() -> None:
                      "--nodes", str(count), "--gpu-type", gpu_type],
                     env=cluster.env(env), stdout=log, stderr=subprocess.STDOUT))
         wait_for_port("127.0.0.1", cluster.grpc_port, 60)
-        sampler = CpuSampler(cluster.processes["orchestrator"].pid)
+        pids = {name: proc.pid for name, proc in cluster.processes.items()}
+        pids.update({f"fleet-{k}": fleet.pid for k, fleet in enumerate(fleets)})
+        pids["broker"] = broker.process.pid
+        sampler = CpuSampler(pids)
         sampler.start()
         with FrenzyClient(cluster.grpc_address, timeout_s=60) as client:
             deadline = time.monotonic() + 120
@@ -143,13 +150,17 @@ def main() -> None:
             rng = random.Random(args.seed)
             started = time.monotonic()
             job_ids = []
+            windows: list[tuple[int, str]] = [(0, before)]  # (seconds in, metrics) for lag over time
             for i in range(args.jobs):
+                if i % max(1, int(args.rate * 10)) == 0 and i:
+                    windows.append((round(time.monotonic() - started), scrape(cluster.metrics_port)))
                 job_ids.append(client.submit(job_spec(rng, i), job_id=f"{cluster.namespace}-{i}"))
                 delay = started + (i + 1) / args.rate - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
             deadline = time.monotonic() + 600
             while time.monotonic() < deadline:
+                windows.append((round(time.monotonic() - started), scrape(cluster.metrics_port)))
                 jobs = client.list()
                 done = sum(1 for j in jobs if j.state in TERMINAL)
                 if done >= args.jobs:
@@ -178,6 +189,11 @@ def main() -> None:
     lag = "frenzy_heartbeat_lag_seconds"
     lag_before, lag_after = histogram_buckets(before, lag), histogram_buckets(metrics, lag)
     lag_buckets = {bound: count - lag_before.get(bound, 0.0) for bound, count in lag_after.items()}
+    lag_p99_over_time = []
+    for (_, earlier), (at_s, later) in zip(windows, windows[1:]):
+        a, b = histogram_buckets(earlier, lag), histogram_buckets(later, lag)
+        lag_p99_over_time.append((at_s, round(histogram_quantile(
+            {bound: count - a.get(bound, 0.0) for bound, count in b.items()}, 0.99), 3)))
     to_placed = np.array([(j.placed_at.ToNanoseconds() - j.submitted_at.ToNanoseconds()) / 1e9
                           for j in mine if j.placed_at.seconds])
     result = {
@@ -187,12 +203,15 @@ def main() -> None:
                                     - metric_value(before, f"{lag}_count")),
         "heartbeat_lag_p50_s": round(histogram_quantile(lag_buckets, 0.50), 4),
         "heartbeat_lag_p99_s": round(histogram_quantile(lag_buckets, 0.99), 4),
+        "heartbeat_lag_p99_s_by_window": lag_p99_over_time,
         "submit_to_placed_p50_s": round(float(np.percentile(to_placed, 50)), 3) if len(to_placed) else None,
         "submit_to_running_p50_s": round(float(np.percentile(to_running, 50)), 3) if len(to_running) else None,
         "submit_to_running_p99_s": round(float(np.percentile(to_running, 99)), 3) if len(to_running) else None,
-        "orchestrator_cpu_mean_percent": round(float(np.mean(sampler.cpu_percent)), 1),
-        "orchestrator_cpu_max_percent": round(float(np.max(sampler.cpu_percent)), 1),
-        "orchestrator_rss_max_mib": round(max(sampler.rss_bytes) / 2**20, 1),
+        "orchestrator_cpu_mean_percent": round(float(np.mean(sampler.cpu_percent["orchestrator"])), 1),
+        "orchestrator_cpu_max_percent": round(float(np.max(sampler.cpu_percent["orchestrator"])), 1),
+        "orchestrator_rss_max_mib": round(max(sampler.rss_bytes["orchestrator"]) / 2**20, 1),
+        "cpu_mean_percent_by_process": {name: round(float(np.mean(v)), 1)
+                                        for name, v in sampler.cpu_percent.items() if v},
         "job_states": states,
         "failure_reasons": dict(Counter(j.reason[:80] for j in mine if j.state == types_pb2.FAILED)),
         "jobs_lost": args.jobs - len(mine) + sum(1 for j in mine if j.state not in TERMINAL),
