@@ -6,12 +6,18 @@ Prints heartbeat processing lag (p50/p99, from the orchestrator's own histogram)
 running p50/p99 (from the orchestrator's job records), orchestrator CPU and RSS, and whether any
 job was lost; saves them to bench/results/orchestrator_load.json.
 
+The broker is $KAFKA_BOOTSTRAP when set (e.g. Apache Kafka from deploy/kafka/run_kafka.py), else
+the embedded Tansu broker. The JSON names the broker used; for an external one it is read from
+the process listening on the bootstrap port (or give --broker-label).
+
     .venv/bin/python bench/orchestrator_load.py [--nodes 1000] [--jobs 2000] [--rate 20]
+    KAFKA_BOOTSTRAP=127.0.0.1:19092 .venv/bin/python bench/orchestrator_load.py --out ...
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import subprocess
 import sys
@@ -25,8 +31,9 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from frenzy.broker import free_port, start_embedded_broker, wait_for_port
+from frenzy.broker import free_port, start_embedded_broker, tansu_version, wait_for_port
 from frenzy.client import FrenzyClient
+from frenzy.config import BusSettings
 from frenzy.localcluster import LocalCluster
 from frenzy.v1 import types_pb2
 
@@ -102,6 +109,40 @@ class CpuSampler(threading.Thread):
                     pass
 
 
+def listening_process(bootstrap: str) -> psutil.Process | None:
+    """The local process listening on the bootstrap address's port, if it can be seen."""
+    port = int(bootstrap.split(",")[0].rsplit(":", 1)[1])
+    try:
+        for conn in psutil.net_connections(kind="tcp"):
+            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.pid:
+                return psutil.Process(conn.pid)
+    except (psutil.Error, OSError):
+        pass
+    return None
+
+
+def describe_broker(process: psutil.Process | None) -> str:
+    """"apache-kafka 4.1.1" or "tansu 0.6.0" from the broker process's command line."""
+    if process is None:
+        return "external (unknown)"
+    try:
+        cmdline = process.cmdline()
+    except psutil.Error:
+        return "external (unknown)"
+    if cmdline and Path(cmdline[0]).name == "tansu":
+        out = subprocess.run([cmdline[0], "--version"], capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() or "tansu"
+    if "kafka.Kafka" in cmdline and "-cp" in cmdline:
+        for entry in cmdline[cmdline.index("-cp") + 1].split(os.pathsep):
+            folder = Path(entry[:-1]) if entry.endswith("*") else Path(entry).parent
+            for jar in sorted(folder.glob("kafka_2.13-*.jar")):
+                version = jar.name.removeprefix("kafka_2.13-").removesuffix(".jar")
+                if version.replace(".", "").isdigit():
+                    return f"apache-kafka {version}"
+        return "apache-kafka"
+    return f"external ({Path(cmdline[0]).name if cmdline else 'unknown'})"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1000)
@@ -110,11 +151,22 @@ def main() -> None:
     parser.add_argument("--policy", default="has")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=HERE / "results" / "orchestrator_load.json")
+    parser.add_argument("--broker-label", default="",
+                        help='what the JSON calls the broker, e.g. "apache-kafka 4.1.1"; '
+                             "read from the broker's process when not given")
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="frenzy-load-"))
-    broker = start_embedded_broker(log_path=workdir / "broker.log")
-    cluster = LocalCluster(workdir, free_port(), bootstrap=broker.bootstrap, broker=broker,
+    if os.environ.get("KAFKA_BOOTSTRAP"):
+        broker, bootstrap = None, os.environ["KAFKA_BOOTSTRAP"]
+        broker_process = listening_process(bootstrap)
+        broker_label = args.broker_label or describe_broker(broker_process)
+    else:
+        broker = start_embedded_broker(log_path=workdir / "broker.log")
+        bootstrap, broker_process = broker.bootstrap, psutil.Process(broker.process.pid)
+        broker_label = args.broker_label or tansu_version()
+    print(f"broker: {broker_label} at {bootstrap}")
+    cluster = LocalCluster(workdir, free_port(), bootstrap=bootstrap, broker=broker,
                            metrics_port=free_port(), namespace=f"load{int(time.time())}")
     env = {"FRENZY_POLICY": args.policy, "FRENZY_METRICS_PORT": str(cluster.metrics_port),
            "FRENZY_NAMESPACE": cluster.namespace}
@@ -134,7 +186,8 @@ def main() -> None:
         wait_for_port("127.0.0.1", cluster.grpc_port, 60)
         pids = {name: proc.pid for name, proc in cluster.processes.items()}
         pids.update({f"fleet-{k}": fleet.pid for k, fleet in enumerate(fleets)})
-        pids["broker"] = broker.process.pid
+        if broker_process is not None:
+            pids["broker"] = broker_process.pid
         sampler = CpuSampler(pids)
         sampler.start()
         with FrenzyClient(cluster.grpc_address, timeout_s=60) as client:
@@ -198,7 +251,9 @@ def main() -> None:
                           for j in mine if j.placed_at.seconds])
     result = {
         "nodes": args.nodes, "gpus": args.nodes * 8, "jobs": args.jobs, "rate_per_s": args.rate,
-        "policy": args.policy, "wall_s": round(elapsed_s, 1),
+        "policy": args.policy, "broker": broker_label,
+        "fetch_max_wait_ms": BusSettings().fetch_max_wait_ms,  # FRENZY_FETCH_MAX_WAIT_MS
+        "wall_s": round(elapsed_s, 1),
         "heartbeats_processed": int(metric_value(metrics, f"{lag}_count")
                                     - metric_value(before, f"{lag}_count")),
         "heartbeat_lag_p50_s": round(histogram_quantile(lag_buckets, 0.50), 4),

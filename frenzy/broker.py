@@ -21,6 +21,13 @@ def tansu_binary() -> Path:
     return path
 
 
+def tansu_version() -> str:
+    """E.g. "tansu 0.6.0", as the binary reports it."""
+    out = subprocess.run([str(tansu_binary()), "--version"], capture_output=True, text=True,
+                         timeout=10)
+    return out.stdout.strip() or "tansu (unknown version)"
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
