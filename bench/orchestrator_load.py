@@ -182,7 +182,9 @@ def main() -> None:
                 fleets.append(subprocess.Popen(
                     [sys.executable, str(HERE / "fleet.py"), "--first", str(k * per_fleet),
                      "--nodes", str(count), "--gpu-type", gpu_type],
-                    env=cluster.env(env), stdout=log, stderr=subprocess.STDOUT))
+                    # One process stands in for many agents; it may batch their heartbeats.
+                    env=cluster.env({**env, "FRENZY_LINGER_MS": "20"}), stdout=log,
+                    stderr=subprocess.STDOUT))
         wait_for_port("127.0.0.1", cluster.grpc_port, 60)
         pids = {name: proc.pid for name, proc in cluster.processes.items()}
         pids.update({f"fleet-{k}": fleet.pid for k, fleet in enumerate(fleets)})

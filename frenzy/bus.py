@@ -80,7 +80,7 @@ class Bus:
         """Create topics if needed and connect; must run inside the event loop."""
         await ensure_topics(self.bootstrap, prefix=self.prefix)
         self.producer = AIOKafkaProducer(
-            bootstrap_servers=self.bootstrap, acks="all", linger_ms=2,
+            bootstrap_servers=self.bootstrap, acks="all", linger_ms=self.settings.linger_ms,
             enable_idempotence=False, client_id=f"frenzy-{self.service}")
         await self.producer.start()
 
@@ -134,17 +134,19 @@ class Bus:
         log.warning("dead-lettered record", reason=reason, topic=record.topic,
                     partition=record.partition, offset=record.offset, consumer=group)
 
-    def consumer(self, group: str, *subscribed: topics.Topic, **kwargs) -> AIOKafkaConsumer:
-        return AIOKafkaConsumer(
-            *(self.topic_name(t) for t in subscribed), bootstrap_servers=self.bootstrap,
-            group_id=self.prefix + group,
+    def consumer(self, group: str, *subscribed: topics.Topic, **overrides) -> AIOKafkaConsumer:
+        """A consumer in this deployment's namespace; overrides replace the default options."""
+        options = dict(
+            bootstrap_servers=self.bootstrap, group_id=self.prefix + group,
             enable_auto_commit=False, auto_offset_reset="earliest",
-            # A short fetch wait keeps event-to-reaction latency low; brokers answer at once
-            # when data is there, so this only bounds the idle long-poll.
+            # A short fetch wait keeps event-to-reaction latency low. Apache Kafka answers a
+            # long-poll as soon as data arrives; the embedded broker waits the full time.
             fetch_max_wait_ms=self.settings.fetch_max_wait_ms,
             session_timeout_ms=self.settings.session_timeout_ms,
             heartbeat_interval_ms=self.settings.heartbeat_interval_ms,
-            client_id=f"frenzy-{self.service}", **kwargs)
+            client_id=f"frenzy-{self.service}")
+        options.update(overrides)
+        return AIOKafkaConsumer(*(self.topic_name(t) for t in subscribed), **options)
 
     async def run_consumer(self, consumer: AIOKafkaConsumer, group: str,
                            handlers: dict[str, Handler], *,

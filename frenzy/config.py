@@ -17,6 +17,7 @@ class BusSettings(BaseSettings):
     session_timeout_ms: int = 6000
     heartbeat_interval_ms: int = 1000
     fetch_max_wait_ms: int = 50
+    linger_ms: int = Field(2, description="producer batching delay; raise it for bulk producers")
     dedupe_window: int = Field(100_000, description="event ids remembered per consumer")
     # Prefix of every topic and consumer group, so that several Frenzy deployments (or test
     # clusters) can share one Kafka cluster without seeing each other's events or state.
@@ -33,6 +34,9 @@ class ServiceSettings(BusSettings):
     max_retries: int = 3
     time_scale: float = Field(1.0, description="synthetic workload runs predicted duration x this")
     stop_grace_s: float = 5.0
+    # Heartbeats are fetched in batches: up to this wait, or until this many bytes are ready.
+    heartbeat_fetch_max_wait_ms: int = 200
+    heartbeat_fetch_min_bytes: int = 65536
     metrics_port: int = Field(0, description="Prometheus /metrics port of the orchestrator; 0 = off")
 
 

@@ -17,6 +17,7 @@ from frenzy_orchestrator.core import OrchestratorCore, Outgoing
 from frenzy_orchestrator.metrics import OrchestratorMetrics
 
 GROUP = "frenzy-orchestrator"
+HEARTBEAT_GROUP = "frenzy-orchestrator-heartbeats"
 log = get_logger("orchestrator")
 
 
@@ -131,18 +132,26 @@ class OrchestratorService:
             self.metrics.serve(self.settings.grpc_host, self.settings.metrics_port)
         server = await start_grpc(self, self.settings.grpc_host, self.settings.grpc_port)
         try:
-            consumer = self.bus.consumer(GROUP, topics.JOBS_SUBMITTED, topics.JOBS_PLANNED,
-                                         topics.JOBS_PLACED, topics.JOBS_STATUS,
-                                         topics.NODES_HEARTBEATS)
+            # Job events and heartbeats have separate consumers: a flood of heartbeats never
+            # queues ahead of a placement, and heartbeats are fetched in larger, rarer batches.
+            jobs = self.bus.consumer(GROUP, topics.JOBS_SUBMITTED, topics.JOBS_PLANNED,
+                                     topics.JOBS_PLACED, topics.JOBS_STATUS)
             handlers = {"job_submitted": self.on_submitted, "job_planned": self.on_planned,
-                        "job_placed": self.on_placed, "job_status_changed": self.on_status,
-                        "node_heartbeat": self.on_heartbeat}
-            consume = asyncio.create_task(self.bus.run_consumer(
-                consumer, GROUP, handlers,
+                        "job_placed": self.on_placed, "job_status_changed": self.on_status}
+            consume_jobs = asyncio.create_task(self.bus.run_consumer(
+                jobs, GROUP, handlers,
                 json_payloads={topics.JOBS_SUBMITTED.name: "job_submitted"},
                 before_commit=self.flush))
+            heartbeats = self.bus.consumer(
+                HEARTBEAT_GROUP, topics.NODES_HEARTBEATS,
+                fetch_max_wait_ms=self.settings.heartbeat_fetch_max_wait_ms,
+                fetch_min_bytes=self.settings.heartbeat_fetch_min_bytes)
+            consume_heartbeats = asyncio.create_task(self.bus.run_consumer(
+                heartbeats, HEARTBEAT_GROUP, {"node_heartbeat": self.on_heartbeat},
+                before_commit=self.flush))
             log.info("orchestrator started", grpc=f"{self.settings.grpc_host}:{self.settings.grpc_port}")
-            await run_until_stopped(stop, consume, asyncio.create_task(self.liveness_loop()))
+            await run_until_stopped(stop, consume_jobs, consume_heartbeats,
+                                    asyncio.create_task(self.liveness_loop()))
         finally:
             await server.stop(grace=1)
             await self.bus.stop()
