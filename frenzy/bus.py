@@ -27,13 +27,13 @@ log = get_logger("bus")
 
 
 async def ensure_topics(bootstrap_servers: str, wanted: Iterable[topics.Topic] = topics.ALL_TOPICS,
-                        prefix: str = "") -> None:
+                        prefix: str = "", replication_factor: int = 1) -> None:
     """Create missing topics. Safe to call from every service at start-up."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers)
     await admin.start()
     try:
         existing = set(await admin.list_topics())
-        new = [NewTopic(prefix + t.name, t.partitions, 1,
+        new = [NewTopic(prefix + t.name, t.partitions, replication_factor,
                         topic_configs={"cleanup.policy": "compact"} if t.compacted else None)
                for t in wanted if prefix + t.name not in existing]
         if new:
@@ -78,7 +78,8 @@ class Bus:
 
     async def start(self) -> None:
         """Create topics if needed and connect; must run inside the event loop."""
-        await ensure_topics(self.bootstrap, prefix=self.prefix)
+        await ensure_topics(self.bootstrap, prefix=self.prefix,
+                            replication_factor=self.settings.replication_factor)
         self.producer = AIOKafkaProducer(
             bootstrap_servers=self.bootstrap, acks="all", linger_ms=self.settings.linger_ms,
             enable_idempotence=False, client_id=f"frenzy-{self.service}")

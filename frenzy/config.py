@@ -17,6 +17,7 @@ class BusSettings(BaseSettings):
     session_timeout_ms: int = 6000
     heartbeat_interval_ms: int = 1000
     fetch_max_wait_ms: int = 50
+    replication_factor: int = Field(1, description="for topics Frenzy creates; 3 on a production cluster")
     linger_ms: int = Field(2, description="producer batching delay; raise it for bulk producers")
     dedupe_window: int = Field(100_000, description="event ids remembered per consumer")
     # Prefix of every topic and consumer group, so that several Frenzy deployments (or test

@@ -175,9 +175,11 @@ class NodeAgent:
         consumer = self.bus.consumer(group)
         try:
             await consumer.start()
-            await consumer.topics()  # metadata, for the partition count
             commands_topic = self.bus.topic_name(topics.AGENT_COMMANDS)
-            partitions = consumer.partitions_for_topic(commands_topic) or {0}
+            # The producer waits until the broker's metadata lists the topic (just-created topics
+            # can be missing for a moment on Kafka); guessing the count would pick the wrong
+            # partition and the agent would never see its commands.
+            partitions = await self.bus.producer.partitions_for(commands_topic)
             mine = partition_for_key(self.node_id, len(partitions))
             consumer.assign([TopicPartition(commands_topic, mine)])
             await self.adopt_survivors()
