@@ -263,3 +263,197 @@ def _timed(fn) -> float:
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
+
+
+# --- The fast search against a plain reference -------------------------------------------------
+# `_reference_options` is the search as it was before the speed work (commit 0f25e48), written
+# against the readable entry points (`estimate_memory`, `CostModel.breakdown_of`) rather than
+# the memoised ones. The enumerator must return exactly what it returns: same options, same
+# order, same floats.
+
+def _reference_options(arch, training, gpu_types, constraints=Constraints(), max_gpus=MAX_GPUS, *,
+                       zero_stages=(0, 1, 2, 3), recomputes=("none", "selective", "full"),
+                       max_per_type=8, fit_margin=0.95, now_s=None, min_gpus=0):
+    import heapq
+    import math
+    from dataclasses import replace
+
+    from frenzy.domain import PlanOption
+    from frenzy_predictor.plans import (make_plan, micro_batches, model_parallel_shapes,
+                                        powers_of_two, rank_options)
+    from frenzy_predictor.plans import _spread as spread
+
+    recipe, seq_len, batch = training.recipe, training.seq_len, training.global_batch_size
+    peaks: dict[tuple, int] = {}
+
+    def peak_bytes(tp, pp, dp, zero, mb, rc):
+        key = (tp, pp, dp, zero, mb, rc)
+        if key not in peaks:
+            plan = make_plan(*key)
+            peaks[key] = estimate_memory(arch, recipe, plan, seq_len,
+                                         grad_accum=plan.grad_accum(batch)).peak_bytes
+        return peaks[key]
+
+    floor = MemoryTable(arch, training).floor_bytes
+    zero_stages = sorted(set(zero_stages))
+    recomputes = [rc for rc in ("none", "selective", "full") if rc in recomputes]
+    if recipe.attention == "flash" and len(recomputes) > 1:
+        recomputes = [rc for rc in recomputes if rc != "selective"]
+
+    def zeros(pp, dp):
+        if dp == 1:
+            return [0]
+        return [z for z in zero_stages if z <= 1] or [0] if pp > 1 else zero_stages
+
+    def search(gpu, limit, seeds, min_n):
+        usable = usable_bytes(gpu, fit_margin)
+        cost = CostModel(arch, training, gpu)
+        best: dict[int, tuple[float, ParallelPlan]] = {}
+        fitted_mb: dict = {}
+
+        def step_s(tp, pp, dp, zero, mb, rc):
+            return cost.breakdown_of(tp, pp, dp, zero, mb, rc).total_s
+
+        def incumbent(n):
+            return best[n][0] if n in best else math.inf
+
+        def largest_fitting(tp, pp, dp, zero, i, mbs):
+            rc = recomputes[i]
+            fitted = fitted_mb.setdefault((tp, pp), {})
+            previous = max((m for (z, j), m in fitted.items() if z <= zero and j <= i), default=0)
+            lo = max((k for k, m in enumerate(mbs) if m <= previous), default=-1)
+            if lo < 0:
+                if floor(tp, pp, dp, zero) > usable or peak_bytes(tp, pp, dp, zero, mbs[0], rc) > usable:
+                    return -1
+                lo = 0
+            hi = len(mbs) - 1
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if peak_bytes(tp, pp, dp, zero, mbs[mid], rc) <= usable:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            if tp * pp * dp > 1:
+                fitted[(zero, i)] = max(fitted.get((zero, i), 0), mbs[lo])
+            return lo
+
+        def layout(tp, pp, dp, mb_hint, mbs):
+            n = tp * pp * dp
+            queue = [(step_s(tp, pp, dp, z, mb_hint, recomputes[0]), z, 0) for z in zeros(pp, dp)]
+            heapq.heapify(queue)
+            if queue[0][0] >= incumbent(n):
+                return
+            if peak_bytes(tp, pp, dp, zeros(pp, dp)[-1], mbs[0], recomputes[-1]) > usable:
+                return
+            too_big = []
+            while queue:
+                bound, zero, i = heapq.heappop(queue)
+                if bound >= incumbent(n):
+                    break
+                if any(z >= zero and j >= i for z, j in too_big):
+                    top = -1
+                else:
+                    top = largest_fitting(tp, pp, dp, zero, i, mbs)
+                if i + 1 < len(recomputes) and (
+                        top < 0 or (top < len(mbs) - 1 and recomputes[i + 1] == "selective")):
+                    heapq.heappush(queue, (step_s(tp, pp, dp, zero, mb_hint, recomputes[i + 1]),
+                                           zero, i + 1))
+                if top < 0:
+                    too_big.append((zero, i))
+                    continue
+                rc = recomputes[i]
+                tries = mbs[:top + 1] if pp > 1 else [mbs[top]]
+                s, mb = min((step_s(tp, pp, dp, zero, m, rc), m) for m in tries)
+                if s < incumbent(n):
+                    best[n] = (s, make_plan(tp, pp, dp, zero, mb, rc))
+
+        shapes = model_parallel_shapes(arch, gpu, limit)
+        fastest, stalls = math.inf, 0
+        for n in powers_of_two(limit):
+            if n < min_n:
+                continue
+            for p in seeds.get(n, ()):
+                if (p.tp, p.pp) not in shapes or p.zero not in zeros(p.pp, p.dp) \
+                        or p.recompute not in recomputes:
+                    continue
+                values = (p.tp, p.pp, p.dp, p.zero, p.micro_batch, p.recompute)
+                s = step_s(*values)
+                if s < incumbent(n) and peak_bytes(*values) <= usable:
+                    best[n] = (s, p)
+            layouts = []
+            for tp, pp in shapes:
+                dp = n // (tp * pp)
+                if dp * tp * pp == n and batch % dp == 0 and floor(tp, pp, dp, zeros(pp, dp)[-1]) <= usable:
+                    mbs = micro_batches(batch, dp, seq_len)
+                    floor_s, mb_hint = min((cost.pipeline_s(tp, pp, dp, m, "none"), m)
+                                           for m in (mbs if pp > 1 else mbs[-1:]))
+                    layouts.append((floor_s, mb_hint, mbs, tp, pp, dp))
+            for floor_s, mb_hint, mbs, tp, pp, dp in sorted(layouts):
+                if floor_s >= incumbent(n):
+                    break
+                layout(tp, pp, dp, mb_hint, mbs)
+            if n not in best:
+                continue
+            if best[n][0] < fastest * 0.999:
+                fastest, stalls = best[n][0], 0
+            else:
+                stalls += 1
+                if stalls >= 2:
+                    break
+        return best
+
+    limit = min(max_gpus, constraints.max_gpus) if constraints.max_gpus > 0 else max_gpus
+    options, seeds = [], {}
+    for gpu in gpu_types:
+        if constraints.gpu_types and gpu.name not in constraints.gpu_types:
+            continue
+        best = search(gpu, limit, seeds, max(1, min_gpus))
+        for n, (_, plan) in best.items():
+            if plan not in seeds.setdefault(n, []):
+                seeds[n].append(plan)
+        per_type = [PlanOption(gpu.name, plan, 0, s, s * training.steps) for s, plan in best.values()]
+        if now_s is not None and constraints.deadline_s > 0:
+            per_type = [o for o in per_type if now_s + o.duration_s <= constraints.deadline_s]
+        for option in spread(pareto_front(per_type), max_per_type):
+            p = option.plan
+            peak = peak_bytes(p.tp, p.pp, p.dp, p.zero, p.micro_batch, p.recompute)
+            if peak <= usable_bytes(gpu, fit_margin):
+                options.append(replace(option, peak_bytes_per_gpu=peak))
+    return rank_options(options)
+
+
+@SETTINGS
+@given(jobs, st.sampled_from([ALL_TYPES, TEN_TYPES, TEN_TYPES[::-1], TEN_TYPES[3:6]]),
+       st.sampled_from([{}, {"min_gpus": 4}, {"max_gpus": 16}, {"zero_stages": (0, 3)},
+                        {"recomputes": ("none", "full")}, {"zero_stages": (1, 2),
+                                                           "recomputes": ("selective",)}]))
+def test_enumeration_matches_the_reference_search(job, types, kwargs):
+    arch, training = job
+    assert enumerate_options(arch, training, types, **kwargs) == \
+        _reference_options(arch, training, types, **kwargs)
+
+
+@pytest.mark.parametrize("name, seq, batch", [
+    ("tiny-gpt2", 256, 32), ("gpt2", 1024, 512), ("llama3.2-1b", 4096, 256),
+    ("llama2-7b", 4096, 256), ("llama3-8b", 8192, 512), ("llama2-13b", 4096, 512),
+    ("llama2-70b", 4096, 1024), ("mistral-7b", 2048, 96), ("llama3-70b", 8192, 2048)])
+def test_benchmark_jobs_match_the_reference_search(name, seq, batch):
+    arch, training = load_model(name), TrainingSpec(seq, batch, 10**12)
+    assert enumerate_options(arch, training, ALL_TYPES) == \
+        _reference_options(arch, training, ALL_TYPES)
+    limited = Constraints(gpu_types=("A10", "A100-80GB", "H100-80GB"), max_gpus=64)
+    assert enumerate_options(arch, training, TEN_TYPES, limited, min_gpus=2) == \
+        _reference_options(arch, training, TEN_TYPES, limited, min_gpus=2)
+
+
+@SETTINGS
+@given(jobs, st.sampled_from(ALL_TYPES), st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2, 4]),
+       st.integers(0, 7), st.integers(0, 3), st.integers(0, 5),
+       st.sampled_from(["none", "selective", "full"]))
+def test_memoised_step_time_is_the_breakdown_total(job, gpu, tp, pp, dp_pow, zero, mb_pow, rc):
+    arch, training = job
+    cost = CostModel(arch, training, gpu)
+    for dp in (2 ** dp_pow, 2 ** (dp_pow + 1)):
+        for z in (zero, 3 - zero):
+            assert cost.step_s(tp, pp, dp, z, 2 ** mb_pow, rc) == \
+                cost.breakdown_of(tp, pp, dp, z, 2 ** mb_pow, rc).total_s
