@@ -148,7 +148,7 @@ class CostModel:
         self.inter_node_gbs = min(inter_node_gbs(gpu), gpu.intra_node_gbs)
         self.model_flops = model_flops_per_token(arch, training.seq_len) * training.tokens_per_step
         self._micro_batch_cache: dict[tuple, tuple[float, float, float]] = {}
-        self._step_cache: dict[tuple, float] = {}
+        self._step_cache: dict[tuple, tuple[float, float, float, float]] = {}
         self._dp_cache: dict[tuple, tuple[float, float, float]] = {}
 
     def micro_batch_s(self, tp: int, pp: int, dp: int, mb: int, recompute: str) -> tuple[float, float, float]:
@@ -209,7 +209,7 @@ class CostModel:
     def pipeline_s(self, tp: int, pp: int, dp: int, mb: int, recompute: str) -> float:
         """Pipelined part of a step: a lower bound on any plan with these values (any ZeRO stage)."""
         compute_s, tp_s, pp_s = self.micro_batch_s(tp, pp, dp, mb, recompute)
-        slots = max(1, -(-self.training.global_batch_size // (dp * mb))) + pp - 1
+        slots = self._micro_batches(dp, mb) + pp - 1
         return slots * (compute_s + tp_s + pp_s)
 
     def breakdown(self, plan: ParallelPlan) -> StepTime:
@@ -217,40 +217,69 @@ class CostModel:
                                  plan.recompute)
 
     def step_s(self, tp: int, pp: int, dp: int, zero: int, mb: int, recompute: str) -> float:
-        """Step time from plan values, memoised (the enumerator's hot path: no plan objects)."""
-        key = (tp, pp, dp, zero, mb, recompute)
+        """`breakdown_of(...).total_s`, memoised (the enumerator's hot path: no plan objects)."""
+        return self.step_s_by_zero(tp, pp, dp, mb, recompute)[zero]
+
+    def step_s_by_zero(self, tp: int, pp: int, dp: int, mb: int,
+                       recompute: str) -> tuple[float, float, float, float]:
+        """Step time of ZeRO stages 0-3, memoised: they share everything but the data-parallel
+        and optimizer terms. The same helpers and order of additions as `breakdown_of`, so the
+        two agree to the last bit."""
+        key = (tp, pp, dp, mb, recompute)
         cached = self._step_cache.get(key)
         if cached is None:
-            cached = self._step_cache[key] = self.breakdown_of(*key).total_s
+            micro_batches = self._micro_batches(dp, mb)
+            slots = micro_batches + pp - 1
+            compute_s, tp_s, pp_s = self.micro_batch_s(tp, pp, dp, mb, recompute)
+            pipelined_s = slots * compute_s + slots * tp_s + slots * pp_s
+            dp_s = self._data_parallel_s(tp, pp, dp, micro_batches, compute_s)
+            optimizer_s = self._optimizer_s(tp, pp, dp)
+            cached = self._step_cache[key] = (
+                pipelined_s + dp_s[0] + optimizer_s[0], pipelined_s + dp_s[1] + optimizer_s[1],
+                pipelined_s + dp_s[2] + optimizer_s[2], pipelined_s + dp_s[3] + optimizer_s[3])
         return cached
 
     def breakdown_of(self, tp: int, pp: int, dp: int, zero: int, mb: int,
                      recompute: str) -> StepTime:
-        micro_batches = max(1, -(-self.training.global_batch_size // (dp * mb)))
+        micro_batches = self._micro_batches(dp, mb)
         slots = micro_batches + pp - 1  # 1F1B: (m + p - 1) micro-batch slots, (p - 1) idle
         compute_s, tp_s, pp_s = self.micro_batch_s(tp, pp, dp, mb, recompute)
-
-        # Data parallel: bucketed syncs overlap the backward pass, but at most COMM_OVERLAP of
-        # any transfer hides behind compute.
-        dp_s = 0.0
-        if dp > 1:
-            reduce_grads_s, scatter_grads_s, gather_weights_s = self._dp_collectives_s(tp, pp, dp)
-            backward_s = compute_s * 2 / 3  # the last micro-batch's backward hides the grad sync
-            if zero == 0:
-                dp_s = _exposed(reduce_grads_s, backward_s)
-            elif zero == 1:  # reduce-scatter grads, all-gather updated weights
-                dp_s = _exposed(scatter_grads_s, backward_s) + gather_weights_s
-            elif zero == 2:  # reduce-scatter every micro-batch, all-gather weights once
-                dp_s = micro_batches * _exposed(scatter_grads_s, backward_s) + gather_weights_s
-            else:  # zero 3: per micro-batch, gather weights for fwd and bwd, reduce-scatter grads
-                dp_s = micro_batches * _exposed(2 * gather_weights_s + scatter_grads_s, compute_s)
-
-        owned_params = self.num_params / (tp * pp) / (dp if zero >= 1 else 1)
-        optimizer_s = owned_params * self.optimizer_bytes / self.hbm_bytes_per_s
         return StepTime(
-            compute_s=slots * compute_s, tensor_parallel_s=slots * tp_s,
-            pipeline_s=slots * pp_s, data_parallel_s=dp_s, optimizer_s=optimizer_s,
+            compute_s=slots * compute_s, tensor_parallel_s=slots * tp_s, pipeline_s=slots * pp_s,
+            data_parallel_s=self._data_parallel_s(tp, pp, dp, micro_batches, compute_s)[zero],
+            optimizer_s=self._optimizer_s(tp, pp, dp)[zero],
             bubble_fraction=(pp - 1) / slots, model_flops=self.model_flops)
+
+    def _micro_batches(self, dp: int, mb: int) -> int:
+        """Micro-batches per step (gradient accumulation), at least one."""
+        return max(1, -(-self.training.global_batch_size // (dp * mb)))
+
+    def _data_parallel_s(self, tp: int, pp: int, dp: int, micro_batches: int,
+                         compute_s: float) -> tuple[float, float, float, float]:
+        """Exposed data-parallel / ZeRO communication of one step, for ZeRO stages 0-3.
+
+        Bucketed syncs overlap the backward pass, but at most COMM_OVERLAP of any transfer
+        hides behind compute (`compute_s` is one micro-batch's).
+        """
+        if dp <= 1:
+            return (0.0, 0.0, 0.0, 0.0)
+        reduce_grads_s, scatter_grads_s, gather_weights_s = self._dp_collectives_s(tp, pp, dp)
+        backward_s = compute_s * 2 / 3  # the last micro-batch's backward hides the grad sync
+        scatter_s = _exposed(scatter_grads_s, backward_s)
+        return (
+            _exposed(reduce_grads_s, backward_s),  # 0: all-reduce grads
+            scatter_s + gather_weights_s,  # 1: reduce-scatter grads, all-gather updated weights
+            micro_batches * scatter_s + gather_weights_s,  # 2: reduce-scatter every micro-batch
+            # 3: per micro-batch, gather weights for fwd and bwd, reduce-scatter grads
+            micro_batches * _exposed(2 * gather_weights_s + scatter_grads_s, compute_s))
+
+    def _optimizer_s(self, tp: int, pp: int, dp: int) -> tuple[float, float, float, float]:
+        """The optimizer update, bandwidth bound, over the parameters a rank owns (all of its
+        stage's with ZeRO-0, a 1/dp shard from ZeRO-1 on), for ZeRO stages 0-3."""
+        stage_params = self.num_params / (tp * pp)
+        replicated = stage_params * self.optimizer_bytes / self.hbm_bytes_per_s
+        sharded = stage_params / dp * self.optimizer_bytes / self.hbm_bytes_per_s
+        return (replicated, sharded, sharded, sharded)
 
     def _dp_collectives_s(self, tp: int, pp: int, dp: int) -> tuple[float, float, float]:
         """(all-reduce grads, reduce-scatter grads, all-gather 16-bit weights) over the dp group.
