@@ -18,6 +18,7 @@ milliseconds (docs/marp-plans.md, "Search"):
 """
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from dataclasses import dataclass, replace
@@ -116,6 +117,37 @@ def micro_batches(global_batch: int, dp: int, seq_len: int) -> list[int]:
     return [m for m in powers_of_two(min(per_replica, cap)) if per_replica % m == 0]
 
 
+class _JobSpace:
+    """What the search space of one job looks like on any GPU type, memoised per enumeration:
+    the micro-batch sizes of each dp and the ZeRO stages of each (pp, dp)."""
+
+    def __init__(self, training: TrainingSpec, zero_stages: Sequence[int]):
+        self.training, self.zero_stages = training, sorted(set(zero_stages))
+        self._micro_batches: dict[int, list[int]] = {}
+        self._zeros: dict[tuple[int, int], list[int]] = {}
+
+    def micro_batches(self, dp: int) -> list[int]:
+        mbs = self._micro_batches.get(dp)
+        if mbs is None:
+            mbs = self._micro_batches[dp] = micro_batches(
+                self.training.global_batch_size, dp, self.training.seq_len)
+        return mbs
+
+    def zeros(self, pp: int, dp: int) -> list[int]:
+        """ZeRO stages worth trying: none without replicas; 0-1 with pipelines (Megatron and
+        DeepSpeed refuse ZeRO-2/3 with pipelining: they shard grads per micro-batch)."""
+        zeros = self._zeros.get((pp, dp))
+        if zeros is None:
+            if dp == 1:
+                zeros = [0]
+            elif pp > 1:
+                zeros = [z for z in self.zero_stages if z <= 1] or [0]
+            else:
+                zeros = self.zero_stages
+            self._zeros[(pp, dp)] = zeros
+        return zeros
+
+
 @dataclass
 class _Best:
     step_s: float
@@ -126,9 +158,9 @@ class _TypeSearch:
     """Branch and bound for one GPU type: the fastest fitting plan per GPU count."""
 
     def __init__(self, gpu: GpuType, arch: ModelArch, training: TrainingSpec, table: MemoryTable,
-                 zero_stages: Sequence[int], recomputes: Sequence[str], fit_margin: float):
+                 space: _JobSpace, recomputes: Sequence[str], fit_margin: float):
         self.arch, self.training, self.table = arch, training, table
-        self.zero_stages, self.recomputes = zero_stages, recomputes
+        self.space, self.recomputes = space, recomputes
         self.usable = usable_bytes(gpu, fit_margin)
         self.cost = CostModel(arch, training, gpu)
         self.best: dict[int, _Best] = {}
@@ -144,8 +176,8 @@ class _TypeSearch:
         """Index of the largest micro-batch that fits, or -1 (binary search: memory grows with it)."""
         rc = self.recomputes[i]
         fitted = self.fitted_mb.setdefault((tp, pp), {})
-        previous = max((m for (z, j), m in fitted.items() if z <= zero and j <= i), default=0)
-        lo = max((i for i, m in enumerate(mbs) if m <= previous), default=-1)
+        previous = max([m for (z, j), m in fitted.items() if z <= zero and j <= i], default=0)
+        lo = bisect.bisect_right(mbs, previous) - 1  # mbs ascend
         if lo < 0:  # settle the common "nothing fits" case cheaply
             if (self.table.floor_bytes(tp, pp, dp, zero) > self.usable
                     or self.table.peak_bytes(tp, pp, dp, zero, mbs[0], rc) > self.usable):
@@ -167,18 +199,20 @@ class _TypeSearch:
 
         The bound is the pipelined compute alone: no recompute, no data-parallel traffic.
         """
-        mbs = micro_batches(self.training.global_batch_size, dp, self.training.seq_len)
-        floor_s, mb_hint = min((self.cost.pipeline_s(tp, pp, dp, m, "none"), m)
-                               for m in (mbs if pp > 1 else mbs[-1:]))
+        mbs = self.space.micro_batches(dp)
+        if pp == 1:
+            return self.cost.pipeline_s(tp, pp, dp, mbs[-1], "none"), mbs[-1], mbs
+        floor_s, mb_hint = min([(self.cost.pipeline_s(tp, pp, dp, m, "none"), m) for m in mbs])
         return floor_s, mb_hint, mbs
 
     def layout(self, tp: int, pp: int, dp: int, mb_hint: int, mbs: list[int]) -> None:
         """Try every ZeRO stage and recompute for one (tp, pp, dp), most promising first."""
         n, cost = tp * pp * dp, self.cost
-        zeros = self.zeros(pp, dp)
+        zeros = self.space.zeros(pp, dp)
         # Candidates in order of their bound (memory ignored); heavier recompute is queued only
         # when the lighter one could not fit the largest micro-batch.
-        queue = [(self.bound_s(tp, pp, dp, z, 0, mb_hint), z, 0) for z in zeros]
+        bounds = cost.step_s_by_zero(tp, pp, dp, mb_hint, self.recomputes[0])
+        queue = [(bounds[z], z, 0) for z in zeros]
         heapq.heapify(queue)
         if queue[0][0] >= self.incumbent_s(n):
             return  # no ZeRO stage can win here, before any memory estimate
@@ -203,20 +237,15 @@ class _TypeSearch:
                 continue
             # Without pipelining larger micro-batches are never slower; with it they grow the bubble.
             rc = self.recomputes[i]
-            tries = mbs[:top + 1] if pp > 1 else [mbs[top]]
-            step_s, mb = min((cost.step_s(tp, pp, dp, zero, m, rc), m) for m in tries)
+            if pp == 1:
+                step_s, mb = cost.step_s(tp, pp, dp, zero, mbs[top], rc), mbs[top]
+            else:
+                step_s, mb = min([(cost.step_s(tp, pp, dp, zero, m, rc), m) for m in mbs[:top + 1]])
             if step_s < self.incumbent_s(n):
                 self.best[n] = _Best(step_s, make_plan(tp, pp, dp, zero, mb, rc))
 
     def bound_s(self, tp: int, pp: int, dp: int, zero: int, rc_index: int, mb: int) -> float:
         return self.cost.step_s(tp, pp, dp, zero, mb, self.recomputes[rc_index])
-
-    def zeros(self, pp: int, dp: int) -> list[int]:
-        """ZeRO stages worth trying: none without replicas; 0-1 with pipelines (Megatron and
-        DeepSpeed refuse ZeRO-2/3 with pipelining: they shard grads per micro-batch)."""
-        if dp == 1:
-            return [0]
-        return [z for z in self.zero_stages if z <= 1] or [0] if pp > 1 else self.zero_stages
 
     def layouts(self, shapes: list[tuple[int, int]], n: int) -> Iterator[tuple[int, int, int]]:
         """(tp, pp, dp) with n GPUs whose model states could fit (a cheap bound, no estimate)."""
@@ -224,14 +253,14 @@ class _TypeSearch:
         for tp, pp in shapes:
             dp = n // (tp * pp)
             if dp * tp * pp == n and batch % dp == 0 and \
-                    self.table.floor_bytes(tp, pp, dp, self.zeros(pp, dp)[-1]) <= self.usable:
+                    self.table.floor_bytes(tp, pp, dp, self.space.zeros(pp, dp)[-1]) <= self.usable:
                 yield tp, pp, dp
 
     def seed(self, plans: Iterable[ParallelPlan], shapes: list[tuple[int, int]]) -> None:
         """Start from plans that won on other GPU types: a good incumbent early lets the
         bounds prune most layouts (their estimates are usually in the table already)."""
         for p in plans:
-            if (p.tp, p.pp) not in shapes or p.zero not in self.zeros(p.pp, p.dp) \
+            if (p.tp, p.pp) not in shapes or p.zero not in self.space.zeros(p.pp, p.dp) \
                     or p.recompute not in self.recomputes:
                 continue
             values = (p.tp, p.pp, p.dp, p.zero, p.micro_batch, p.recompute)
@@ -326,13 +355,14 @@ def enumerate_options(arch: ModelArch, training: TrainingSpec, gpu_types: Sequen
         # which flash attention never stores: it would cost time and save almost nothing.
         recomputes = [rc for rc in recomputes if rc != "selective"]
     table = memory_table or MemoryTable(arch, training)
+    space = _JobSpace(training, zero_stages)
     steps = training.steps
     options: list[PlanOption] = []
     seeds: dict[int, list[ParallelPlan]] = {}  # winners on the types searched so far, per count
     for gpu in gpu_types:
         if constraints.gpu_types and gpu.name not in constraints.gpu_types:
             continue
-        best = _TypeSearch(gpu, arch, training, table, sorted(set(zero_stages)), recomputes,
+        best = _TypeSearch(gpu, arch, training, table, space, recomputes,
                            fit_margin).run(gpu, limit, seeds, max(1, min_gpus))
         for n, b in best.items():
             if b.plan not in seeds.setdefault(n, []):
