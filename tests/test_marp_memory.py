@@ -111,3 +111,32 @@ def test_fast_enough_for_plan_search():
         estimate_memory(LLAMA7B, Recipe(), plan, 4096)
     per_call_us = (time.perf_counter() - t0) / n * 1e6
     assert per_call_us < 150  # target < 50 us; slack for loaded CI machines
+
+
+_MEMOS: dict = {}  # one memo per job, kept across examples so that later plans hit it
+
+
+@settings(max_examples=200, deadline=None)
+@given(name=st.sampled_from(["tiny-gpt2", "gpt2", "tinyllama-1.1b", "llama3.2-1b", "mistral-7b"]),
+       recipe=st.sampled_from([Recipe(), Recipe(attention="eager", dropout=0.1),
+                               Recipe(precision="fp32", optimizer="sgd"), Recipe(grad_dtype="16bit")]),
+       seq_len=st.sampled_from([128, 1024]), dp=st.sampled_from([1, 2, 8]),
+       tp=st.sampled_from([1, 2]), pp=st.sampled_from([1, 2]), zero=st.integers(0, 3),
+       mb=st.sampled_from([1, 2, 4]), recompute=st.sampled_from(["none", "selective", "full"]),
+       sp=st.booleans(), grad_accum=st.sampled_from([None, 1, 2, 8]))
+def test_memo_changes_nothing(name, recipe, seq_len, dp, tp, pp, zero, mb, recompute, sp,
+                              grad_accum):
+    arch = CATALOG[name]
+    seq_len = min(seq_len, arch.max_position_embeddings)  # gpt2 has learned positions
+    plan = ParallelPlan(dp, tp, pp, zero, mb, recompute, sp)
+    memo = _MEMOS.setdefault((name, recipe, seq_len), {})
+    fresh = estimate_memory(arch, recipe, plan, seq_len, grad_accum=grad_accum)
+    memoised = estimate_memory(arch, recipe, plan, seq_len, grad_accum=grad_accum, memo=memo)
+    assert memoised == fresh and list(memoised.breakdown) == list(fresh.breakdown)
+
+
+def test_memo_is_for_one_job():
+    memo: dict = {}
+    estimate_memory(GPT2, Recipe(), ParallelPlan(), 512, memo=memo)
+    with pytest.raises(ValueError, match="memo"):
+        estimate_memory(GPT2, Recipe(), ParallelPlan(), 1024, memo=memo)

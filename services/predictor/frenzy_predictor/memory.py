@@ -365,25 +365,70 @@ def validate_inputs(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
         raise ValueError(f"grad_accum must be positive, got {grad_accum}")
 
 
-def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len: int, *,
-                    grad_accum: int | None = None) -> MemoryEstimate:
-    """Per-rank peak memory of one training step of the reference recipe.
+# ---------------------------------------------------------------- activation terms, memoised per job
+# A plan search asks for hundreds of plans of one job that share a few (tp, micro-batch,
+# recompute) values: estimate_memory keeps the activation terms, which read only those, in a
+# `memo` the caller passes (plans.MemoryTable keeps one per job).
 
-    grad_accum: micro-batches per optimizer step; None (unknown) assumes more than one, the
-    conservative case (FSDP's sharded grads then live through forward, and 1F1B has pp
-    micro-batches in flight).
+def layer_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len: int) -> tuple[int, int]:
+    """(saved, live) per micro-batch: what one layer saves for backward (Korthikanti), and what
+    the layer running backward holds live (recomputed first under full recompute).
+
+    Reads tp, sequence_parallel, micro_batch and recompute of the plan.
     """
-    validate_inputs(arch, recipe, plan, seq_len, grad_accum)
-    accum = grad_accum if grad_accum is not None else max(2, plan.pp)
     layer_act = korthikanti_layer_activation_bytes(arch, recipe, plan, seq_len)
-    layers = arch.num_layers // plan.pp
-    # The layer running backward: what it holds live (recomputed first under full recompute).
     full = plan.recompute == "full"
     recomputed = korthikanti_layer_activation_bytes(arch, recipe, plan, seq_len, "none") if full \
         else layer_act
     mlp_t, attn_t = layer_backward_transient_bytes(arch, recipe, plan, seq_len)
     attn_live = recomputed if full else recomputed - mlp_saved_bytes(arch, recipe, plan, seq_len)
-    layer_live = max(recomputed + mlp_t, attn_live + attn_t)
+    return layer_act, max(recomputed + mlp_t, attn_live + attn_t)
+
+
+def stage_activation_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len: int,
+                           stage: int) -> tuple[int, int]:
+    """(saved outside the layers, fp32 loss) per micro-batch on pipeline `stage`.
+
+    Reads tp, pp and micro_batch of the plan.
+    """
+    first, last = stage == 0, stage == plan.pp - 1
+    return (embedding_head_activation_bytes(arch, recipe, plan, seq_len, first, last),
+            logits_loss_bytes(arch, recipe, plan, seq_len) if last else 0)
+
+
+def _memoised(memo: dict | None, key: tuple, term, *args):
+    """term(*args), or what it returned for the same key (the plan fields the term reads)."""
+    if memo is None:
+        return term(*args)
+    value = memo.get(key)
+    if value is None:
+        value = memo[key] = term(*args)
+    return value
+
+
+# ---------------------------------------------------------------- the estimate
+
+def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len: int, *,
+                    grad_accum: int | None = None, memo: dict | None = None) -> MemoryEstimate:
+    """Per-rank peak memory of one training step of the reference recipe.
+
+    grad_accum: micro-batches per optimizer step; None (unknown) assumes more than one, the
+    conservative case (FSDP's sharded grads then live through forward, and 1F1B has pp
+    micro-batches in flight).
+    memo: a dict the caller keeps for the plans of one job (the same arch, recipe and seq_len):
+    the activation terms are then computed once per (tp, micro-batch, recompute) value
+    (plans.MemoryTable keeps one). The estimate is the same with or without it.
+    """
+    validate_inputs(arch, recipe, plan, seq_len, grad_accum)
+    if memo is not None and memo.setdefault("job", (arch, recipe, seq_len)) != (arch, recipe, seq_len):
+        raise ValueError("memo: kept for another job (model, recipe or seq_len)")
+    accum = grad_accum if grad_accum is not None else max(2, plan.pp)
+    layers = arch.num_layers // plan.pp
+    full = plan.recompute == "full"
+    # One layer: saved for backward, and live while it runs backward.
+    layer_act, layer_live = _memoised(
+        memo, ("layer", plan.tp, plan.sequence_parallel, plan.micro_batch, plan.recompute),
+        layer_bytes, arch, recipe, plan, seq_len)
     pending = pending_embedding_grad_bytes(arch, recipe, plan)
     fsdp = plan.zero >= 2
     # Blocks whose backward may hold the peak. FSDP: block layers-1 runs backward first, block 0
@@ -424,9 +469,9 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
         states_bwd = model_state_bytes(arch, recipe, plan, params, grads_live=accum > 1)
         if fsdp:
             states_bwd["parameters"] = loss_weights
-        acts = in_flight * (layers * layer_act
-                            + embedding_head_activation_bytes(arch, recipe, plan, seq_len, first, last))
-        loss = logits_loss_bytes(arch, recipe, plan, seq_len) if last else 0
+        outside, loss = _memoised(memo, ("stage", plan.tp, plan.pp, plan.micro_batch, stage),
+                                  stage_activation_bytes, arch, recipe, plan, seq_len, stage)
+        acts = in_flight * (layers * layer_act + outside)
         inputs = input_bytes(seq_len, plan, accum)
         backward = {**states_bwd, "activations": acts, "logits_loss": loss, "temporaries": inputs}
 
