@@ -59,6 +59,7 @@ class MemoryTable:
         self.global_batch = training.global_batch_size
         self.peaks: dict[tuple, int] = {}
         self.calls = 0  # estimate_memory calls (for the benchmark)
+        self.memo: dict = {}  # estimate_memory's terms, shared by the plans of this job
         recipe = training.recipe
         fp32 = recipe.precision == "fp32"
         self._weight_b = 4 if fp32 else 2
@@ -84,7 +85,8 @@ class MemoryTable:
             self.calls += 1
             plan = make_plan(tp, pp, dp, zero, mb, recompute)
             peak = estimate_memory(self.arch, self.recipe, plan, self.seq_len,
-                                   grad_accum=plan.grad_accum(self.global_batch)).peak_bytes
+                                   grad_accum=plan.grad_accum(self.global_batch),
+                                   memo=self.memo).peak_bytes
             self.peaks[key] = peak
         return peak
 
