@@ -176,19 +176,19 @@ class _TypeSearch:
 
     def largest_fitting(self, tp: int, pp: int, dp: int, zero: int, i: int, mbs: list[int]) -> int:
         """Index of the largest micro-batch that fits, or -1 (binary search: memory grows with it)."""
-        rc = self.recomputes[i]
+        rc, table, usable = self.recomputes[i], self.table, self.usable
         fitted = self.fitted_mb.setdefault((tp, pp), {})
         previous = max([m for (z, j), m in fitted.items() if z <= zero and j <= i], default=0)
         lo = bisect.bisect_right(mbs, previous) - 1  # mbs ascend
         if lo < 0:  # settle the common "nothing fits" case cheaply
-            if (self.table.floor_bytes(tp, pp, dp, zero) > self.usable
-                    or self.table.peak_bytes(tp, pp, dp, zero, mbs[0], rc) > self.usable):
+            if (table.floor_bytes(tp, pp, dp, zero) > usable
+                    or table.peak_bytes(tp, pp, dp, zero, mbs[0], rc) > usable):
                 return -1
             lo = 0
         hi = len(mbs) - 1
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if self.table.peak_bytes(tp, pp, dp, zero, mbs[mid], rc) <= self.usable:
+            if table.peak_bytes(tp, pp, dp, zero, mbs[mid], rc) <= usable:
                 lo = mid
             else:
                 hi = mid - 1
@@ -209,21 +209,22 @@ class _TypeSearch:
 
     def layout(self, tp: int, pp: int, dp: int, mb_hint: int, mbs: list[int]) -> None:
         """Try every ZeRO stage and recompute for one (tp, pp, dp), most promising first."""
-        n, cost = tp * pp * dp, self.cost
+        n, cost, recomputes = tp * pp * dp, self.cost, self.recomputes
+        incumbent_s = self.incumbent_s(n)  # only this method improves it meanwhile
         zeros = self.space.zeros(pp, dp)
         # Candidates in order of their bound (memory ignored); heavier recompute is queued only
         # when the lighter one could not fit the largest micro-batch.
-        bounds = cost.step_s_by_zero(tp, pp, dp, mb_hint, self.recomputes[0])
+        bounds = cost.step_s_by_zero(tp, pp, dp, mb_hint, recomputes[0])
         queue = [(bounds[z], z, 0) for z in zeros]
         heapq.heapify(queue)
-        if queue[0][0] >= self.incumbent_s(n):
+        if queue[0][0] >= incumbent_s:
             return  # no ZeRO stage can win here, before any memory estimate
-        if self.table.peak_bytes(tp, pp, dp, zeros[-1], mbs[0], self.recomputes[-1]) > self.usable:
+        if self.table.peak_bytes(tp, pp, dp, zeros[-1], mbs[0], recomputes[-1]) > self.usable:
             return  # not even the least memory-hungry plan fits
         too_big: list[tuple[int, int]] = []  # (zero, recompute index) whose smallest mb failed
         while queue:
             bound_s, zero, i = heapq.heappop(queue)
-            if bound_s >= self.incumbent_s(n):
+            if bound_s >= incumbent_s:
                 break  # nothing left can win, memory aside
             if any(z >= zero and j >= i for z, j in too_big):
                 top = -1  # a plan needing less memory already did not fit
@@ -231,23 +232,22 @@ class _TypeSearch:
                 top = self.largest_fitting(tp, pp, dp, zero, i, mbs)
             # Heavier recompute: when nothing fits, or (selective only, it is cheap) to fit a
             # larger micro-batch; full recompute's +33% compute never pays for a larger one.
-            if i + 1 < len(self.recomputes) and (
-                    top < 0 or (top < len(mbs) - 1 and self.recomputes[i + 1] == "selective")):
-                heapq.heappush(queue, (self.bound_s(tp, pp, dp, zero, i + 1, mb_hint), zero, i + 1))
+            if i + 1 < len(recomputes) and (
+                    top < 0 or (top < len(mbs) - 1 and recomputes[i + 1] == "selective")):
+                bound_s = cost.step_s(tp, pp, dp, zero, mb_hint, recomputes[i + 1])
+                heapq.heappush(queue, (bound_s, zero, i + 1))
             if top < 0:
                 too_big.append((zero, i))
                 continue
             # Without pipelining larger micro-batches are never slower; with it they grow the bubble.
-            rc = self.recomputes[i]
+            rc = recomputes[i]
             if pp == 1:
                 step_s, mb = cost.step_s(tp, pp, dp, zero, mbs[top], rc), mbs[top]
             else:
                 step_s, mb = min([(cost.step_s(tp, pp, dp, zero, m, rc), m) for m in mbs[:top + 1]])
-            if step_s < self.incumbent_s(n):
+            if step_s < incumbent_s:
                 self.best[n] = _Best(step_s, make_plan(tp, pp, dp, zero, mb, rc))
-
-    def bound_s(self, tp: int, pp: int, dp: int, zero: int, rc_index: int, mb: int) -> float:
-        return self.cost.step_s(tp, pp, dp, zero, mb, self.recomputes[rc_index])
+                incumbent_s = step_s
 
     def layouts(self, shapes: list[tuple[int, int]], n: int) -> Iterator[tuple[int, int, int]]:
         """(tp, pp, dp) with n GPUs whose model states could fit (a cheap bound, no estimate)."""
