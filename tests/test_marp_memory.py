@@ -1,6 +1,7 @@
 """Unit and property tests of MARP's analytical memory model (no torch needed)."""
 from __future__ import annotations
 
+import itertools
 import time
 
 import pytest
@@ -140,3 +141,33 @@ def test_memo_is_for_one_job():
     estimate_memory(GPT2, Recipe(), ParallelPlan(), 512, memo=memo)
     with pytest.raises(ValueError, match="memo"):
         estimate_memory(GPT2, Recipe(), ParallelPlan(), 1024, memo=memo)
+
+
+def test_memo_validates_the_job_once_and_every_plan():
+    memo: dict = {}
+    with pytest.raises(ValueError, match="seq_len"):
+        estimate_memory(GPT2, Recipe(), ParallelPlan(), 2048, memo=memo)
+    assert "job" not in memo  # a job that failed is not remembered as valid
+    estimate_memory(GPT2, Recipe(), ParallelPlan(), 512, memo=memo)
+    with pytest.raises(ValueError, match="num_heads"):
+        estimate_memory(GPT2, Recipe(), ParallelPlan(tp=5), 512, memo=memo)
+
+
+@pytest.mark.parametrize("name, recipe, seq_len", [
+    ("llama3.2-1b", Recipe(), 128),  # large tied vocabulary, short: FSDP end of backward
+    ("mistral-7b", Recipe(grad_dtype="16bit"), 64),  # untied: the root reduce-scatter
+    ("tiny-gpt2", Recipe(attention="eager", dropout=0.1), 256),  # layer backward
+    ("gpt2", Recipe(precision="fp32", optimizer="sgd"), 1024),
+    ("tinyllama-1.1b", Recipe(), 4096),  # long: activations
+])
+def test_memo_changes_nothing_on_a_grid(name, recipe, seq_len):
+    """Every plan of a grid against one memo: a term memoised on too few plan fields would
+    hand one plan another's value (the winning phase or its breakdown would differ)."""
+    arch, memo = CATALOG[name], {}
+    for tp, pp, dp, zero, mb, recompute, grad_accum in itertools.product(
+            (1, 2, 4), (1, 2), (1, 2, 3, 8), (0, 1, 2, 3), (1, 4), ("none", "selective", "full"),
+            (None, 1, 4)):
+        plan = ParallelPlan(dp, tp, pp, zero, mb, recompute, tp > 1)
+        fresh = estimate_memory(arch, recipe, plan, seq_len, grad_accum=grad_accum)
+        assert estimate_memory(arch, recipe, plan, seq_len, grad_accum=grad_accum,
+                               memo=memo) == fresh, (plan, grad_accum, fresh.peak_phase)

@@ -335,10 +335,12 @@ def framework_overhead_bytes(plan: ParallelPlan, peak_tensor_bytes: int) -> int:
 # ---------------------------------------------------------------- the estimate
 
 def validate_inputs(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len: int,
-                    grad_accum: int | None) -> None:
-    """ValueError naming the offending field."""
-    arch.validate()
-    recipe.validate()
+                    grad_accum: int | None, *, job_valid: bool = False) -> None:
+    """ValueError naming the offending field. job_valid: arch, recipe and seq_len passed
+    already (a memo's job), check the rest."""
+    if not job_valid:
+        arch.validate()
+        recipe.validate()
     for name in ("dp", "tp", "pp", "micro_batch"):
         if getattr(plan, name) <= 0:
             raise ValueError(f"plan.{name} must be positive, got {getattr(plan, name)}")
@@ -354,21 +356,24 @@ def validate_inputs(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
         raise ValueError(f"plan.tp {plan.tp} must divide model.num_kv_heads {arch.num_kv_heads}")
     if arch.num_layers % plan.pp:
         raise ValueError(f"plan.pp {plan.pp} must divide model.num_layers {arch.num_layers}")
-    if not isinstance(seq_len, int) or seq_len <= 0:
-        raise ValueError(f"seq_len must be a positive integer, got {seq_len!r}")
-    if seq_len > MAX_SEQ_LEN:
-        raise ValueError(f"seq_len {seq_len} exceeds the supported maximum {MAX_SEQ_LEN}")
-    if arch.family == "gpt2" and seq_len > arch.max_position_embeddings:
-        raise ValueError(f"seq_len {seq_len} exceeds model.max_position_embeddings "
-                         f"{arch.max_position_embeddings} (learned positions)")
+    if not job_valid:
+        if not isinstance(seq_len, int) or seq_len <= 0:
+            raise ValueError(f"seq_len must be a positive integer, got {seq_len!r}")
+        if seq_len > MAX_SEQ_LEN:
+            raise ValueError(f"seq_len {seq_len} exceeds the supported maximum {MAX_SEQ_LEN}")
+        if arch.family == "gpt2" and seq_len > arch.max_position_embeddings:
+            raise ValueError(f"seq_len {seq_len} exceeds model.max_position_embeddings "
+                             f"{arch.max_position_embeddings} (learned positions)")
     if grad_accum is not None and grad_accum <= 0:
         raise ValueError(f"grad_accum must be positive, got {grad_accum}")
 
 
-# ---------------------------------------------------------------- activation terms, memoised per job
-# A plan search asks for hundreds of plans of one job that share a few (tp, micro-batch,
-# recompute) values: estimate_memory keeps the activation terms, which read only those, in a
-# `memo` the caller passes (plans.MemoryTable keeps one per job).
+# ---------------------------------------------------------------- terms memoised per job
+# A plan search asks for hundreds of plans of one job, and most terms read only a few plan
+# fields (a layer's activations: tp, sequence parallelism, micro-batch, recompute; model states:
+# dp, ZeRO stage and the stage's parameters). Given a `memo` that the caller keeps for the job
+# (plans.MemoryTable keeps one), estimate_memory computes each term once per value of the plan
+# fields it reads and of its other arguments: the key at each call names them.
 
 def layer_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len: int) -> tuple[int, int]:
     """(saved, live) per micro-batch: what one layer saves for backward (Korthikanti), and what
@@ -397,7 +402,8 @@ def stage_activation_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, 
 
 
 def _memoised(memo: dict | None, key: tuple, term, *args):
-    """term(*args), or what it returned for the same key (the plan fields the term reads)."""
+    """term(*args), or what it returned for the same key (the plan fields the term reads and
+    its other arguments). Callers must not change what it returns."""
     if memo is None:
         return term(*args)
     value = memo.get(key)
@@ -416,12 +422,15 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
     conservative case (FSDP's sharded grads then live through forward, and 1F1B has pp
     micro-batches in flight).
     memo: a dict the caller keeps for the plans of one job (the same arch, recipe and seq_len):
-    the activation terms are then computed once per (tp, micro-batch, recompute) value
-    (plans.MemoryTable keeps one). The estimate is the same with or without it.
+    each term is then computed once per value of the plan fields it reads (see _memoised) and
+    the job's fields are validated once. The estimate is the same with or without it.
     """
-    validate_inputs(arch, recipe, plan, seq_len, grad_accum)
-    if memo is not None and memo.setdefault("job", (arch, recipe, seq_len)) != (arch, recipe, seq_len):
+    job_valid = memo is not None and "job" in memo  # an earlier call validated the memo's job
+    if job_valid and memo["job"] != (arch, recipe, seq_len):
         raise ValueError("memo: kept for another job (model, recipe or seq_len)")
+    validate_inputs(arch, recipe, plan, seq_len, grad_accum, job_valid=job_valid)
+    if memo is not None:
+        memo["job"] = (arch, recipe, seq_len)
     accum = grad_accum if grad_accum is not None else max(2, plan.pp)
     layers = arch.num_layers // plan.pp
     full = plan.recompute == "full"
@@ -429,7 +438,8 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
     layer_act, layer_live = _memoised(
         memo, ("layer", plan.tp, plan.sequence_parallel, plan.micro_batch, plan.recompute),
         layer_bytes, arch, recipe, plan, seq_len)
-    pending = pending_embedding_grad_bytes(arch, recipe, plan)
+    pending = _memoised(memo, ("pending", plan.tp, plan.pp, plan.zero),
+                        pending_embedding_grad_bytes, arch, recipe, plan)
     fsdp = plan.zero >= 2
     # Blocks whose backward may hold the peak. FSDP: block layers-1 runs backward first, block 0
     # last; in between, activations shrink and sharded grads grow linearly, and the buffers
@@ -445,7 +455,8 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
     # What differs between those blocks is the same on every stage: i layers' activations, FSDP
     # buffers, gathered weights and (no accumulation) the fp32 grad shards of the blocks already
     # through backward. Pick the block here; the stages add what all blocks share.
-    buffers = fsdp_block_backward_bytes(arch, recipe, plan, layers, blocks)
+    buffers = _memoised(memo, ("buffers", plan.tp, plan.dp, plan.zero, full, layers, *blocks),
+                        fsdp_block_backward_bytes, arch, recipe, plan, layers, blocks)
     differing = [i * layer_act + b for i, b in zip(blocks, buffers)]
     block_shard = 0
     if fsdp:
@@ -458,15 +469,20 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
     peak_block = blocks[k]
     layer_phase = "layer_backward" if peak_block == layers - 1 else f"layer_{peak_block}_backward"
     if fsdp:  # gathered at the loss (every ZeRO-2 block, ZeRO-3's last) and in the peak block
-        loss_weights = fsdp_gathered_bytes(arch, recipe, plan, fsdp_gathered_blocks(plan, layers - 1))
+        loss_blocks = fsdp_gathered_blocks(plan, layers - 1)
+        loss_weights = _memoised(memo, ("gathered", plan.tp, loss_blocks),
+                                 fsdp_gathered_bytes, arch, recipe, plan, loss_blocks)
+        peak_blocks = fsdp_gathered_blocks(plan, peak_block)
         layer_weights = loss_weights if peak_block == layers - 1 else \
-            fsdp_gathered_bytes(arch, recipe, plan, fsdp_gathered_blocks(plan, peak_block))
+            _memoised(memo, ("gathered", plan.tp, peak_blocks),
+                      fsdp_gathered_bytes, arch, recipe, plan, peak_blocks)
     best: tuple[int, dict[str, int], str, int] | None = None
     for stage in sorted({0, plan.pp - 1}):  # middle stages are dominated by the first
         first, last = stage == 0, stage == plan.pp - 1
         in_flight = min(plan.pp - stage, accum)  # 1F1B: stage i holds p - i micro-batches
-        params = stage_params(arch, plan, stage)
-        states_bwd = model_state_bytes(arch, recipe, plan, params, grads_live=accum > 1)
+        params = _memoised(memo, ("params", plan.tp, plan.pp, stage), stage_params, arch, plan, stage)
+        states_bwd = dict(_memoised(memo, ("states", plan.dp, plan.zero, params, accum > 1),
+                                    model_state_bytes, arch, recipe, plan, params, accum > 1))
         if fsdp:
             states_bwd["parameters"] = loss_weights
         outside, loss = _memoised(memo, ("stage", plan.tp, plan.pp, plan.micro_batch, stage),
@@ -497,15 +513,18 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
             states = states_bwd["optimizer_states"]
             if first:
                 gathered_root = _r(fsdp_root_params(arch, plan, first, last) * _act_bytes(recipe))
+                transients = _memoised(memo, ("embedding_backward", plan.tp, plan.pp, plan.dp, stage),
+                                       fsdp_embedding_backward_bytes, arch, recipe, plan, first, last)
                 embedding_bwd = {"parameters": gathered_root, "gradients": all_shards,
                                  "optimizer_states": states, "activations": 0, "logits_loss": 0,
-                                 "temporaries": inputs + fsdp_embedding_backward_bytes(
-                                     arch, recipe, plan, first, last)}
+                                 "temporaries": inputs + transients}
+            transients = _memoised(memo, ("root_reduce_scatter", plan.tp, plan.pp, plan.dp, stage),
+                                   fsdp_root_reduce_scatter_bytes, arch, recipe, plan, first, last)
             root_rs = {"parameters": 0, "gradients": all_shards, "optimizer_states": states,
-                       "activations": 0, "logits_loss": 0, "temporaries": inputs
-                       + fsdp_root_reduce_scatter_bytes(arch, recipe, plan, first, last)}
+                       "activations": 0, "logits_loss": 0, "temporaries": inputs + transients}
 
-        states_opt = model_state_bytes(arch, recipe, plan, params, grads_live=True)
+        states_opt = _memoised(memo, ("states", plan.dp, plan.zero, params, True),
+                               model_state_bytes, arch, recipe, plan, params, True)
         optimizer = {**states_opt, "activations": 0, "logits_loss": 0,
                      "temporaries": inputs + optimizer_step_temporary_bytes(arch, recipe, plan, params)}
         for phase, terms in (("backward", backward), (layer_phase, layer_bwd),
