@@ -4,12 +4,14 @@
 
 Prints both figures per job and writes bench/results/marp_speed.json. Times are the best of
 `--repeat` runs of CPU time (time.process_time), so that other load on a shared machine does
-not count; wall-clock medians are reported too.
+not count; wall-clock medians are reported too, and so is the load average before and after
+(on a small shared VM, load still inflates CPU time: compare runs made at low load).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import time
@@ -53,6 +55,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=7)
     args = parser.parse_args()
     types = [get_gpu(name) for name in TEN_TYPES]
+    load_before = os.getloadavg()
     rows = []
     print(f"{'job':28s} {'estimate us':>12s} {'enumerate ms':>13s} {'(wall)':>8s} "
           f"{'estimates':>9s} {'options':>7s}")
@@ -77,13 +80,17 @@ def main() -> None:
               f"{row['enumerate_wall_ms']:8.1f} {table.calls:9d} {len(options):7d}")
     worst_estimate = max(r["estimate_us"] for r in rows)
     worst_enumerate = max(r["enumerate_ms"] for r in rows)
+    load_after = os.getloadavg()
     print(f"worst: {worst_estimate:.1f} us per estimate (budget {ESTIMATE_BUDGET_US:.0f}), "
           f"{worst_enumerate:.1f} ms per job x {len(types)} types (budget "
-          f"{ENUMERATE_BUDGET_MS:.0f})")
+          f"{ENUMERATE_BUDGET_MS:.0f}); load average {load_before[0]:.2f} before, "
+          f"{load_after[0]:.2f} after, {os.cpu_count()} CPUs")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({
         "machine": {"python": platform.python_version(), "processor": platform.processor(),
-                    "platform": platform.platform()},
+                    "platform": platform.platform(), "cpus": os.cpu_count(),
+                    "load_average_1m": {"before": round(load_before[0], 2),
+                                        "after": round(load_after[0], 2)}},
         "gpu_types": list(TEN_TYPES), "budgets": {"estimate_us": ESTIMATE_BUDGET_US,
                                                    "enumerate_ms": ENUMERATE_BUDGET_MS},
         "worst": {"estimate_us": worst_estimate, "enumerate_ms": worst_enumerate},
