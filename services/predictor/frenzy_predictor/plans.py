@@ -5,7 +5,8 @@ fastest plan that fits for each GPU count, and return each type's Pareto front o
 job duration and GPU-seconds. The search is pruned so that one job against ten GPU types takes
 milliseconds (docs/marp-plans.md, "Search"):
 
-* memory does not depend on the GPU type: each plan is estimated once per job (`MemoryTable`);
+* memory does not depend on the GPU type: each plan is estimated once per job (`MemoryTable`),
+  and the estimate's terms once per value of the plan fields they read (its memo);
 * tp, pp, dp and micro-batches are powers of two; tp stays inside a node; pipelines use the
   node's widest tp (NVLink) or none (PCIe); at most 512 GPUs;
 * branch and bound per GPU count: layouts (tp, pp, dp) in order of a compute-only lower bound,
@@ -234,8 +235,8 @@ class _TypeSearch:
             # larger micro-batch; full recompute's +33% compute never pays for a larger one.
             if i + 1 < len(recomputes) and (
                     top < 0 or (top < len(mbs) - 1 and recomputes[i + 1] == "selective")):
-                bound_s = cost.step_s(tp, pp, dp, zero, mb_hint, recomputes[i + 1])
-                heapq.heappush(queue, (bound_s, zero, i + 1))
+                heavier_s = cost.step_s(tp, pp, dp, zero, mb_hint, recomputes[i + 1])
+                heapq.heappush(queue, (heavier_s, zero, i + 1))
             if top < 0:
                 too_big.append((zero, i))
                 continue
