@@ -457,3 +457,12 @@ def test_memoised_step_time_is_the_breakdown_total(job, gpu, tp, pp, dp_pow, zer
         for z in (zero, 3 - zero):
             assert cost.step_s(tp, pp, dp, z, 2 ** mb_pow, rc) == \
                 cost.breakdown_of(tp, pp, dp, z, 2 ** mb_pow, rc).total_s
+
+
+def test_spread_keeps_ends_and_handles_tiny_budgets():
+    from frenzy_predictor.plans import _spread
+
+    front = list(range(10))
+    assert _spread(front, 1) == [0] and _spread(front, 0) == []
+    assert _spread(front, 2) == [0, 9] and _spread(front, 3) == [0, 4, 9]  # round(4.5) == 4
+    assert _spread(front[:3], 5) == [0, 1, 2]

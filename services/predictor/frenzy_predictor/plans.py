@@ -314,6 +314,8 @@ def _spread(front: list[PlanOption], k: int) -> list[PlanOption]:
     """At most k options of a front, keeping both ends and evenly spaced ones between."""
     if len(front) <= k:
         return front
+    if k <= 1:  # no room for both ends: the front's first option
+        return front[:k]
     picks = sorted({round(i * (len(front) - 1) / (k - 1)) for i in range(k)})
     return [front[i] for i in picks]
 
