@@ -49,3 +49,11 @@ def bootstrap(settings: BusSettings | None = None) -> str:
     if not value:
         raise RuntimeError("no Kafka broker: set KAFKA_BOOTSTRAP or FRENZY_KAFKA_BOOTSTRAP")
     return value
+
+
+class ErrorRecorderSettings(BusSettings):
+    """The predictor's memory-error recorder (faust; `frenzy_predictor.error_recorder`)."""
+
+    errors_web_port: int = Field(0, description="faust web view (/memory-errors/, /metrics); 0 = off")
+    errors_web_host: str = "127.0.0.1"
+    errors_data_dir: str = Field(".frenzy/error-recorder", description="faust's data directory")
