@@ -28,6 +28,7 @@ class LocalCluster:
     commands: dict[str, tuple[list[str], dict[str, str] | None]] = field(default_factory=dict)
     node_ids: list[str] = field(default_factory=list)
     metrics_port: int = 0
+    errors_port: int = 0  # the predictor's memory-error record (faust web view)
     namespace: str = ""  # topic and consumer-group prefix (FRENZY_NAMESPACE)
 
     def topic_name(self, topic) -> str:
@@ -100,7 +101,8 @@ def start_cluster(cluster_file: Path = DEFAULT_CLUSTER, grpc_port: int = 50051,
                   workdir: Path = Path(".frenzy"), policy: str = "has",
                   extra_env: dict[str, str] | None = None, timeout_s: float = 60.0,
                   namespace: str = "") -> LocalCluster:
-    """Start broker (unless KAFKA_BOOTSTRAP is set), predictor, scheduler, orchestrator, agents."""
+    """Start broker (unless KAFKA_BOOTSTRAP is set), predictor, scheduler, orchestrator, the
+    predictor's memory-error recorder, agents."""
     from frenzy_scheduler.clusterfile import build_cluster, load_cluster_file
 
     groups = load_cluster_file(cluster_file)
@@ -120,6 +122,12 @@ def start_cluster(cluster_file: Path = DEFAULT_CLUSTER, grpc_port: int = 50051,
         cluster.spawn("orchestrator", ["frenzy_orchestrator"], env)
         cluster.spawn("predictor", ["frenzy_predictor"], env)
         cluster.spawn("scheduler", ["frenzy_scheduler"], env)
+        # The predictor's memory-error record (a faust worker). Start-up does not wait for it:
+        # it reads frenzy.jobs.status from the beginning whenever it is ready.
+        cluster.errors_port = free_port()
+        cluster.spawn("errors", ["frenzy_predictor.error_recorder"],
+                      {**env, "FRENZY_ERRORS_WEB_PORT": str(cluster.errors_port),
+                       "FRENZY_ERRORS_DATA_DIR": str(workdir / "error-recorder")})
         for node in build_cluster(groups).nodes.values():
             cluster.node_ids.append(node.node_id)
             cluster.spawn(f"agent-{node.node_id}", agent_args(node.node_id, node.gpu_type,
@@ -155,7 +163,7 @@ def wait_ready(cluster: LocalCluster, timeout_s: float) -> None:
 @click.option("--policy", default="has", show_default=True)
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=Path(".frenzy"))
 def up_command(cluster_file: Path, grpc_port: int, policy: str, workdir: Path) -> None:
-    """Run broker, predictor, scheduler, orchestrator and node agents until Ctrl-C."""
+    """Run broker, predictor, scheduler, orchestrator, error recorder and node agents until Ctrl-C."""
     from frenzy_scheduler.policies import policy_names
 
     if policy not in policy_names():
@@ -168,6 +176,8 @@ def up_command(cluster_file: Path, grpc_port: int, policy: str, workdir: Path) -
     click.echo(f"frenzy up: {len(cluster.node_ids)} nodes ready; broker {cluster.bootstrap}")
     click.echo(f"gRPC address: {cluster.grpc_address}  (logs in {workdir / 'logs'}; Ctrl-C stops)")
     click.echo(f"metrics: http://127.0.0.1:{cluster.metrics_port}/metrics")
+    click.echo(f"memory prediction errors: http://127.0.0.1:{cluster.errors_port}/memory-errors/ "
+               f"(Prometheus text at /metrics on the same port)")
     stopping: list[bool] = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     try:
