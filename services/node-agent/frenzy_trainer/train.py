@@ -392,6 +392,10 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         with PeakMemory(device, limit) as memory:
             summary = train(config, plan, env, device, progress, memory)
         progress.write(summary)
+        if dist.is_available() and dist.is_initialized():
+            # Every rank reaches the end before any tears the group down: a rank that exits
+            # while a peer's gloo work is still in flight aborts in C++ ("terminate called").
+            dist.barrier()
         return EXIT_OK
     except Terminated:
         print("frenzy_trainer: SIGTERM, stopping", file=sys.stderr)
