@@ -22,6 +22,7 @@ from frenzy.broker import free_port
 from frenzy.bus import Bus, partition_for_key
 from frenzy.config import BusSettings
 from frenzy.v1 import events_pb2, types_pb2
+from test_error_recorder import status as status_event
 
 pytestmark = pytest.mark.e2e
 GIB = 1 << 30
@@ -96,12 +97,9 @@ def recorder(kafka_bootstrap, tmp_path_factory):
 
 def status(job_id: str, state: int, reason: str, model: str, gpu_type: str, predicted: int,
            measured: int, attempt: int = 0, source: int = events_pb2.ORCHESTRATOR):
-    job = types_pb2.Job(id=job_id, state=state, reason=reason, attempt=attempt,
-                        spec=types_pb2.JobSpec(model=model),
-                        option=types_pb2.PlanOption(gpu_type=gpu_type, peak_bytes_per_gpu=predicted),
-                        progress=types_pb2.Progress(peak_memory_bytes=measured))
-    return events_pb2.JobStatusChanged(job_id=job_id, state=state, reason=reason, source=source,
-                                       attempt=attempt, progress=job.progress, job=job)
+    """The unit tests' event factory, with positional arguments in table order."""
+    return status_event(job_id=job_id, state=state, reason=reason, attempt=attempt, model=model,
+                        gpu_type=gpu_type, predicted=predicted, measured=measured, source=source)
 
 
 def same_partition_ids(prefix: str, n: int) -> list[str]:
