@@ -7,10 +7,10 @@ from pathlib import Path
 
 import click
 import grpc
-from rich.console import Console
 from rich.table import Table
 
 from frenzy.client import FrenzyClient
+from frenzy.console import table_console
 from frenzy.convert import describe_plan
 from frenzy.jobspec import SpecError, load_spec_file
 from frenzy.v1 import types_pb2
@@ -73,7 +73,7 @@ def status(job_id: str | None, as_json: bool) -> None:
         progress = f"{j.progress.fraction:.0%}" if j.progress.steps else ""
         table.add_row(j.id, j.spec.name, STATE(j.state), gpus,
                       describe_plan(j.option.plan) if j.option.gpu_type else "", progress, j.reason)
-    Console().print(table)
+    table_console().print(table)
 
 
 @click.command()
@@ -120,7 +120,7 @@ def nodes(as_json: bool) -> None:
     table = Table(*rows[0].keys()) if rows else Table("id")
     for r in rows:
         table.add_row(*(str(v) for v in r.values()))
-    Console().print(table)
+    table_console().print(table)
 
 
 @click.command()
@@ -142,7 +142,7 @@ def cluster(as_json: bool) -> None:
     for t in summary.gpu_types:
         table.add_row(t.gpu_type, *(str(v) for v in (t.nodes, t.total, t.free, t.allocated,
                                                      t.running_jobs, t.queued_jobs)))
-    Console().print(table)
+    table_console().print(table)
     memory = summary.memory_prediction
     click.echo(f"nodes ready {summary.nodes_ready}, lost {summary.nodes_lost}; memory prediction over "
                f"{memory.jobs} finished jobs: mean |error| {memory.mean_abs_error:.1%}, worst "

@@ -12,6 +12,7 @@ from rich.live import Live
 from rich.table import Table
 
 from frenzy.client import FrenzyClient
+from frenzy.console import table_console
 from frenzy.convert import describe_plan
 from frenzy.localcluster import DEFAULT_CLUSTER, start_cluster
 from frenzy.v1 import types_pb2
@@ -105,9 +106,7 @@ def demo_command(cluster_file: Path, grpc_port: int, policy: str, time_scale: fl
                  timeout_s: float, workdir: Path) -> None:
     """Start the local cluster, run ~10 mixed jobs to completion, print a summary."""
     signal.signal(signal.SIGTERM, _raise_interrupt)  # so `finally` stops the cluster
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=160)  # logs and CI: keep the summary table readable
+    console = table_console()
     console.print(f"starting the local cluster from {cluster_file} ...")
     started = time.monotonic()
     cluster = start_cluster(cluster_file, grpc_port, workdir, policy,

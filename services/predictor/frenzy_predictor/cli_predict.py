@@ -97,10 +97,9 @@ def option_json(option: PlanOption, rank: int, training: TrainingSpec) -> dict[s
 
 
 def _console():
-    from rich.console import Console
+    from frenzy.console import table_console
 
-    console = Console()
-    return console if console.is_terminal else Console(width=140)  # pipes: do not wrap at 80
+    return table_console()
 
 
 def _duration(seconds: float) -> str:

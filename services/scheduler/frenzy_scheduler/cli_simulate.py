@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from frenzy.console import table_console
 from frenzy_scheduler.clusterfile import NodeGroup, build_cluster, load_cluster_file
 from frenzy_scheduler.policies import BASELINES, policy_names
 from frenzy_scheduler.simulator import offered_load, prepare_jobs, run_policy
@@ -162,14 +163,14 @@ def simulate(trace: str, cluster: str, policy: str, num_jobs: int, start: str, l
             click.echo(json.dumps({"input": inputs, "policies": results, "ratios": ratios},
                                   indent=2))
         else:
-            Console().print(_table(results, ratios, f"{Path(trace).name} on {Path(cluster).name}, "
+            table_console().print(_table(results, ratios, f"{Path(trace).name} on {Path(cluster).name}, "
                                                     f"{len(jobs)} jobs, offered load "
                                                     f"{inputs['offered_load']:.2f}"))
             if ratios:
-                Console().print(f"ratios are against the best baseline: {ratios['best_baseline']}")
+                table_console().print(f"ratios are against the best baseline: {ratios['best_baseline']}")
         return
     metrics = dict(results[policy], input=inputs)
     if as_json:
         click.echo(json.dumps(metrics, indent=2))
     else:
-        Console().print(_table(results, {}, f"{policy}: {len(jobs)} jobs"))
+        table_console().print(_table(results, {}, f"{policy}: {len(jobs)} jobs"))
