@@ -194,12 +194,17 @@ class NodeAgent:
             await self.bus.stop()
 
 
-def main(argv: list[str] | None = None) -> None:
+def arg_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="frenzy-agent")
     parser.add_argument("--node-id", required=True)
     parser.add_argument("--gpus", default="", help="simulated inventory, e.g. 8xA100-80GB")
     parser.add_argument("--state-dir", default=".frenzy/agents")
-    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--host", default="127.0.0.1", help="address other nodes reach this one at")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = arg_parser()
     args = parser.parse_args(argv)
     try:
         gpus = discover(args.gpus)
