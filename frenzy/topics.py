@@ -13,11 +13,12 @@ class Topic:
 
 
 JOBS_SUBMITTED = Topic("frenzy.jobs.submitted", "job id", 4)
-JOBS_PLANNED = Topic("frenzy.jobs.planned", "job id", 4)
+# Compacted: the latest plan per job and availability per node rebuild a restarted scheduler.
+JOBS_PLANNED = Topic("frenzy.jobs.planned", "job id", 4, compacted=True)
 JOBS_PLACED = Topic("frenzy.jobs.placed", "job id", 4)
 JOBS_STATUS = Topic("frenzy.jobs.status", "job id", 4)
 NODES_HEARTBEATS = Topic("frenzy.nodes.heartbeats", "node id", 4)
-CLUSTER_EVENTS = Topic("frenzy.cluster.events", "node id", 4)
+CLUSTER_EVENTS = Topic("frenzy.cluster.events", "node id", 4, compacted=True)
 AGENT_COMMANDS = Topic("frenzy.agent.commands", "node id", 8)
 # The orchestrator's durable state: keys "job/<id>", "early/<id>", "meta/epoch", "marker/<p>".
 ORCHESTRATOR_STATE = Topic("frenzy.orchestrator.state", "record kind/entity id", 4, compacted=True)

@@ -1,6 +1,7 @@
 """Restarts mid-workload. A killed orchestrator rebuilds its state from Kafka and every job
-still reaches a terminal state exactly once; killed agents adopt their still-running jobs and
-report the ones that ended while they were down."""
+still reaches a terminal state exactly once; a killed scheduler rebuilds its view and places the
+jobs that were waiting; killed agents adopt their still-running jobs and report the ones that
+ended while they were down."""
 from __future__ import annotations
 
 import asyncio
@@ -150,3 +151,21 @@ def test_killed_agents_adopt_running_jobs_and_report_finished_ones(cluster):
             assert done.state == types_pb2.SUCCEEDED and done.attempt == 0, (job_id, done.reason)
     leftover = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.strip()
     assert leftover == "", "orphan job processes left behind"
+
+
+def test_killed_scheduler_rebuilds_its_view_and_places_waiting_jobs(cluster):
+    with FrenzyClient(cluster.grpc_address, timeout_s=30) as client:
+        job_ids = {client.submit(spec(i), job_id=f"sched-{cluster.namespace}-{i}") for i in range(JOBS)}
+        deadline = time.monotonic() + 60
+        while not any(client.get(j).state == types_pb2.QUEUED for j in job_ids):
+            assert time.monotonic() < deadline, "no job ever waited"
+            time.sleep(0.2)
+        cluster.stop_process("scheduler", signal.SIGKILL)  # its view is gone, its offsets are not
+        time.sleep(1)
+        cluster.restart("scheduler")
+        deadline = time.monotonic() + 120
+        while not all((job := client.get(j)).state in TERMINAL for j in job_ids):
+            assert time.monotonic() < deadline, \
+                f"waiting jobs never placed after the scheduler restart, e.g. {job.id}: {job.reason}"
+            time.sleep(0.5)
+        assert all(client.get(j).state == types_pb2.SUCCEEDED for j in job_ids)

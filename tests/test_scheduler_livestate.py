@@ -86,3 +86,22 @@ def test_jobs_holding_gpus_reach_the_policy_as_running() -> None:
     state.on_status(status("a", types_pb2.SUCCEEDED, 6))
     state.schedule(200.0)
     assert recorder.seen[-1] == {}
+
+
+def test_restore_rebuilds_queue_running_jobs_and_nodes_from_latest_records():
+    planned = [events_pb2.JobPlanned(job_id=j, options=[option_to_proto(OPTION)])
+               for j in ("queued", "running", "done")]
+    running = types_pb2.Job(id="running", state=types_pb2.RUNNING, version=6,
+                            option=option_to_proto(OPTION),
+                            assignments=[types_pb2.GpuAssignment(node_id="n1", gpu_indices=[0, 1])])
+    running.started_at.FromSeconds(1000)
+    jobs = [types_pb2.Job(id="queued", state=types_pb2.QUEUED, version=3), running,
+            types_pb2.Job(id="done", state=types_pb2.SUCCEEDED, version=9)]
+    state = LiveState(get_policy("fifo"))
+    state.restore(planned, jobs, [availability([2, 3], 7, jobs=["running"])])
+    assert [j.job_id for j in state.waiting()] == ["queued"]
+    assert set(state.running) == {"running"} and "done" not in state.jobs
+    [(placement, _)] = state.schedule(1001)
+    assert placement.job_id == "queued" and placement.assignments == (("n1", (2, 3)),)
+    state.on_status(status("queued", types_pb2.QUEUED, 2))  # older than the restored record
+    assert state.schedule(1001) == []

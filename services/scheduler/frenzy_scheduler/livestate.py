@@ -105,6 +105,20 @@ class LiveState:
                 if not nodes:
                     del self.pending[job_id]
 
+    def restore(self, planned: list[events_pb2.JobPlanned], jobs: list[types_pb2.Job],
+                nodes: list[events_pb2.GpuAvailabilityChanged]) -> None:
+        """Rebuild after a restart from the latest plan of each job, the orchestrator's job
+        records and the latest availability of each node; later events apply on top as usual
+        (job and node versions drop the stale ones)."""
+        for event in planned:
+            self.on_planned(event)
+        for job in jobs:
+            self.on_status(events_pb2.JobStatusChanged(
+                job_id=job.id, state=job.state, reason=job.reason, attempt=job.attempt,
+                source=events_pb2.ORCHESTRATOR, job=job))
+        for event in nodes:
+            self.on_availability(event)
+
     def waiting(self) -> list[QueuedJob]:
         queue = []
         for job_id, job in self.jobs.items():

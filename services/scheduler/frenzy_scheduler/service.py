@@ -13,6 +13,7 @@ from frenzy.config import ServiceSettings
 from frenzy.convert import option_to_proto
 from frenzy.logs import get_logger
 from frenzy.runtime import run_service, run_until_stopped
+from frenzy.statestore import read_state
 from frenzy.v1 import events_pb2, types_pb2
 from frenzy_scheduler.livestate import LiveState
 from frenzy_scheduler.policies import get_policy
@@ -52,8 +53,29 @@ class SchedulerService:
         self.state.on_availability(env.gpu_availability_changed)
         await self._schedule()
 
+    async def recover(self) -> None:
+        """A restarted scheduler has lost its view, and its consumer resumes after the events
+        that built it. The latest record per key of three topics holds that view again: each job's
+        plans (frenzy.jobs.planned), the orchestrator's job records (its state topic) and each
+        node's availability (frenzy.cluster.events)."""
+        started_s = time.monotonic()
+
+        async def latest(topic: topics.Topic, payload: str) -> list:
+            state = await read_state(self.bus.bootstrap, self.bus.producer,
+                                     self.bus.topic_name(topic), topic.partitions)
+            return [getattr(env, payload) for env in state.values() if env.type == payload]
+
+        planned = await latest(topics.JOBS_PLANNED, "job_planned")
+        jobs = [r.job for r in await latest(topics.ORCHESTRATOR_STATE, "job_record_state")]
+        nodes = await latest(topics.CLUSTER_EVENTS, "gpu_availability_changed")
+        self.state.restore(planned, jobs, nodes)
+        log.info("view recovered", planned=len(planned), jobs=len(jobs), nodes=len(nodes),
+                 waiting=len(self.state.waiting()), took_s=round(time.monotonic() - started_s, 3))
+        await self._schedule()
+
     async def run(self, stop: asyncio.Event) -> None:
         await self.bus.start()
+        await self.recover()
         try:
             consumer = self.bus.consumer(GROUP, topics.JOBS_PLANNED, topics.JOBS_STATUS,
                                          topics.CLUSTER_EVENTS)
