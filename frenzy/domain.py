@@ -64,6 +64,16 @@ class ParallelPlan:
     def num_gpus(self) -> int:
         return self.dp * self.tp * self.pp
 
+    def validate(self) -> None:
+        """ValueError naming the field; shared by MARP and the trainer, so both refuse alike."""
+        for name in ("dp", "tp", "pp", "micro_batch"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"plan.{name}: must be positive, got {getattr(self, name)}")
+        if self.zero not in (0, 1, 2, 3):
+            raise ValueError(f"plan.zero: must be 0, 1, 2 or 3, got {self.zero}")
+        if self.recompute not in RECOMPUTES:
+            raise ValueError(f"plan.recompute: {self.recompute!r} is not one of {RECOMPUTES}")
+
     def grad_accum(self, global_batch_size: int) -> int:
         return global_batch_size // (self.dp * self.micro_batch)
 

@@ -35,7 +35,7 @@ import torch
 import torch.distributed as dist
 
 from frenzy.catalog.models import ModelArch, load_model
-from frenzy.domain import (ATTENTIONS, GRAD_DTYPES, OPTIMIZERS, PRECISIONS, RECOMPUTES,
+from frenzy.domain import (ATTENTIONS, GRAD_DTYPES, OPTIMIZERS, PRECISIONS,
                            ParallelPlan, Recipe)
 
 from .data import make_source, rank_micro_batches
@@ -217,13 +217,10 @@ def parse_plan(text: str) -> ParallelPlan:
             for k, d in (("dp", 1), ("tp", 1), ("pp", 1), ("zero", 0), ("micro_batch", 1))}
     plan = ParallelPlan(**ints, recompute=str(raw.get("recompute") or "none"),
                         sequence_parallel=bool(raw.get("sequence_parallel", False)))
-    for k in ("dp", "tp", "pp", "micro_batch"):
-        if getattr(plan, k) <= 0:
-            raise ConfigError(f"plan.{k}: must be positive, got {getattr(plan, k)}")
-    if plan.zero not in (0, 1, 2, 3):
-        raise ConfigError(f"plan.zero: must be 0-3, got {plan.zero}")
-    if plan.recompute not in RECOMPUTES:
-        raise ConfigError(f"plan.recompute: {plan.recompute!r} is not one of {RECOMPUTES}")
+    try:
+        plan.validate()
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     return plan
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from frenzy.catalog.models import ModelArch
-from frenzy.domain import RECOMPUTES, ParallelPlan, Recipe
+from frenzy.domain import ParallelPlan, Recipe
 
 GIB = 1024**3
 MIB = 1024**2
@@ -341,13 +341,7 @@ def validate_inputs(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
     if not job_valid:
         arch.validate()
         recipe.validate()
-    for name in ("dp", "tp", "pp", "micro_batch"):
-        if getattr(plan, name) <= 0:
-            raise ValueError(f"plan.{name} must be positive, got {getattr(plan, name)}")
-    if plan.zero not in (0, 1, 2, 3):
-        raise ValueError(f"plan.zero must be 0, 1, 2 or 3, got {plan.zero}")
-    if plan.recompute not in RECOMPUTES:
-        raise ValueError(f"plan.recompute: {plan.recompute!r} is not one of {RECOMPUTES}")
+    plan.validate()
     if plan.micro_batch > MAX_MICRO_BATCH:
         raise ValueError(f"plan.micro_batch {plan.micro_batch} exceeds {MAX_MICRO_BATCH}")
     if arch.num_heads % plan.tp:
