@@ -69,7 +69,7 @@ class Bus:
         self.service = service
         self.settings = settings or BusSettings()
         self.bootstrap = bootstrap(self.settings)
-        self.prefix = f"{self.settings.namespace}." if self.settings.namespace else ""
+        self.prefix = topics.namespace_prefix(self.settings.namespace)
         self.producer: AIOKafkaProducer | None = None
 
     def topic_name(self, topic: topics.Topic) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from frenzy.broker import EmbeddedBroker, free_port, start_embedded_broker, wait_for_port
+from frenzy.topics import namespace_prefix
 
 DEFAULT_CLUSTER = Path(__file__).resolve().parent.parent / "deploy" / "clusters" / "local.yaml"
 
@@ -32,7 +33,7 @@ class LocalCluster:
     namespace: str = ""  # topic and consumer-group prefix (FRENZY_NAMESPACE)
 
     def topic_name(self, topic) -> str:
-        return f"{self.namespace}.{topic.name}" if self.namespace else topic.name
+        return namespace_prefix(self.namespace) + topic.name
 
     @property
     def grpc_address(self) -> str:

@@ -12,6 +12,11 @@ class Topic:
     compacted: bool = False  # keep only the latest record per key (state topics)
 
 
+def namespace_prefix(namespace: str) -> str:
+    """What FRENZY_NAMESPACE puts before every topic and consumer-group name ("" for none)."""
+    return f"{namespace}." if namespace else ""
+
+
 JOBS_SUBMITTED = Topic("frenzy.jobs.submitted", "job id", 4)
 # Compacted: the latest plan per job and availability per node rebuild a restarted scheduler.
 JOBS_PLANNED = Topic("frenzy.jobs.planned", "job id", 4, compacted=True)

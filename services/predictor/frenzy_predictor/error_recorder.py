@@ -44,11 +44,6 @@ CONSUMER = "error-recorder"
 log = get_logger("error-recorder")
 
 
-def _prefix(settings: ErrorRecorderSettings) -> str:
-    """The namespace prefix, exactly as `frenzy.bus.Bus.topic_name` applies it."""
-    return f"{settings.namespace}." if settings.namespace else ""
-
-
 def _headers(message: Any) -> list[tuple[str, bytes]]:
     headers = message.headers or []
     if isinstance(headers, dict):
@@ -58,7 +53,7 @@ def _headers(message: Any) -> list[tuple[str, bytes]]:
 
 def create_app(settings: ErrorRecorderSettings | None = None) -> faust.App:
     settings = settings or ErrorRecorderSettings()
-    prefix = _prefix(settings)
+    prefix = topics.namespace_prefix(settings.namespace)
     brokers = [f"kafka://{host.strip()}" for host in bootstrap(settings).split(",") if host.strip()]
     web_port = settings.errors_web_port
     app = faust.App(
@@ -193,8 +188,9 @@ def main(argv: list[str] | None = None) -> None:
     # are created as every service creates them; faust creates its internal ones.
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    loop.run_until_complete(ensure_topics(bootstrap(settings), prefix=_prefix(settings),
-                                          replication_factor=settings.replication_factor))
+    loop.run_until_complete(ensure_topics(
+        bootstrap(settings), prefix=topics.namespace_prefix(settings.namespace),
+        replication_factor=settings.replication_factor))
     app = create_app(settings)
     if argv:  # faust's own command line: `worker -l info`, `tables`, ...
         _faust_cli(app, argv)
