@@ -42,9 +42,7 @@ class OrchestratorService:
         epoch = (saved_epoch.orchestrator_epoch.epoch if saved_epoch else 0) + 1
         await self.bus.publish(topics.ORCHESTRATOR_STATE, "meta/epoch",
                                events_pb2.OrchestratorEpoch(epoch=epoch))
-        self.core = OrchestratorCore(self.settings.node_timeout_s, self.settings.max_retries,
-                                     epoch=epoch)
-        self.metrics = OrchestratorMetrics(self.core)
+        self.core.epoch = epoch
         jobs = [env.job_record_state for key, env in state.items() if key.startswith("job/")]
         early = [env.job_planned for key, env in state.items() if key.startswith("early/")]
         self.core.restore(jobs, early, time.time())
