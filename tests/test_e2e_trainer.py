@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -78,7 +79,7 @@ def test_two_rank_ddp_trainer_succeeds_with_falling_loss(cluster):
                     gpu_readings += [g.memory_used_bytes for g in node.gpus if g.job_id == job_id]
         job = client.get(job_id)
 
-    assert job.state == types_pb2.SUCCEEDED, (job.reason, _logs(cluster, job_id))
+    assert job.state == types_pb2.SUCCEEDED, f"{job.reason}\n{_logs(cluster, job_id)}"
     # MARP's plan: two GPUs of the node, data parallel over both.
     assert job.option.gpu_type == GPU_TYPE and job.option.num_gpus == 2, job.option
     plan = job.option.plan
@@ -110,10 +111,34 @@ def test_two_rank_ddp_trainer_succeeds_with_falling_loss(cluster):
 
 
 def _logs(cluster, job_id: str) -> str:
-    """The job's rank logs (kept when it fails) and the agent log tail, for the failure message."""
+    """The job's rank logs (kept when it fails; last lines first, where the exception is) and
+    the agent log tail, for the failure message."""
     parts = []
     for log in sorted((cluster.workdir / "agents").glob(f"*/{job_id}.*/rank*.log")):
-        parts.append(f"--- {log.name}\n{log.read_text(errors='replace')[-3000:]}")
+        text = log.read_text(errors="replace")
+        last = "\n".join(text.splitlines()[-3:])
+        parts.append(f"--- {log.parent.name}/{log.name} ends: {last}\n{text[-3000:]}")
     for log in sorted((cluster.workdir / "logs").glob("agent-*.log")):
         parts.append(f"--- {log.name}\n{log.read_text(errors='replace')[-2000:]}")
     return "\n".join(parts)
+
+
+def test_taken_master_port_is_retried_on_a_new_port_and_succeeds(cluster):
+    """Something else listens on the port the orchestrator derives for attempt 0: the ranks exit
+    RENDEZVOUS, the orchestrator re-queues the job, and attempt 1 (a new port) trains to the end."""
+    from frenzy_orchestrator.core import master_port
+
+    job_id = f"job-rdzv{int(time.time() * 1000) % 10**8}"
+    spec = ddp_spec()
+    spec.training.steps = 5
+    with socket.socket() as squatter, FrenzyClient(cluster.grpc_address) as client:
+        squatter.bind(("", master_port(job_id, 0)))
+        squatter.listen()
+        assert client.submit(spec, job_id=job_id) == job_id
+        snapshots = list(client.watch(job_id, timeout_s=120))
+        job = client.get(job_id)
+    assert job.state == types_pb2.SUCCEEDED, f"{job.reason}\n{_logs(cluster, job_id)}"
+    assert job.attempt == 1 and job.progress.step == 5
+    retried = [s for s in snapshots if s.state == types_pb2.QUEUED and s.attempt == 1]
+    assert retried and retried[0].reason.startswith("RENDEZVOUS"), [s.reason for s in snapshots]
+    assert f":{master_port(job_id, 0)}" in retried[0].reason

@@ -129,6 +129,35 @@ def test_oom_replans_once_with_more_memory():
     assert job.state == FAILED  # only one re-plan
 
 
+def test_rendezvous_failure_retries_on_a_new_port_from_step_0_then_fails_after_max_retries():
+    core = queued_core("a")
+    job = core.jobs["a"].job
+    ports = []
+    for attempt in range(3):  # max_retries=2: attempts 0, 1 and 2
+        out = core.on_placed(placed("a", "n1", [0, 1], attempt=attempt), 1 + attempt)
+        ports += [o.payload.master_port for o in out if o.topic == topics.AGENT_COMMANDS]
+        running = agent_status("a", RUNNING, attempt=attempt)
+        running.progress.step = 5
+        core.on_agent_status(running, 1 + attempt)
+        assert job.progress.step == 5  # the new attempt's progress is shown, not hidden by the old
+        out = core.on_agent_status(agent_status(
+            "a", FAILED, attempt=attempt, reason="RENDEZVOUS: DistNetworkError EADDRINUSE"), 1 + attempt)
+        assert not core.nodes["n1"].allocations
+        if attempt < 2:
+            assert job.state == QUEUED and job.attempt == attempt + 1, job.reason
+            assert "RENDEZVOUS" in job.reason and f"retry {attempt + 1}" in job.reason
+            assert job.progress.step == 0 and not job.assignments
+    assert job.state == FAILED and "retries exhausted" in job.reason
+    assert len(ports) == 3 and len(set(ports)) == 3 and all(29500 <= p < 32768 for p in ports), ports
+
+
+def test_plain_failure_is_not_retried():
+    core = queued_core("a")
+    core.on_placed(placed("a", "n1", [0, 1]), 1)
+    core.on_agent_status(agent_status("a", FAILED, reason="exit code 1"), 2)
+    assert core.jobs["a"].job.state == FAILED and core.jobs["a"].job.attempt == 0
+
+
 def test_cancel_sends_stop_and_is_idempotent():
     core = queued_core("a")
     core.on_placed(placed("a", "n1", [0, 1]), 1)

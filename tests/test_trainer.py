@@ -122,6 +122,31 @@ def test_bad_plan_json_exits_2(tmp_path, capsys):
     assert "FRENZY_PLAN" in capsys.readouterr().err
 
 
+def test_taken_master_port_exits_4_naming_the_port(tmp_path):
+    """Rank 0 cannot listen on MASTER_PORT: a rendezvous failure (retryable), not a job failure."""
+    plan = {"dp": 2, "tp": 1, "pp": 1, "zero": 0, "micro_batch": 1, "recompute": "none"}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", "frenzy_trainer", "--model", "tiny-gpt2",
+                               "--steps", "2", *COMMON],
+                              env=_env(tmp_path, 0, 2, port, plan, FRENZY_DIST_TIMEOUT_S="5"),
+                              cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 4, proc.stderr
+    assert "rendezvous failed" in proc.stderr and f":{port}" in proc.stderr, proc.stderr
+
+
+def test_missing_master_exits_4_after_the_timeout(tmp_path):
+    plan = {"dp": 2, "tp": 1, "pp": 1, "zero": 0, "micro_batch": 1, "recompute": "none"}
+    proc = subprocess.run([sys.executable, "-m", "frenzy_trainer", "--model", "tiny-gpt2",
+                           "--steps", "2", *COMMON],
+                          env=_env(tmp_path, 1, 2, _free_port(), plan, FRENZY_DIST_TIMEOUT_S="2"),
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 4, proc.stderr
+    assert "rendezvous failed" in proc.stderr, proc.stderr
+
+
 def test_job_spec_env_and_text_data(tmp_path):
     text = tmp_path / "corpus.txt"
     text.write_text("the quick brown fox jumps over the lazy dog. " * 200)

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from frenzy.convert import plan_json
+from frenzy.outcomes import EXIT_OOM, EXIT_RENDEZVOUS, OOM_REASON, RENDEZVOUS_REASON
 from frenzy.v1 import events_pb2
 
-EXIT_OOM = 3  # the trainer's exit code for out-of-memory (docs/trainer.md)
 OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "out of memory")
 _RECORD_EXIT = '"$@"; rc=$?; echo $rc > "$FRENZY_EXIT_FILE"; exit $rc'
 
@@ -197,24 +197,40 @@ def outcome(job: RunningJob) -> Outcome:
     failed = next(code for code in codes if code != 0)
     if EXIT_OOM in codes or _log_mentions_oom(job):
         peak = read_progress(job).get("peak_memory_bytes", 0)
-        return Outcome("failed", f"OOM: out of memory (peak {peak} bytes, predicted "
+        return Outcome("failed", f"{OOM_REASON}: out of memory (peak {peak} bytes, predicted "
                                  f"{job.predicted_peak_bytes})", EXIT_OOM)
+    if EXIT_RENDEZVOUS in codes:  # the whole group failed to form; not the job's own fault
+        detail = _log_line(job, "rendezvous failed: ") or "the process group did not form"
+        return Outcome("failed", f"{RENDEZVOUS_REASON}: {detail}"[:300], EXIT_RENDEZVOUS)
     if failed == -1:
         return Outcome("lost", "process ended without recording an exit code", -1)
     return Outcome("failed", f"exit code {failed}", failed)
 
 
-def _log_mentions_oom(job: RunningJob) -> bool:
-    for log in job.workdir.glob("rank*.log"):
+def _log_tails(job: RunningJob) -> list[str]:
+    """The last 4 KiB of each rank's log: where a failing process says why."""
+    tails = []
+    for log in sorted(job.workdir.glob("rank*.log")):
         try:
             with open(log, "rb") as f:
                 f.seek(max(0, log.stat().st_size - 4096))
-                tail = f.read().decode(errors="replace")
+                tails.append(f.read().decode(errors="replace"))
         except OSError:
             continue
-        if any(marker in tail for marker in OOM_MARKERS):
-            return True
-    return False
+    return tails
+
+
+def _log_mentions_oom(job: RunningJob) -> bool:
+    return any(marker in tail for tail in _log_tails(job) for marker in OOM_MARKERS)
+
+
+def _log_line(job: RunningJob, marker: str) -> str:
+    """The text after `marker` on the first log line that has it, or ""."""
+    for tail in _log_tails(job):
+        for line in tail.splitlines():
+            if marker in line:
+                return line.split(marker, 1)[1].strip()
+    return ""
 
 
 async def wait_for_exit(job: RunningJob, on_progress, poll_s: float = 0.05) -> Outcome:

@@ -13,7 +13,8 @@ reference recipe (frenzy_trainer.recipe):
 Tensor and pipeline parallelism are not supported here and fail as bad configuration.
 
 Exit codes: 0 done, 2 bad configuration, 3 out of memory (CUDA OOM, allocator OOM, or tracked
-peak over FRENZY_MEMORY_LIMIT_BYTES), 143 SIGTERM, 1 anything else.
+peak over FRENZY_MEMORY_LIMIT_BYTES), 4 the process group could not form (retryable), 143
+SIGTERM, 1 anything else.
 """
 from __future__ import annotations
 
@@ -35,13 +36,14 @@ import torch
 import torch.distributed as dist
 
 from frenzy.catalog.models import ModelArch, load_model
+from frenzy.outcomes import (EXIT_BAD_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_OOM,
+                             EXIT_RENDEZVOUS, EXIT_SIGTERM)
 from frenzy.domain import (ATTENTIONS, GRAD_DTYPES, OPTIMIZERS, PRECISIONS,
                            ParallelPlan, Recipe)
 
 from .data import make_source, rank_micro_batches
 from .progress import MemoryLimitExceeded, PeakMemory, ProgressWriter
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_CONFIG, EXIT_OOM, EXIT_SIGTERM = 0, 1, 2, 3, 143
 SIGTERM_GRACE_S = 10.0  # after SIGTERM, cleanup gets this long before a hard exit
 MAX_SEQ_LEN = 1 << 20
 
@@ -52,6 +54,11 @@ class ConfigError(ValueError):
 
 class Terminated(Exception):
     """SIGTERM arrived (exit code 143)."""
+
+
+class RendezvousError(RuntimeError):
+    """The process group could not form: the master port was taken, a peer was unreachable or
+    late. Not the job's fault, so the orchestrator retries it on a fresh port (exit code 4)."""
 
 
 @dataclass(frozen=True)
@@ -279,9 +286,15 @@ def _init_distributed(env: DistEnv, device: torch.device, plan: ParallelPlan,
     else:
         raise ConfigError("MASTER_PORT: missing for WORLD_SIZE > 1")
     backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend, rank=env.rank, world_size=env.world_size,
-                            timeout=timedelta(seconds=timeout_s),
-                            device_id=device if device.type == "cuda" else None)
+    try:
+        dist.init_process_group(backend, rank=env.rank, world_size=env.world_size,
+                                timeout=timedelta(seconds=timeout_s),
+                                device_id=device if device.type == "cuda" else None)
+    except (RuntimeError, OSError) as err:  # DistNetworkError, DistStoreError, gloo connect
+        if _is_oom(err):  # NCCL buffers that do not fit are the plan's problem, not the port's
+            raise
+        raise RendezvousError(f"{type(err).__name__} at {os.environ['MASTER_ADDR']}:"
+                              f"{os.environ['MASTER_PORT']}: {err}") from err
 
 
 def _build_trainer(arch: ModelArch, config: JobConfig, plan: ParallelPlan, device: torch.device):
@@ -397,6 +410,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     except Terminated:
         print("frenzy_trainer: SIGTERM, stopping", file=sys.stderr)
         return EXIT_SIGTERM
+    except RendezvousError as err:
+        print(f"frenzy_trainer: rendezvous failed: {err}", file=sys.stderr)
+        return EXIT_RENDEZVOUS
     except (ConfigError, ValueError) as err:
         if _is_oom(err):
             print(f"frenzy_trainer: out of memory: {err}", file=sys.stderr)

@@ -11,14 +11,13 @@ from dataclasses import dataclass, field
 from google.protobuf.message import Message
 
 from frenzy import topics
+from frenzy.outcomes import OOM_REASON, RENDEZVOUS_REASON
 from frenzy.jobspec import SpecError, resolve_spec
 from frenzy.v1 import events_pb2, services_pb2, types_pb2
 from frenzy.v1.types_pb2 import (CANCELLED, FAILED, LAUNCHING, PLACED, PLANNED, QUEUED, RUNNING,
                                  SUBMITTED, SUCCEEDED)
 from frenzy_orchestrator import lifecycle
 
-OOM_REASON = "OOM"
-EXIT_OOM = 3
 
 
 @dataclass(frozen=True)
@@ -64,9 +63,15 @@ class JobRecord:
         return self.job.id
 
 
-def _master_port(job_id: str, attempt: int) -> int:
+MASTER_PORT_BASE, MASTER_PORT_SPAN = 29500, 3000  # torch's default port and up: 29500-32499
+
+
+def master_port(job_id: str, attempt: int) -> int:
+    """A port for rank 0's rendezvous store, new for every attempt. The range stays below Linux's
+    ephemeral ports (32768 and up), so the kernel never hands it to an outgoing connection; if it
+    is taken anyway, the ranks exit RENDEZVOUS and the next attempt draws another port."""
     digest = hashlib.sha1(f"{job_id}:{attempt}".encode()).digest()
-    return 29500 + int.from_bytes(digest[:2], "big") % 10000
+    return MASTER_PORT_BASE + int.from_bytes(digest[:4], "big") % MASTER_PORT_SPAN
 
 
 class OrchestratorCore:
@@ -246,7 +251,7 @@ class OrchestratorCore:
                 job_id=job.id, node_id=a.node_id, attempt=job.attempt, gpu_indices=a.gpu_indices,
                 node_rank=rank, num_nodes=len(job.assignments), world_size=job.option.num_gpus,
                 rank_offset=offset, master_addr=master.host,
-                master_port=_master_port(job.id, job.attempt), option=job.option, spec=job.spec)
+                master_port=master_port(job.id, job.attempt), option=job.option, spec=job.spec)
             offset += len(a.gpu_indices)
             out.append(Outgoing(topics.AGENT_COMMANDS, a.node_id, launch))
         return out
@@ -300,6 +305,8 @@ class OrchestratorCore:
             out += self._release(rec, f"job {job.id} failed")
             if status.reason.startswith(OOM_REASON) and rec.oom_replans < self.max_oom_replans:
                 return out + self._replan_after_oom(rec, status, now_s)
+            if status.reason.startswith(RENDEZVOUS_REASON):
+                return out + self._requeue(rec, f"{status.reason} (node {status.node_id})", now_s)
             return self._transition(rec, FAILED, status.reason or f"exit code {status.exit_code}", now_s) + out
         return []
 
@@ -325,6 +332,7 @@ class OrchestratorCore:
         measured = status.progress.peak_memory_bytes
         floor = int(max(measured, job.option.peak_bytes_per_gpu) * 1.25)
         job.attempt += 1
+        job.ClearField("progress")  # the new attempt starts from step 0
         reason = (f"{OOM_REASON} on {job.option.gpu_type} (predicted "
                   f"{job.option.peak_bytes_per_gpu}, measured {measured} bytes); re-planning")
         out = self._transition(rec, SUBMITTED, reason, now_s)
@@ -389,14 +397,20 @@ class OrchestratorCore:
     def _requeue_lost(self, rec: JobRecord, node_id: str, now_s: float) -> list[Outgoing]:
         out = self._stop_commands(rec, f"node {node_id} lost", skip=node_id)
         out += self._release(rec, f"job {rec.id} re-queued")
+        return self._requeue(rec, f"node {node_id} lost", now_s) + out
+
+    def _requeue(self, rec: JobRecord, cause: str, now_s: float) -> list[Outgoing]:
+        """Not the job's fault (a lost node, a process group that did not form): run it again as
+        a new attempt, which starts from step 0 on a new master port, or fail after max retries."""
         job = rec.job
         if job.attempt >= self.max_retries:
-            return self._transition(rec, FAILED, f"node {node_id} lost; retries exhausted", now_s) + out
+            return self._transition(rec, FAILED, f"{cause}; retries exhausted", now_s)
         job.attempt += 1
         job.ClearField("option")
+        job.ClearField("progress")
         del job.assignments[:]
         rec.node_outcomes = {}
-        return self._transition(rec, QUEUED, f"node {node_id} lost; retry {job.attempt}", now_s) + out
+        return self._transition(rec, QUEUED, f"{cause}; retry {job.attempt}", now_s)
 
     # ----- views ------------------------------------------------------------------------
     def cluster_summary(self) -> services_pb2.ClusterSummary:

@@ -15,9 +15,9 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Mapping
 
+from frenzy.outcomes import OOM_REASON
 from frenzy.v1 import events_pb2, types_pb2
 
-OOM_REASON = "OOM"  # the orchestrator's reason prefix for an out-of-memory failure
 KEY_SEPARATOR = "|"
 DEDUPE_WINDOW = 256  # measurement ids remembered per key
 

@@ -1,0 +1,51 @@
+"""How the agent reads a job's end: exit codes recorded per rank, plus the ranks' log tails."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from frenzy.outcomes import EXIT_OOM, EXIT_RENDEZVOUS
+from frenzy_agent.executor import RunningJob, outcome
+
+
+def ended_job(tmp_path: Path, codes: list[int], logs: dict[int, str] | None = None) -> RunningJob:
+    for rank, code in enumerate(codes):
+        (tmp_path / f"exit.{rank}").write_text(f"{code}\n")
+    for rank, text in (logs or {}).items():
+        (tmp_path / f"rank{rank}.log").write_text(text)
+    return RunningJob("job-1", 0, tmp_path, 0, list(range(len(codes))), 10 * 2**30, [0, 1])
+
+
+def test_all_zero_succeeds(tmp_path):
+    assert outcome(ended_job(tmp_path, [0, 0])).state == "succeeded"
+
+
+def test_rendezvous_failure_is_reported_with_the_trainers_reason(tmp_path):
+    log = "frenzy_trainer: rendezvous failed: DistNetworkError at 127.0.0.1:29811: EADDRINUSE\n"
+    # rank 0 could not listen; rank 1 was stopped by the agent (143)
+    result = outcome(ended_job(tmp_path, [EXIT_RENDEZVOUS, 143], {0: log}))
+    assert (result.state, result.exit_code) == ("failed", EXIT_RENDEZVOUS)
+    assert result.reason == "RENDEZVOUS: DistNetworkError at 127.0.0.1:29811: EADDRINUSE"
+
+
+def test_oom_wins_over_rendezvous_and_plain_failures(tmp_path):
+    result = outcome(ended_job(tmp_path, [1, EXIT_OOM]))
+    assert result.reason.startswith("OOM") and result.exit_code == EXIT_OOM
+
+
+@pytest.mark.parametrize("text", ["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate"])
+def test_oom_found_in_a_log_when_the_exit_code_is_generic(tmp_path, text):
+    result = outcome(ended_job(tmp_path, [1, 1], {1: f"Traceback\n{text}\n"}))
+    assert result.reason.startswith("OOM")
+
+
+def test_plain_failure_names_the_first_nonzero_code(tmp_path):
+    result = outcome(ended_job(tmp_path, [0, 7]))
+    assert (result.state, result.reason, result.exit_code) == ("failed", "exit code 7", 7)
+
+
+def test_missing_exit_record_is_lost(tmp_path):
+    job = ended_job(tmp_path, [0])
+    job.pids.append(1)  # rank 1 never recorded an exit code
+    assert outcome(job).state == "lost"
