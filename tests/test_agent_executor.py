@@ -45,6 +45,24 @@ def test_plain_failure_names_the_first_nonzero_code(tmp_path):
     assert (result.state, result.reason, result.exit_code) == ("failed", "exit code 7", 7)
 
 
+@pytest.mark.parametrize("codes", [[143, 1], [EXIT_RENDEZVOUS, 1], [-1, 1]])
+def test_a_ranks_own_failure_wins_over_what_it_caused_in_its_peers(tmp_path, codes):
+    """Rank 1 crashed (exit 1); rank 0 was stopped by the agent, left waiting at the rendezvous,
+    or recorded nothing. The job failed for rank 1's reason and is not retried as a rendezvous."""
+    result = outcome(ended_job(tmp_path, codes))
+    assert (result.state, result.reason, result.exit_code) == ("failed", "exit code 1", 1)
+
+
+def test_bad_configuration_is_not_retried_as_a_rendezvous_failure(tmp_path):
+    result = outcome(ended_job(tmp_path, [2, EXIT_RENDEZVOUS]))
+    assert result.exit_code == 2 and not result.reason.startswith("RENDEZVOUS")
+
+
+def test_terminated_from_outside(tmp_path):
+    result = outcome(ended_job(tmp_path, [143, 143]))
+    assert (result.state, result.exit_code) == ("failed", 143)
+
+
 def test_missing_exit_record_is_lost(tmp_path):
     job = ended_job(tmp_path, [0])
     job.pids.append(1)  # rank 1 never recorded an exit code

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from frenzy.convert import plan_json
-from frenzy.outcomes import EXIT_OOM, EXIT_RENDEZVOUS, OOM_REASON, RENDEZVOUS_REASON
+from frenzy.outcomes import (EXIT_OOM, EXIT_RENDEZVOUS, EXIT_SIGTERM, OOM_REASON,
+                             RENDEZVOUS_REASON)
 from frenzy.v1 import events_pb2
 
 OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "out of memory")
@@ -194,17 +195,21 @@ def outcome(job: RunningJob) -> Outcome:
             codes.append(-1)
     if all(code == 0 for code in codes):
         return Outcome("succeeded", "all processes exited 0", 0)
-    failed = next(code for code in codes if code != 0)
     if EXIT_OOM in codes or _log_mentions_oom(job):
         peak = read_progress(job).get("peak_memory_bytes", 0)
         return Outcome("failed", f"{OOM_REASON}: out of memory (peak {peak} bytes, predicted "
                                  f"{job.predicted_peak_bytes})", EXIT_OOM)
-    if EXIT_RENDEZVOUS in codes:  # the whole group failed to form; not the job's own fault
+    # A rank's own failure comes before what it caused in its peers: ranks the agent stopped
+    # (143), peers left waiting at the rendezvous (4), processes that recorded nothing (-1).
+    own = [code for code in codes if code not in (0, EXIT_SIGTERM, EXIT_RENDEZVOUS, -1)]
+    if own:
+        return Outcome("failed", f"exit code {own[0]}", own[0])
+    if EXIT_RENDEZVOUS in codes:  # the group did not form: not the job's fault, so retryable
         detail = _log_line(job, "rendezvous failed: ") or "the process group did not form"
         return Outcome("failed", f"{RENDEZVOUS_REASON}: {detail}"[:300], EXIT_RENDEZVOUS)
-    if failed == -1:
+    if -1 in codes:
         return Outcome("lost", "process ended without recording an exit code", -1)
-    return Outcome("failed", f"exit code {failed}", failed)
+    return Outcome("failed", f"exit code {EXIT_SIGTERM}", EXIT_SIGTERM)  # terminated from outside
 
 
 def _log_tails(job: RunningJob) -> list[str]:
