@@ -23,7 +23,7 @@ from rich.table import Table
 
 from frenzy_scheduler.clusterfile import NodeGroup, build_cluster, load_cluster_file, scale_groups
 from frenzy_scheduler.core import ClusterView, QueuedJob, RunningJob
-from frenzy_scheduler.policies import BASELINES, get_policy, policy_names
+from frenzy_scheduler.policies import get_policy, policy_names
 from frenzy_scheduler.policies.sia import SiaPolicy
 from frenzy_scheduler.simulator import prepare_jobs, run_policy
 from frenzy_scheduler.simulator.trace import load_trace

@@ -14,16 +14,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from frenzy.broker import free_port  # noqa: E402
+
 pytestmark = pytest.mark.torch
 
 REPO = Path(__file__).resolve().parents[1]
 COMMON = ["--seq-len", "64", "--global-batch", "8", "--lr", "3e-3"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _env(tmp_path: Path, rank: int, world: int, port: int, plan: dict, **extra: str) -> dict:
@@ -38,7 +34,7 @@ def _env(tmp_path: Path, rank: int, world: int, port: int, plan: dict, **extra: 
 
 
 def _launch(tmp_path: Path, args: list[str], plan: dict, world: int = 2, **extra: str):
-    port = _free_port()
+    port = free_port()
     return [subprocess.Popen([sys.executable, "-m", "frenzy_trainer", *args],
                              env=_env(tmp_path, rank, world, port, plan, **extra), cwd=tmp_path,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -141,7 +137,7 @@ def test_missing_master_exits_4_after_the_timeout(tmp_path):
     plan = {"dp": 2, "tp": 1, "pp": 1, "zero": 0, "micro_batch": 1, "recompute": "none"}
     proc = subprocess.run([sys.executable, "-m", "frenzy_trainer", "--model", "tiny-gpt2",
                            "--steps", "2", *COMMON],
-                          env=_env(tmp_path, 1, 2, _free_port(), plan, FRENZY_DIST_TIMEOUT_S="2"),
+                          env=_env(tmp_path, 1, 2, free_port(), plan, FRENZY_DIST_TIMEOUT_S="2"),
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 4, proc.stderr
     assert "rendezvous failed" in proc.stderr, proc.stderr

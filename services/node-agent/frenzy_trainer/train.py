@@ -23,7 +23,6 @@ import json
 import math
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -36,10 +35,11 @@ import torch
 import torch.distributed as dist
 
 from frenzy.catalog.models import ModelArch, load_model
-from frenzy.outcomes import (EXIT_BAD_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_OOM,
-                             EXIT_RENDEZVOUS, EXIT_SIGTERM)
+from frenzy.broker import free_port
 from frenzy.domain import (ATTENTIONS, GRAD_DTYPES, OPTIMIZERS, PRECISIONS,
                            ParallelPlan, Recipe)
+from frenzy.outcomes import (EXIT_BAD_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_OOM,
+                             EXIT_RENDEZVOUS, EXIT_SIGTERM)
 
 from .data import make_source, rank_micro_batches
 from .progress import MemoryLimitExceeded, PeakMemory, ProgressWriter
@@ -261,12 +261,6 @@ def check_plan(arch: ModelArch, config: JobConfig, plan: ParallelPlan, env: Dist
 
 # ---------------------------------------------------------------------------- training
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _device(env: DistEnv) -> torch.device:
     if torch.cuda.is_available():
         return torch.device("cuda", env.local_rank % torch.cuda.device_count())
@@ -282,7 +276,7 @@ def _init_distributed(env: DistEnv, device: torch.device, plan: ParallelPlan,
     if env.master_port:
         os.environ["MASTER_PORT"] = str(env.master_port)
     elif env.world_size == 1:
-        os.environ["MASTER_PORT"] = str(_free_port())
+        os.environ["MASTER_PORT"] = str(free_port())
     else:
         raise ConfigError("MASTER_PORT: missing for WORLD_SIZE > 1")
     backend = "nccl" if device.type == "cuda" else "gloo"

@@ -11,13 +11,12 @@ from dataclasses import dataclass, field
 from google.protobuf.message import Message
 
 from frenzy import topics
-from frenzy.outcomes import OOM_REASON, RENDEZVOUS_REASON
 from frenzy.jobspec import SpecError, resolve_spec
+from frenzy.outcomes import OOM_REASON, RENDEZVOUS_REASON
 from frenzy.v1 import events_pb2, services_pb2, types_pb2
 from frenzy.v1.types_pb2 import (CANCELLED, FAILED, LAUNCHING, PLACED, PLANNED, QUEUED, RUNNING,
                                  SUBMITTED, SUCCEEDED)
 from frenzy_orchestrator import lifecycle
-
 
 
 @dataclass(frozen=True)
