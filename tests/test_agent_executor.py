@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from frenzy.outcomes import EXIT_OOM, EXIT_RENDEZVOUS
-from frenzy_agent.executor import RunningJob, outcome
+from frenzy_agent.executor import RunningJob, outcome, read_progress
 
 
 def ended_job(tmp_path: Path, codes: list[int], logs: dict[int, str] | None = None) -> RunningJob:
@@ -67,3 +67,16 @@ def test_missing_exit_record_is_lost(tmp_path):
     job = ended_job(tmp_path, [0])
     job.pids.append(1)  # rank 1 never recorded an exit code
     assert outcome(job).state == "lost"
+
+
+def test_progress_is_tailed_line_by_line(tmp_path):
+    job = ended_job(tmp_path, [0])
+    assert read_progress(job) == {}  # no file yet
+    with open(job.progress_file, "a") as f:
+        f.write('{"step": 1, "loss": 7.0}\n{"step": 2, "loss": 6.5}\n{"step": 3, "lo')
+    assert read_progress(job) == {"step": 2, "loss": 6.5}  # the half-written line waits
+    with open(job.progress_file, "a") as f:
+        f.write('ss": 6.1}\nnot json\n')
+    assert read_progress(job) == {"step": 3, "loss": 6.1}
+    assert job.progress_offset == job.progress_file.stat().st_size  # nothing is read twice
+    assert read_progress(job) == {"step": 3, "loss": 6.1}  # nothing new: the last one stands

@@ -44,6 +44,7 @@ class RunningJob:
     stopping: bool = False
     stop_reason: str = ""
     last_progress: dict = field(default_factory=dict)
+    progress_offset: int = 0  # bytes of the progress file already read
 
     @property
     def progress_file(self) -> Path:
@@ -167,12 +168,17 @@ def group_alive(pgid: int) -> bool:
 
 
 def read_progress(job: RunningJob) -> dict:
-    """The last complete JSON line of the job's progress file."""
+    """The last complete JSON line of the job's progress file. Polled every few tens of ms, so
+    it reads only the lines written since the last call: a long job's file grows by a line a step."""
     try:
-        lines = job.progress_file.read_bytes().splitlines()
+        with open(job.progress_file, "rb") as f:
+            f.seek(job.progress_offset)
+            new_bytes = f.read()
     except OSError:
         return job.last_progress
-    for line in reversed(lines):
+    complete = new_bytes[:new_bytes.rfind(b"\n") + 1]  # a line still being written waits
+    job.progress_offset += len(complete)
+    for line in reversed(complete.splitlines()):
         try:
             data = json.loads(line)
         except ValueError:
@@ -186,7 +192,7 @@ def read_progress(job: RunningJob) -> dict:
 def outcome(job: RunningJob) -> Outcome:
     """How the job's processes ended, from their recorded exit codes and logs."""
     if job.stopping:
-        return Outcome("stopped", job.stop_reason, 143)
+        return Outcome("stopped", job.stop_reason, EXIT_SIGTERM)
     codes = []
     for rank in range(len(job.pids)):
         try:
@@ -195,7 +201,8 @@ def outcome(job: RunningJob) -> Outcome:
             codes.append(-1)
     if all(code == 0 for code in codes):
         return Outcome("succeeded", "all processes exited 0", 0)
-    if EXIT_OOM in codes or _log_mentions_oom(job):
+    tails = _log_tails(job)
+    if EXIT_OOM in codes or any(marker in tail for tail in tails for marker in OOM_MARKERS):
         peak = read_progress(job).get("peak_memory_bytes", 0)
         return Outcome("failed", f"{OOM_REASON}: out of memory (peak {peak} bytes, predicted "
                                  f"{job.predicted_peak_bytes})", EXIT_OOM)
@@ -205,7 +212,7 @@ def outcome(job: RunningJob) -> Outcome:
     if own:
         return Outcome("failed", f"exit code {own[0]}", own[0])
     if EXIT_RENDEZVOUS in codes:  # the group did not form: not the job's fault, so retryable
-        detail = _log_line(job, "rendezvous failed: ") or "the process group did not form"
+        detail = _text_after(tails, "rendezvous failed: ") or "the process group did not form"
         return Outcome("failed", f"{RENDEZVOUS_REASON}: {detail}"[:300], EXIT_RENDEZVOUS)
     if -1 in codes:
         return Outcome("lost", "process ended without recording an exit code", -1)
@@ -225,13 +232,9 @@ def _log_tails(job: RunningJob) -> list[str]:
     return tails
 
 
-def _log_mentions_oom(job: RunningJob) -> bool:
-    return any(marker in tail for tail in _log_tails(job) for marker in OOM_MARKERS)
-
-
-def _log_line(job: RunningJob, marker: str) -> str:
+def _text_after(tails: list[str], marker: str) -> str:
     """The text after `marker` on the first log line that has it, or ""."""
-    for tail in _log_tails(job):
+    for tail in tails:
         for line in tail.splitlines():
             if marker in line:
                 return line.split(marker, 1)[1].strip()
