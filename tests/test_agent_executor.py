@@ -1,12 +1,19 @@
-"""How the agent reads a job's end: exit codes recorded per rank, plus the ranks' log tails."""
+"""How the agent reads a job's end (exit codes recorded per rank, the ranks' log tails, the
+progress file) and what it reports for one that ended while it was down."""
 from __future__ import annotations
 
+import asyncio
+import json
 from pathlib import Path
 
 import pytest
 
+from frenzy.config import ServiceSettings
 from frenzy.outcomes import EXIT_OOM, EXIT_RENDEZVOUS
+from frenzy.v1 import types_pb2
 from frenzy_agent.executor import RunningJob, outcome, read_progress
+from frenzy_agent.gpus import parse_inventory
+from frenzy_agent.service import NodeAgent
 
 
 def ended_job(tmp_path: Path, codes: list[int], logs: dict[int, str] | None = None) -> RunningJob:
@@ -80,3 +87,29 @@ def test_progress_is_tailed_line_by_line(tmp_path):
     assert read_progress(job) == {"step": 3, "loss": 6.1}
     assert job.progress_offset == job.progress_file.stat().st_size  # nothing is read twice
     assert read_progress(job) == {"step": 3, "loss": 6.1}  # nothing new: the last one stands
+
+
+class _RecordingBus:
+    """Only what `NodeAgent.report` calls; this test is about the reason the agent reports."""
+
+    def __init__(self) -> None:
+        self.published: list = []
+
+    async def publish(self, topic, key, message, trace_id="") -> None:
+        self.published.append(message)
+
+
+def test_a_job_that_ended_while_the_agent_was_down_keeps_its_reason_prefix(tmp_path):
+    workdir = tmp_path / "node-0" / "job-1.0"
+    workdir.mkdir(parents=True)
+    (workdir / "exit.0").write_text(f"{EXIT_OOM}\n")
+    (workdir / "state.json").write_text(json.dumps({
+        "job_id": "job-1", "attempt": 0, "pgid": 2**22 + 7, "pids": [2**22 + 7],
+        "predicted_peak_bytes": 1, "gpu_indices": [0]}))  # a process group long gone
+    bus = _RecordingBus()
+    agent = NodeAgent(bus, "node-0", parse_inventory("1xT4"), tmp_path, ServiceSettings())  # type: ignore[arg-type]
+    asyncio.run(agent.adopt_survivors())
+    [status] = bus.published
+    assert status.state == types_pb2.FAILED and status.reason.startswith("OOM")  # re-planned, not failed
+    assert "ended while the agent was down" in status.reason
+    assert (workdir / "reported").exists()

@@ -123,7 +123,8 @@ class NodeAgent:
             elif not (workdir / "reported").exists():
                 result = executor.outcome(job)
                 state = types_pb2.SUCCEEDED if result.state == "succeeded" else types_pb2.FAILED
-                await self.report(job, state, f"ended while the agent was down: {result.reason}",
+                # The reason keeps its prefix (OOM, RENDEZVOUS): the orchestrator acts on it.
+                await self.report(job, state, f"{result.reason} (ended while the agent was down)",
                                   result.exit_code)
                 (workdir / "reported").touch()
 
