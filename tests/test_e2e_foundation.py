@@ -144,7 +144,9 @@ def _pgid_alive(pgid: int) -> bool:
 
 
 def test_cancel_running_job_kills_its_processes(client, cluster):
-    job_id = client.submit(small_spec("sleeper", entrypoint=["sleep", "300"]))
+    # A duration no other process on the machine has, so pgrep finds only this job's sleep.
+    duration = f"{300 + time.time() % 1:.6f}"
+    job_id = client.submit(small_spec("sleeper", entrypoint=["sleep", duration]))
     deadline = time.monotonic() + 30
     while client.get(job_id).state != types_pb2.RUNNING:
         assert time.monotonic() < deadline, client.get(job_id)
@@ -158,7 +160,7 @@ def test_cancel_running_job_kills_its_processes(client, cluster):
     while any(_pgid_alive(p) for p in pgids):
         assert time.monotonic() < deadline, "job processes still alive after cancel"
         time.sleep(0.1)
-    out = subprocess.run(["pgrep", "-f", "sleep 300"], capture_output=True, text=True)
+    out = subprocess.run(["pgrep", "-f", f"sleep {duration}"], capture_output=True, text=True)
     assert out.stdout.strip() == "", "orphan sleep process left behind"
 
 
