@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from frenzy.v1 import types_pb2 as frenzy_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x66renzy/v1/events.proto\x12\tfrenzy.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15\x66renzy/v1/types.proto\"\xc3\x05\n\x08\x45nvelope\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12/\n\x0bproduced_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08trace_id\x18\x04 \x01(\t\x12\x10\n\x08producer\x18\x05 \x01(\t\x12\x30\n\rjob_submitted\x18\n \x01(\x0b\x32\x17.frenzy.v1.JobSubmittedH\x00\x12,\n\x0bjob_planned\x18\x0b \x01(\x0b\x32\x15.frenzy.v1.JobPlannedH\x00\x12*\n\njob_placed\x18\x0c \x01(\x0b\x32\x14.frenzy.v1.JobPlacedH\x00\x12*\n\nlaunch_job\x18\r \x01(\x0b\x32\x14.frenzy.v1.LaunchJobH\x00\x12&\n\x08stop_job\x18\x0e \x01(\x0b\x32\x12.frenzy.v1.StopJobH\x00\x12\x39\n\x12job_status_changed\x18\x0f \x01(\x0b\x32\x1b.frenzy.v1.JobStatusChangedH\x00\x12\x32\n\x0enode_heartbeat\x18\x10 \x01(\x0b\x32\x18.frenzy.v1.NodeHeartbeatH\x00\x12\x45\n\x18gpu_availability_changed\x18\x11 \x01(\x0b\x32!.frenzy.v1.GpuAvailabilityChangedH\x00\x12\x35\n\x10job_record_state\x18\x12 \x01(\x0b\x32\x19.frenzy.v1.JobRecordStateH\x00\x12.\n\x0cstate_marker\x18\x13 \x01(\x0b\x32\x16.frenzy.v1.StateMarkerH\x00\x12:\n\x12orchestrator_epoch\x18\x14 \x01(\x0b\x32\x1c.frenzy.v1.OrchestratorEpochH\x00\x42\t\n\x07payload\"\x9d\x01\n\x0cJobSubmitted\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12 \n\x04spec\x18\x02 \x01(\x0b\x32\x12.frenzy.v1.JobSpec\x12\x30\n\x0csubmitted_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\x18\n\x10min_memory_bytes\x18\x05 \x01(\x03\"\xd9\x01\n\nJobPlanned\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12&\n\x07options\x18\x02 \x03(\x0b\x32\x15.frenzy.v1.PlanOption\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\x30\n\x0csubmitted_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nnum_params\x18\x06 \x01(\x03\x12,\n\x08\x64\x65\x61\x64line\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x98\x01\n\tJobPlaced\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12%\n\x06option\x18\x02 \x01(\x0b\x32\x15.frenzy.v1.PlanOption\x12-\n\x0b\x61ssignments\x18\x03 \x03(\x0b\x32\x18.frenzy.v1.GpuAssignment\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\x14\n\x0cplacement_id\x18\x05 \x01(\t\"\x94\x02\n\tLaunchJob\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07node_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\x13\n\x0bgpu_indices\x18\x04 \x03(\x05\x12\x11\n\tnode_rank\x18\x05 \x01(\x05\x12\x11\n\tnum_nodes\x18\x06 \x01(\x05\x12\x12\n\nworld_size\x18\x07 \x01(\x05\x12\x13\n\x0brank_offset\x18\x08 \x01(\x05\x12\x13\n\x0bmaster_addr\x18\t \x01(\t\x12\x13\n\x0bmaster_port\x18\n \x01(\x05\x12%\n\x06option\x18\x0b \x01(\x0b\x32\x15.frenzy.v1.PlanOption\x12 \n\x04spec\x18\x0c \x01(\x0b\x32\x12.frenzy.v1.JobSpec\"K\n\x07StopJob\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07node_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\"\xf8\x01\n\x10JobStatusChanged\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\"\n\x05state\x18\x02 \x01(\x0e\x32\x13.frenzy.v1.JobState\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12%\n\x08progress\x18\x04 \x01(\x0b\x32\x13.frenzy.v1.Progress\x12\'\n\x06source\x18\x05 \x01(\x0e\x32\x17.frenzy.v1.StatusSource\x12\x0f\n\x07node_id\x18\x06 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x07 \x01(\x05\x12\x11\n\texit_code\x18\x08 \x01(\x05\x12\x1b\n\x03job\x18\t \x01(\x0b\x32\x0e.frenzy.v1.Job\"\xa0\x01\n\rNodeHeartbeat\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x11\n\tagent_pid\x18\x03 \x01(\x05\x12\"\n\x04gpus\x18\x04 \x03(\x0b\x32\x14.frenzy.v1.GpuStatus\x12\x14\n\x0crunning_jobs\x18\x05 \x03(\t\x12\x10\n\x08sequence\x18\x06 \x01(\x03\x12\x11\n\tsimulated\x18\x07 \x01(\x08\"\xcb\x01\n\x16GpuAvailabilityChanged\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x10\n\x08gpu_type\x18\x02 \x01(\t\x12\x12\n\ngpus_total\x18\x03 \x01(\x05\x12\x18\n\x10\x66ree_gpu_indices\x18\x04 \x03(\x05\x12(\n\nnode_state\x18\x05 \x01(\x0e\x32\x14.frenzy.v1.NodeState\x12\x0f\n\x07version\x18\x06 \x01(\x04\x12\r\n\x05\x63\x61use\x18\x07 \x01(\t\x12\x16\n\x0e\x61llocated_jobs\x18\x08 \x03(\t\"\xd0\x01\n\x0eJobRecordState\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.frenzy.v1.Job\x12\x42\n\rnode_outcomes\x18\x02 \x03(\x0b\x32+.frenzy.v1.JobRecordState.NodeOutcomesEntry\x12\x13\n\x0boom_replans\x18\x03 \x01(\x05\x1aH\n\x11NodeOutcomesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\"\n\x05value\x18\x02 \x01(\x0e\x32\x13.frenzy.v1.JobState:\x02\x38\x01\" \n\x0bStateMarker\x12\x11\n\tmarker_id\x18\x01 \x01(\t\"\"\n\x11OrchestratorEpoch\x12\r\n\x05\x65poch\x18\x01 \x01(\x04*J\n\x0cStatusSource\x12\x1d\n\x19STATUS_SOURCE_UNSPECIFIED\x10\x00\x12\x10\n\x0cORCHESTRATOR\x10\x01\x12\t\n\x05\x41GENT\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x66renzy/v1/events.proto\x12\tfrenzy.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15\x66renzy/v1/types.proto\"\xf1\x05\n\x08\x45nvelope\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12/\n\x0bproduced_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08trace_id\x18\x04 \x01(\t\x12\x10\n\x08producer\x18\x05 \x01(\t\x12\x30\n\rjob_submitted\x18\n \x01(\x0b\x32\x17.frenzy.v1.JobSubmittedH\x00\x12,\n\x0bjob_planned\x18\x0b \x01(\x0b\x32\x15.frenzy.v1.JobPlannedH\x00\x12*\n\njob_placed\x18\x0c \x01(\x0b\x32\x14.frenzy.v1.JobPlacedH\x00\x12*\n\nlaunch_job\x18\r \x01(\x0b\x32\x14.frenzy.v1.LaunchJobH\x00\x12&\n\x08stop_job\x18\x0e \x01(\x0b\x32\x12.frenzy.v1.StopJobH\x00\x12\x39\n\x12job_status_changed\x18\x0f \x01(\x0b\x32\x1b.frenzy.v1.JobStatusChangedH\x00\x12\x32\n\x0enode_heartbeat\x18\x10 \x01(\x0b\x32\x18.frenzy.v1.NodeHeartbeatH\x00\x12\x45\n\x18gpu_availability_changed\x18\x11 \x01(\x0b\x32!.frenzy.v1.GpuAvailabilityChangedH\x00\x12\x35\n\x10job_record_state\x18\x12 \x01(\x0b\x32\x19.frenzy.v1.JobRecordStateH\x00\x12.\n\x0cstate_marker\x18\x13 \x01(\x0b\x32\x16.frenzy.v1.StateMarkerH\x00\x12:\n\x12orchestrator_epoch\x18\x14 \x01(\x0b\x32\x1c.frenzy.v1.OrchestratorEpochH\x00\x12,\n\x0breshape_job\x18\x15 \x01(\x0b\x32\x15.frenzy.v1.ReshapeJobH\x00\x42\t\n\x07payload\"\x9d\x01\n\x0cJobSubmitted\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12 \n\x04spec\x18\x02 \x01(\x0b\x32\x12.frenzy.v1.JobSpec\x12\x30\n\x0csubmitted_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\x18\n\x10min_memory_bytes\x18\x05 \x01(\x03\"\xd9\x01\n\nJobPlanned\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12&\n\x07options\x18\x02 \x03(\x0b\x32\x15.frenzy.v1.PlanOption\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\x30\n\x0csubmitted_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nnum_params\x18\x06 \x01(\x03\x12,\n\x08\x64\x65\x61\x64line\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xc5\x01\n\tJobPlaced\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12%\n\x06option\x18\x02 \x01(\x0b\x32\x15.frenzy.v1.PlanOption\x12-\n\x0b\x61ssignments\x18\x03 \x03(\x0b\x32\x18.frenzy.v1.GpuAssignment\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\x14\n\x0cplacement_id\x18\x05 \x01(\t\x12+\n\x08\x64\x65\x63ision\x18\x06 \x01(\x0b\x32\x19.frenzy.v1.DecisionRecord\"\xec\x01\n\nReshapeJob\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12$\n\x04kind\x18\x02 \x01(\x0e\x32\x16.frenzy.v1.ReshapeKind\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12%\n\x06option\x18\x04 \x01(\x0b\x32\x15.frenzy.v1.PlanOption\x12-\n\x0b\x61ssignments\x18\x05 \x03(\x0b\x32\x18.frenzy.v1.GpuAssignment\x12\x14\n\x0cplacement_id\x18\x06 \x01(\t\x12+\n\x08\x64\x65\x63ision\x18\x07 \x01(\x0b\x32\x19.frenzy.v1.DecisionRecord\"\xc6\x02\n\tLaunchJob\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07node_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\x13\n\x0bgpu_indices\x18\x04 \x03(\x05\x12\x11\n\tnode_rank\x18\x05 \x01(\x05\x12\x11\n\tnum_nodes\x18\x06 \x01(\x05\x12\x12\n\nworld_size\x18\x07 \x01(\x05\x12\x13\n\x0brank_offset\x18\x08 \x01(\x05\x12\x13\n\x0bmaster_addr\x18\t \x01(\t\x12\x13\n\x0bmaster_port\x18\n \x01(\x05\x12%\n\x06option\x18\x0b \x01(\x0b\x32\x15.frenzy.v1.PlanOption\x12 \n\x04spec\x18\x0c \x01(\x0b\x32\x12.frenzy.v1.JobSpec\x12\x18\n\x10resume_from_step\x18\r \x01(\x03\x12\x16\n\x0e\x63heckpoint_uri\x18\x0e \x01(\t\"e\n\x07StopJob\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07node_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\x18\n\x10\x63heckpoint_first\x18\x05 \x01(\x08\"\xaa\x02\n\x10JobStatusChanged\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\"\n\x05state\x18\x02 \x01(\x0e\x32\x13.frenzy.v1.JobState\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12%\n\x08progress\x18\x04 \x01(\x0b\x32\x13.frenzy.v1.Progress\x12\'\n\x06source\x18\x05 \x01(\x0e\x32\x17.frenzy.v1.StatusSource\x12\x0f\n\x07node_id\x18\x06 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x07 \x01(\x05\x12\x11\n\texit_code\x18\x08 \x01(\x05\x12\x1b\n\x03job\x18\t \x01(\x0b\x32\x0e.frenzy.v1.Job\x12\x1c\n\x0f\x63heckpoint_step\x18\n \x01(\x03H\x00\x88\x01\x01\x42\x12\n\x10_checkpoint_step\"\xa0\x01\n\rNodeHeartbeat\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x11\n\tagent_pid\x18\x03 \x01(\x05\x12\"\n\x04gpus\x18\x04 \x03(\x0b\x32\x14.frenzy.v1.GpuStatus\x12\x14\n\x0crunning_jobs\x18\x05 \x03(\t\x12\x10\n\x08sequence\x18\x06 \x01(\x03\x12\x11\n\tsimulated\x18\x07 \x01(\x08\"\xcb\x01\n\x16GpuAvailabilityChanged\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x10\n\x08gpu_type\x18\x02 \x01(\t\x12\x12\n\ngpus_total\x18\x03 \x01(\x05\x12\x18\n\x10\x66ree_gpu_indices\x18\x04 \x03(\x05\x12(\n\nnode_state\x18\x05 \x01(\x0e\x32\x14.frenzy.v1.NodeState\x12\x0f\n\x07version\x18\x06 \x01(\x04\x12\r\n\x05\x63\x61use\x18\x07 \x01(\t\x12\x16\n\x0e\x61llocated_jobs\x18\x08 \x03(\t\"\xd0\x01\n\x0eJobRecordState\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.frenzy.v1.Job\x12\x42\n\rnode_outcomes\x18\x02 \x03(\x0b\x32+.frenzy.v1.JobRecordState.NodeOutcomesEntry\x12\x13\n\x0boom_replans\x18\x03 \x01(\x05\x1aH\n\x11NodeOutcomesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\"\n\x05value\x18\x02 \x01(\x0e\x32\x13.frenzy.v1.JobState:\x02\x38\x01\" \n\x0bStateMarker\x12\x11\n\tmarker_id\x18\x01 \x01(\t\"\"\n\x11OrchestratorEpoch\x12\r\n\x05\x65poch\x18\x01 \x01(\x04*Q\n\x0bReshapeKind\x12\x1c\n\x18RESHAPE_KIND_UNSPECIFIED\x10\x00\x12\n\n\x06RESIZE\x10\x01\x12\x0b\n\x07MIGRATE\x10\x02\x12\x0b\n\x07PREEMPT\x10\x03*J\n\x0cStatusSource\x12\x1d\n\x19STATUS_SOURCE_UNSPECIFIED\x10\x00\x12\x10\n\x0cORCHESTRATOR\x10\x01\x12\t\n\x05\x41GENT\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,32 +35,36 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_JOBRECORDSTATE_NODEOUTCOMESENTRY']._loaded_options = None
   _globals['_JOBRECORDSTATE_NODEOUTCOMESENTRY']._serialized_options = b'8\001'
-  _globals['_STATUSSOURCE']._serialized_start=2595
-  _globals['_STATUSSOURCE']._serialized_end=2669
+  _globals['_RESHAPEKIND']._serialized_start=3051
+  _globals['_RESHAPEKIND']._serialized_end=3132
+  _globals['_STATUSSOURCE']._serialized_start=3134
+  _globals['_STATUSSOURCE']._serialized_end=3208
   _globals['_ENVELOPE']._serialized_start=94
-  _globals['_ENVELOPE']._serialized_end=801
-  _globals['_JOBSUBMITTED']._serialized_start=804
-  _globals['_JOBSUBMITTED']._serialized_end=961
-  _globals['_JOBPLANNED']._serialized_start=964
-  _globals['_JOBPLANNED']._serialized_end=1181
-  _globals['_JOBPLACED']._serialized_start=1184
-  _globals['_JOBPLACED']._serialized_end=1336
-  _globals['_LAUNCHJOB']._serialized_start=1339
-  _globals['_LAUNCHJOB']._serialized_end=1615
-  _globals['_STOPJOB']._serialized_start=1617
-  _globals['_STOPJOB']._serialized_end=1692
-  _globals['_JOBSTATUSCHANGED']._serialized_start=1695
-  _globals['_JOBSTATUSCHANGED']._serialized_end=1943
-  _globals['_NODEHEARTBEAT']._serialized_start=1946
-  _globals['_NODEHEARTBEAT']._serialized_end=2106
-  _globals['_GPUAVAILABILITYCHANGED']._serialized_start=2109
-  _globals['_GPUAVAILABILITYCHANGED']._serialized_end=2312
-  _globals['_JOBRECORDSTATE']._serialized_start=2315
-  _globals['_JOBRECORDSTATE']._serialized_end=2523
-  _globals['_JOBRECORDSTATE_NODEOUTCOMESENTRY']._serialized_start=2451
-  _globals['_JOBRECORDSTATE_NODEOUTCOMESENTRY']._serialized_end=2523
-  _globals['_STATEMARKER']._serialized_start=2525
-  _globals['_STATEMARKER']._serialized_end=2557
-  _globals['_ORCHESTRATOREPOCH']._serialized_start=2559
-  _globals['_ORCHESTRATOREPOCH']._serialized_end=2593
+  _globals['_ENVELOPE']._serialized_end=847
+  _globals['_JOBSUBMITTED']._serialized_start=850
+  _globals['_JOBSUBMITTED']._serialized_end=1007
+  _globals['_JOBPLANNED']._serialized_start=1010
+  _globals['_JOBPLANNED']._serialized_end=1227
+  _globals['_JOBPLACED']._serialized_start=1230
+  _globals['_JOBPLACED']._serialized_end=1427
+  _globals['_RESHAPEJOB']._serialized_start=1430
+  _globals['_RESHAPEJOB']._serialized_end=1666
+  _globals['_LAUNCHJOB']._serialized_start=1669
+  _globals['_LAUNCHJOB']._serialized_end=1995
+  _globals['_STOPJOB']._serialized_start=1997
+  _globals['_STOPJOB']._serialized_end=2098
+  _globals['_JOBSTATUSCHANGED']._serialized_start=2101
+  _globals['_JOBSTATUSCHANGED']._serialized_end=2399
+  _globals['_NODEHEARTBEAT']._serialized_start=2402
+  _globals['_NODEHEARTBEAT']._serialized_end=2562
+  _globals['_GPUAVAILABILITYCHANGED']._serialized_start=2565
+  _globals['_GPUAVAILABILITYCHANGED']._serialized_end=2768
+  _globals['_JOBRECORDSTATE']._serialized_start=2771
+  _globals['_JOBRECORDSTATE']._serialized_end=2979
+  _globals['_JOBRECORDSTATE_NODEOUTCOMESENTRY']._serialized_start=2907
+  _globals['_JOBRECORDSTATE_NODEOUTCOMESENTRY']._serialized_end=2979
+  _globals['_STATEMARKER']._serialized_start=2981
+  _globals['_STATEMARKER']._serialized_end=3013
+  _globals['_ORCHESTRATOREPOCH']._serialized_start=3015
+  _globals['_ORCHESTRATOREPOCH']._serialized_end=3049
 # @@protoc_insertion_point(module_scope)

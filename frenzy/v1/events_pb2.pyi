@@ -11,17 +11,28 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ReshapeKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RESHAPE_KIND_UNSPECIFIED: _ClassVar[ReshapeKind]
+    RESIZE: _ClassVar[ReshapeKind]
+    MIGRATE: _ClassVar[ReshapeKind]
+    PREEMPT: _ClassVar[ReshapeKind]
+
 class StatusSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     STATUS_SOURCE_UNSPECIFIED: _ClassVar[StatusSource]
     ORCHESTRATOR: _ClassVar[StatusSource]
     AGENT: _ClassVar[StatusSource]
+RESHAPE_KIND_UNSPECIFIED: ReshapeKind
+RESIZE: ReshapeKind
+MIGRATE: ReshapeKind
+PREEMPT: ReshapeKind
 STATUS_SOURCE_UNSPECIFIED: StatusSource
 ORCHESTRATOR: StatusSource
 AGENT: StatusSource
 
 class Envelope(_message.Message):
-    __slots__ = ("event_id", "type", "produced_at", "trace_id", "producer", "job_submitted", "job_planned", "job_placed", "launch_job", "stop_job", "job_status_changed", "node_heartbeat", "gpu_availability_changed", "job_record_state", "state_marker", "orchestrator_epoch")
+    __slots__ = ("event_id", "type", "produced_at", "trace_id", "producer", "job_submitted", "job_planned", "job_placed", "launch_job", "stop_job", "job_status_changed", "node_heartbeat", "gpu_availability_changed", "job_record_state", "state_marker", "orchestrator_epoch", "reshape_job")
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     PRODUCED_AT_FIELD_NUMBER: _ClassVar[int]
@@ -38,6 +49,7 @@ class Envelope(_message.Message):
     JOB_RECORD_STATE_FIELD_NUMBER: _ClassVar[int]
     STATE_MARKER_FIELD_NUMBER: _ClassVar[int]
     ORCHESTRATOR_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    RESHAPE_JOB_FIELD_NUMBER: _ClassVar[int]
     event_id: str
     type: str
     produced_at: _timestamp_pb2.Timestamp
@@ -54,7 +66,8 @@ class Envelope(_message.Message):
     job_record_state: JobRecordState
     state_marker: StateMarker
     orchestrator_epoch: OrchestratorEpoch
-    def __init__(self, event_id: _Optional[str] = ..., type: _Optional[str] = ..., produced_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., trace_id: _Optional[str] = ..., producer: _Optional[str] = ..., job_submitted: _Optional[_Union[JobSubmitted, _Mapping]] = ..., job_planned: _Optional[_Union[JobPlanned, _Mapping]] = ..., job_placed: _Optional[_Union[JobPlaced, _Mapping]] = ..., launch_job: _Optional[_Union[LaunchJob, _Mapping]] = ..., stop_job: _Optional[_Union[StopJob, _Mapping]] = ..., job_status_changed: _Optional[_Union[JobStatusChanged, _Mapping]] = ..., node_heartbeat: _Optional[_Union[NodeHeartbeat, _Mapping]] = ..., gpu_availability_changed: _Optional[_Union[GpuAvailabilityChanged, _Mapping]] = ..., job_record_state: _Optional[_Union[JobRecordState, _Mapping]] = ..., state_marker: _Optional[_Union[StateMarker, _Mapping]] = ..., orchestrator_epoch: _Optional[_Union[OrchestratorEpoch, _Mapping]] = ...) -> None: ...
+    reshape_job: ReshapeJob
+    def __init__(self, event_id: _Optional[str] = ..., type: _Optional[str] = ..., produced_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., trace_id: _Optional[str] = ..., producer: _Optional[str] = ..., job_submitted: _Optional[_Union[JobSubmitted, _Mapping]] = ..., job_planned: _Optional[_Union[JobPlanned, _Mapping]] = ..., job_placed: _Optional[_Union[JobPlaced, _Mapping]] = ..., launch_job: _Optional[_Union[LaunchJob, _Mapping]] = ..., stop_job: _Optional[_Union[StopJob, _Mapping]] = ..., job_status_changed: _Optional[_Union[JobStatusChanged, _Mapping]] = ..., node_heartbeat: _Optional[_Union[NodeHeartbeat, _Mapping]] = ..., gpu_availability_changed: _Optional[_Union[GpuAvailabilityChanged, _Mapping]] = ..., job_record_state: _Optional[_Union[JobRecordState, _Mapping]] = ..., state_marker: _Optional[_Union[StateMarker, _Mapping]] = ..., orchestrator_epoch: _Optional[_Union[OrchestratorEpoch, _Mapping]] = ..., reshape_job: _Optional[_Union[ReshapeJob, _Mapping]] = ...) -> None: ...
 
 class JobSubmitted(_message.Message):
     __slots__ = ("job_id", "spec", "submitted_at", "attempt", "min_memory_bytes")
@@ -89,21 +102,41 @@ class JobPlanned(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., options: _Optional[_Iterable[_Union[_types_pb2.PlanOption, _Mapping]]] = ..., reason: _Optional[str] = ..., attempt: _Optional[int] = ..., submitted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., num_params: _Optional[int] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class JobPlaced(_message.Message):
-    __slots__ = ("job_id", "option", "assignments", "attempt", "placement_id")
+    __slots__ = ("job_id", "option", "assignments", "attempt", "placement_id", "decision")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     OPTION_FIELD_NUMBER: _ClassVar[int]
     ASSIGNMENTS_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     PLACEMENT_ID_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     option: _types_pb2.PlanOption
     assignments: _containers.RepeatedCompositeFieldContainer[_types_pb2.GpuAssignment]
     attempt: int
     placement_id: str
-    def __init__(self, job_id: _Optional[str] = ..., option: _Optional[_Union[_types_pb2.PlanOption, _Mapping]] = ..., assignments: _Optional[_Iterable[_Union[_types_pb2.GpuAssignment, _Mapping]]] = ..., attempt: _Optional[int] = ..., placement_id: _Optional[str] = ...) -> None: ...
+    decision: _types_pb2.DecisionRecord
+    def __init__(self, job_id: _Optional[str] = ..., option: _Optional[_Union[_types_pb2.PlanOption, _Mapping]] = ..., assignments: _Optional[_Iterable[_Union[_types_pb2.GpuAssignment, _Mapping]]] = ..., attempt: _Optional[int] = ..., placement_id: _Optional[str] = ..., decision: _Optional[_Union[_types_pb2.DecisionRecord, _Mapping]] = ...) -> None: ...
+
+class ReshapeJob(_message.Message):
+    __slots__ = ("job_id", "kind", "attempt", "option", "assignments", "placement_id", "decision")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    OPTION_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENTS_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_ID_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    kind: ReshapeKind
+    attempt: int
+    option: _types_pb2.PlanOption
+    assignments: _containers.RepeatedCompositeFieldContainer[_types_pb2.GpuAssignment]
+    placement_id: str
+    decision: _types_pb2.DecisionRecord
+    def __init__(self, job_id: _Optional[str] = ..., kind: _Optional[_Union[ReshapeKind, str]] = ..., attempt: _Optional[int] = ..., option: _Optional[_Union[_types_pb2.PlanOption, _Mapping]] = ..., assignments: _Optional[_Iterable[_Union[_types_pb2.GpuAssignment, _Mapping]]] = ..., placement_id: _Optional[str] = ..., decision: _Optional[_Union[_types_pb2.DecisionRecord, _Mapping]] = ...) -> None: ...
 
 class LaunchJob(_message.Message):
-    __slots__ = ("job_id", "node_id", "attempt", "gpu_indices", "node_rank", "num_nodes", "world_size", "rank_offset", "master_addr", "master_port", "option", "spec")
+    __slots__ = ("job_id", "node_id", "attempt", "gpu_indices", "node_rank", "num_nodes", "world_size", "rank_offset", "master_addr", "master_port", "option", "spec", "resume_from_step", "checkpoint_uri")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -116,6 +149,8 @@ class LaunchJob(_message.Message):
     MASTER_PORT_FIELD_NUMBER: _ClassVar[int]
     OPTION_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FROM_STEP_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_URI_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     node_id: str
     attempt: int
@@ -128,22 +163,26 @@ class LaunchJob(_message.Message):
     master_port: int
     option: _types_pb2.PlanOption
     spec: _types_pb2.JobSpec
-    def __init__(self, job_id: _Optional[str] = ..., node_id: _Optional[str] = ..., attempt: _Optional[int] = ..., gpu_indices: _Optional[_Iterable[int]] = ..., node_rank: _Optional[int] = ..., num_nodes: _Optional[int] = ..., world_size: _Optional[int] = ..., rank_offset: _Optional[int] = ..., master_addr: _Optional[str] = ..., master_port: _Optional[int] = ..., option: _Optional[_Union[_types_pb2.PlanOption, _Mapping]] = ..., spec: _Optional[_Union[_types_pb2.JobSpec, _Mapping]] = ...) -> None: ...
+    resume_from_step: int
+    checkpoint_uri: str
+    def __init__(self, job_id: _Optional[str] = ..., node_id: _Optional[str] = ..., attempt: _Optional[int] = ..., gpu_indices: _Optional[_Iterable[int]] = ..., node_rank: _Optional[int] = ..., num_nodes: _Optional[int] = ..., world_size: _Optional[int] = ..., rank_offset: _Optional[int] = ..., master_addr: _Optional[str] = ..., master_port: _Optional[int] = ..., option: _Optional[_Union[_types_pb2.PlanOption, _Mapping]] = ..., spec: _Optional[_Union[_types_pb2.JobSpec, _Mapping]] = ..., resume_from_step: _Optional[int] = ..., checkpoint_uri: _Optional[str] = ...) -> None: ...
 
 class StopJob(_message.Message):
-    __slots__ = ("job_id", "node_id", "reason", "attempt")
+    __slots__ = ("job_id", "node_id", "reason", "attempt", "checkpoint_first")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_FIRST_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     node_id: str
     reason: str
     attempt: int
-    def __init__(self, job_id: _Optional[str] = ..., node_id: _Optional[str] = ..., reason: _Optional[str] = ..., attempt: _Optional[int] = ...) -> None: ...
+    checkpoint_first: bool
+    def __init__(self, job_id: _Optional[str] = ..., node_id: _Optional[str] = ..., reason: _Optional[str] = ..., attempt: _Optional[int] = ..., checkpoint_first: _Optional[bool] = ...) -> None: ...
 
 class JobStatusChanged(_message.Message):
-    __slots__ = ("job_id", "state", "reason", "progress", "source", "node_id", "attempt", "exit_code", "job")
+    __slots__ = ("job_id", "state", "reason", "progress", "source", "node_id", "attempt", "exit_code", "job", "checkpoint_step")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
@@ -153,6 +192,7 @@ class JobStatusChanged(_message.Message):
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_STEP_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     state: _types_pb2.JobState
     reason: str
@@ -162,7 +202,8 @@ class JobStatusChanged(_message.Message):
     attempt: int
     exit_code: int
     job: _types_pb2.Job
-    def __init__(self, job_id: _Optional[str] = ..., state: _Optional[_Union[_types_pb2.JobState, str]] = ..., reason: _Optional[str] = ..., progress: _Optional[_Union[_types_pb2.Progress, _Mapping]] = ..., source: _Optional[_Union[StatusSource, str]] = ..., node_id: _Optional[str] = ..., attempt: _Optional[int] = ..., exit_code: _Optional[int] = ..., job: _Optional[_Union[_types_pb2.Job, _Mapping]] = ...) -> None: ...
+    checkpoint_step: int
+    def __init__(self, job_id: _Optional[str] = ..., state: _Optional[_Union[_types_pb2.JobState, str]] = ..., reason: _Optional[str] = ..., progress: _Optional[_Union[_types_pb2.Progress, _Mapping]] = ..., source: _Optional[_Union[StatusSource, str]] = ..., node_id: _Optional[str] = ..., attempt: _Optional[int] = ..., exit_code: _Optional[int] = ..., job: _Optional[_Union[_types_pb2.Job, _Mapping]] = ..., checkpoint_step: _Optional[int] = ...) -> None: ...
 
 class NodeHeartbeat(_message.Message):
     __slots__ = ("node_id", "host", "agent_pid", "gpus", "running_jobs", "sequence", "simulated")

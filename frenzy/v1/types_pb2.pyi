@@ -75,7 +75,7 @@ class JobSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., model: _Optional[str] = ..., training: _Optional[_Union[TrainingConfig, _Mapping]] = ..., constraints: _Optional[_Union[Constraints, _Mapping]] = ..., entrypoint: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class TrainingConfig(_message.Message):
-    __slots__ = ("seq_len", "global_batch_size", "tokens", "steps", "precision", "optimizer", "grad_dtype", "attention", "dropout")
+    __slots__ = ("seq_len", "global_batch_size", "tokens", "steps", "precision", "optimizer", "grad_dtype", "attention", "dropout", "framework", "checkpoint_every_steps", "checkpoint_every_s", "checkpoint_keep", "checkpoint_uri", "keep_checkpoints")
     SEQ_LEN_FIELD_NUMBER: _ClassVar[int]
     GLOBAL_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -85,6 +85,12 @@ class TrainingConfig(_message.Message):
     GRAD_DTYPE_FIELD_NUMBER: _ClassVar[int]
     ATTENTION_FIELD_NUMBER: _ClassVar[int]
     DROPOUT_FIELD_NUMBER: _ClassVar[int]
+    FRAMEWORK_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_EVERY_STEPS_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_EVERY_S_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_KEEP_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_URI_FIELD_NUMBER: _ClassVar[int]
+    KEEP_CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
     seq_len: int
     global_batch_size: int
     tokens: int
@@ -94,7 +100,13 @@ class TrainingConfig(_message.Message):
     grad_dtype: str
     attention: str
     dropout: float
-    def __init__(self, seq_len: _Optional[int] = ..., global_batch_size: _Optional[int] = ..., tokens: _Optional[int] = ..., steps: _Optional[int] = ..., precision: _Optional[str] = ..., optimizer: _Optional[str] = ..., grad_dtype: _Optional[str] = ..., attention: _Optional[str] = ..., dropout: _Optional[float] = ...) -> None: ...
+    framework: str
+    checkpoint_every_steps: int
+    checkpoint_every_s: float
+    checkpoint_keep: int
+    checkpoint_uri: str
+    keep_checkpoints: bool
+    def __init__(self, seq_len: _Optional[int] = ..., global_batch_size: _Optional[int] = ..., tokens: _Optional[int] = ..., steps: _Optional[int] = ..., precision: _Optional[str] = ..., optimizer: _Optional[str] = ..., grad_dtype: _Optional[str] = ..., attention: _Optional[str] = ..., dropout: _Optional[float] = ..., framework: _Optional[str] = ..., checkpoint_every_steps: _Optional[int] = ..., checkpoint_every_s: _Optional[float] = ..., checkpoint_keep: _Optional[int] = ..., checkpoint_uri: _Optional[str] = ..., keep_checkpoints: _Optional[bool] = ...) -> None: ...
 
 class Constraints(_message.Message):
     __slots__ = ("gpu_types", "max_gpus", "deadline", "min_gpus")
@@ -109,7 +121,7 @@ class Constraints(_message.Message):
     def __init__(self, gpu_types: _Optional[_Iterable[str]] = ..., max_gpus: _Optional[int] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., min_gpus: _Optional[int] = ...) -> None: ...
 
 class ParallelPlan(_message.Message):
-    __slots__ = ("dp", "tp", "pp", "zero", "micro_batch", "recompute", "sequence_parallel")
+    __slots__ = ("dp", "tp", "pp", "zero", "micro_batch", "recompute", "sequence_parallel", "cp", "ep")
     DP_FIELD_NUMBER: _ClassVar[int]
     TP_FIELD_NUMBER: _ClassVar[int]
     PP_FIELD_NUMBER: _ClassVar[int]
@@ -117,6 +129,8 @@ class ParallelPlan(_message.Message):
     MICRO_BATCH_FIELD_NUMBER: _ClassVar[int]
     RECOMPUTE_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_PARALLEL_FIELD_NUMBER: _ClassVar[int]
+    CP_FIELD_NUMBER: _ClassVar[int]
+    EP_FIELD_NUMBER: _ClassVar[int]
     dp: int
     tp: int
     pp: int
@@ -124,10 +138,12 @@ class ParallelPlan(_message.Message):
     micro_batch: int
     recompute: str
     sequence_parallel: bool
-    def __init__(self, dp: _Optional[int] = ..., tp: _Optional[int] = ..., pp: _Optional[int] = ..., zero: _Optional[int] = ..., micro_batch: _Optional[int] = ..., recompute: _Optional[str] = ..., sequence_parallel: _Optional[bool] = ...) -> None: ...
+    cp: int
+    ep: int
+    def __init__(self, dp: _Optional[int] = ..., tp: _Optional[int] = ..., pp: _Optional[int] = ..., zero: _Optional[int] = ..., micro_batch: _Optional[int] = ..., recompute: _Optional[str] = ..., sequence_parallel: _Optional[bool] = ..., cp: _Optional[int] = ..., ep: _Optional[int] = ...) -> None: ...
 
 class PlanOption(_message.Message):
-    __slots__ = ("gpu_type", "num_gpus", "plan", "peak_bytes_per_gpu", "step_time_s", "duration_s", "rank")
+    __slots__ = ("gpu_type", "num_gpus", "plan", "peak_bytes_per_gpu", "step_time_s", "duration_s", "rank", "peak_allocated_bytes", "peak_reserved_bytes", "memory_margin")
     GPU_TYPE_FIELD_NUMBER: _ClassVar[int]
     NUM_GPUS_FIELD_NUMBER: _ClassVar[int]
     PLAN_FIELD_NUMBER: _ClassVar[int]
@@ -135,6 +151,9 @@ class PlanOption(_message.Message):
     STEP_TIME_S_FIELD_NUMBER: _ClassVar[int]
     DURATION_S_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
+    PEAK_ALLOCATED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PEAK_RESERVED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_MARGIN_FIELD_NUMBER: _ClassVar[int]
     gpu_type: str
     num_gpus: int
     plan: ParallelPlan
@@ -142,7 +161,38 @@ class PlanOption(_message.Message):
     step_time_s: float
     duration_s: float
     rank: int
-    def __init__(self, gpu_type: _Optional[str] = ..., num_gpus: _Optional[int] = ..., plan: _Optional[_Union[ParallelPlan, _Mapping]] = ..., peak_bytes_per_gpu: _Optional[int] = ..., step_time_s: _Optional[float] = ..., duration_s: _Optional[float] = ..., rank: _Optional[int] = ...) -> None: ...
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+    memory_margin: float
+    def __init__(self, gpu_type: _Optional[str] = ..., num_gpus: _Optional[int] = ..., plan: _Optional[_Union[ParallelPlan, _Mapping]] = ..., peak_bytes_per_gpu: _Optional[int] = ..., step_time_s: _Optional[float] = ..., duration_s: _Optional[float] = ..., rank: _Optional[int] = ..., peak_allocated_bytes: _Optional[int] = ..., peak_reserved_bytes: _Optional[int] = ..., memory_margin: _Optional[float] = ...) -> None: ...
+
+class DecisionRecord(_message.Message):
+    __slots__ = ("policy", "chosen", "alternatives", "reason", "decided_at", "decision_time_s")
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    CHOSEN_FIELD_NUMBER: _ClassVar[int]
+    ALTERNATIVES_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    DECIDED_AT_FIELD_NUMBER: _ClassVar[int]
+    DECISION_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    policy: str
+    chosen: PlanOption
+    alternatives: _containers.RepeatedCompositeFieldContainer[DecisionAlternative]
+    reason: str
+    decided_at: _timestamp_pb2.Timestamp
+    decision_time_s: float
+    def __init__(self, policy: _Optional[str] = ..., chosen: _Optional[_Union[PlanOption, _Mapping]] = ..., alternatives: _Optional[_Iterable[_Union[DecisionAlternative, _Mapping]]] = ..., reason: _Optional[str] = ..., decided_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., decision_time_s: _Optional[float] = ...) -> None: ...
+
+class DecisionAlternative(_message.Message):
+    __slots__ = ("option", "estimated_start_s", "estimated_completion_s", "verdict")
+    OPTION_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATED_START_S_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATED_COMPLETION_S_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    option: PlanOption
+    estimated_start_s: float
+    estimated_completion_s: float
+    verdict: str
+    def __init__(self, option: _Optional[_Union[PlanOption, _Mapping]] = ..., estimated_start_s: _Optional[float] = ..., estimated_completion_s: _Optional[float] = ..., verdict: _Optional[str] = ...) -> None: ...
 
 class Progress(_message.Message):
     __slots__ = ("step", "steps", "tokens", "loss", "peak_memory_bytes", "fraction")
@@ -169,7 +219,7 @@ class GpuAssignment(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., gpu_indices: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "spec", "state", "reason", "attempt", "option", "assignments", "progress", "submitted_at", "placed_at", "started_at", "finished_at", "exit_code", "version")
+    __slots__ = ("id", "spec", "state", "reason", "attempt", "option", "assignments", "progress", "submitted_at", "placed_at", "started_at", "finished_at", "exit_code", "version", "checkpoint_step", "resumed_from_step", "decision", "tenant")
     ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -184,6 +234,10 @@ class Job(_message.Message):
     FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_STEP_FIELD_NUMBER: _ClassVar[int]
+    RESUMED_FROM_STEP_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
     id: str
     spec: JobSpec
     state: JobState
@@ -198,7 +252,11 @@ class Job(_message.Message):
     finished_at: _timestamp_pb2.Timestamp
     exit_code: int
     version: int
-    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., reason: _Optional[str] = ..., attempt: _Optional[int] = ..., option: _Optional[_Union[PlanOption, _Mapping]] = ..., assignments: _Optional[_Iterable[_Union[GpuAssignment, _Mapping]]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ..., submitted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., placed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., exit_code: _Optional[int] = ..., version: _Optional[int] = ...) -> None: ...
+    checkpoint_step: int
+    resumed_from_step: int
+    decision: DecisionRecord
+    tenant: str
+    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., reason: _Optional[str] = ..., attempt: _Optional[int] = ..., option: _Optional[_Union[PlanOption, _Mapping]] = ..., assignments: _Optional[_Iterable[_Union[GpuAssignment, _Mapping]]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ..., submitted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., placed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., exit_code: _Optional[int] = ..., version: _Optional[int] = ..., checkpoint_step: _Optional[int] = ..., resumed_from_step: _Optional[int] = ..., decision: _Optional[_Union[DecisionRecord, _Mapping]] = ..., tenant: _Optional[str] = ...) -> None: ...
 
 class GpuStatus(_message.Message):
     __slots__ = ("index", "gpu_type", "memory_total_bytes", "memory_used_bytes", "health", "job_id")
