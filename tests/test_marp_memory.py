@@ -171,3 +171,22 @@ def test_memo_changes_nothing_on_a_grid(name, recipe, seq_len):
         fresh = estimate_memory(arch, recipe, plan, seq_len, grad_accum=grad_accum)
         assert estimate_memory(arch, recipe, plan, seq_len, grad_accum=grad_accum,
                                memo=memo) == fresh, (plan, grad_accum, fresh.peak_phase)
+
+
+def test_three_peaks_are_ordered_and_the_old_names_are_aliases():
+    """allocated <= reserved <= device; peak_tensor_bytes and peak_bytes keep their meaning."""
+    for plan in (ParallelPlan(), ParallelPlan(dp=8, zero=3, micro_batch=2)):
+        est = estimate_memory(LLAMA7B, Recipe(), plan, 4096)
+        assert est.peak_allocated_bytes < est.peak_reserved_bytes < est.device_peak_bytes
+        assert est.peak_tensor_bytes == est.peak_allocated_bytes
+        assert est.peak_bytes == est.device_peak_bytes
+        assert est.framework == "frenzy"
+    one, many = (estimate_memory(LLAMA7B, Recipe(), ParallelPlan(dp=dp), 512) for dp in (1, 2))
+    # NCCL buffers only with more than one GPU; the allocator's slack scales with the tensors
+    assert many.device_peak_bytes - many.peak_reserved_bytes > \
+        one.device_peak_bytes - one.peak_reserved_bytes
+
+
+def test_unknown_framework_is_refused_with_the_field_named():
+    with pytest.raises(ValueError, match="training.framework"):
+        estimate_memory(LLAMA7B, Recipe(), ParallelPlan(), 512, framework="jax")

@@ -14,6 +14,13 @@ Terms, per rank:
   logits_loss       fp32 logits, log-softmax and their gradients at the start of backward
   temporaries       other transients at the peak (optimizer step, FSDP buffers)
   framework_overhead  CUDA context, NCCL buffers, allocator fragmentation (not tensors)
+
+Three peaks, named for what they compare with (docs/marp-memory.md, "Three peaks"):
+  peak_allocated_bytes  torch.cuda.max_memory_allocated (the tensors above)
+  peak_reserved_bytes   torch.cuda.max_memory_reserved (+ the caching allocator's slack)
+  device_peak_bytes     what the device must hold (+ CUDA context, NCCL): decides a fit
+`framework` picks the recipe profile: "frenzy" (this module, the reference trainer) or another
+training stack's (frenzy_predictor.stacks: megatron, torchtitan, deepspeed, hf).
 """
 from __future__ import annotations
 
@@ -40,15 +47,30 @@ FP32_BYTES = 4
 FSDP_GRADS_IN_FLIGHT = (1.0, 0.5)
 
 
+FRAMEWORKS = ("frenzy",)  # recipe profiles (frenzy_predictor.stacks adds the others)
+
+
 @dataclass(frozen=True)
 class MemoryEstimate:
-    peak_tensor_bytes: int  # comparable to torch.cuda.max_memory_allocated
-    peak_bytes: int  # plus framework overhead; used to decide fit
+    peak_allocated_bytes: int  # compares with torch.cuda.max_memory_allocated
+    peak_reserved_bytes: int  # compares with torch.cuda.max_memory_reserved
+    device_peak_bytes: int  # plus CUDA context and NCCL buffers: decides whether a plan fits
     breakdown: dict[str, int] = field(default_factory=dict)
     # backward (at the loss), layer_backward (the last layer's), layer_{i}_backward (FSDP),
     # embedding_backward, root_reduce_scatter (FSDP end of backward), optimizer
     peak_phase: str = ""
     peak_stage: int = 0  # pipeline stage holding the per-rank peak
+    framework: str = "frenzy"  # the recipe profile that produced it
+
+    @property
+    def peak_tensor_bytes(self) -> int:
+        """Alias of peak_allocated_bytes (its name before the three peaks)."""
+        return self.peak_allocated_bytes
+
+    @property
+    def peak_bytes(self) -> int:
+        """Alias of device_peak_bytes (its name before the three peaks)."""
+        return self.device_peak_bytes
 
 
 def _r(nbytes: float) -> int:
@@ -326,10 +348,17 @@ def optimizer_step_temporary_bytes(arch: ModelArch, recipe: Recipe, plan: Parall
 
 # ---------------------------------------------------------------- framework overhead
 
-def framework_overhead_bytes(plan: ParallelPlan, peak_tensor_bytes: int) -> int:
-    """Not tensors: CUDA context and workspaces, NCCL buffers, allocator fragmentation margin."""
-    nccl = NCCL_BUFFER_BYTES if plan.num_gpus > 1 else 0
-    return CUDA_CONTEXT_BYTES + nccl + int(peak_tensor_bytes * FRAGMENTATION_FRACTION)
+def allocator_slack_bytes(peak_allocated_bytes: int,
+                          fraction: float = FRAGMENTATION_FRACTION) -> int:
+    """Reserved but not allocated at the peak: the caching allocator's rounding of blocks and the
+    fragments it cannot reuse (max_memory_reserved - max_memory_allocated)."""
+    return int(peak_allocated_bytes * fraction)
+
+
+def device_overhead_bytes(plan: ParallelPlan) -> int:
+    """Not tensors, outside the allocator: CUDA context and library workspaces, NCCL buffers
+    (when more than one GPU)."""
+    return CUDA_CONTEXT_BYTES + (NCCL_BUFFER_BYTES if plan.num_gpus > 1 else 0)
 
 
 # ---------------------------------------------------------------- the estimate
@@ -409,8 +438,10 @@ def _memoised(memo: dict | None, key: tuple, term, *args):
 # ---------------------------------------------------------------- the estimate
 
 def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len: int, *,
-                    grad_accum: int | None = None, memo: dict | None = None) -> MemoryEstimate:
-    """Per-rank peak memory of one training step of the reference recipe.
+                    grad_accum: int | None = None, memo: dict | None = None,
+                    framework: str = "frenzy") -> MemoryEstimate:
+    """Per-rank peak memory of one training step of the reference recipe, or of another
+    stack's recipe profile (`framework`, see frenzy_predictor.stacks).
 
     grad_accum: micro-batches per optimizer step; None (unknown) assumes more than one, the
     conservative case (FSDP's sharded grads then live through forward, and 1F1B has pp
@@ -419,6 +450,13 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
     each term is then computed once per value of the plan fields it reads (see _memoised) and
     the job's fields are validated once. The estimate is the same with or without it.
     """
+    if framework != "frenzy":
+        if framework not in FRAMEWORKS:
+            raise ValueError(f"training.framework: {framework!r} is not one of {FRAMEWORKS}")
+        from frenzy_predictor.stacks import estimate_stack_memory  # imports this module
+
+        return estimate_stack_memory(framework, arch, recipe, plan, seq_len,
+                                     grad_accum=grad_accum, memo=memo)
     job_valid = memo is not None and "job" in memo  # an earlier call validated the memo's job
     if job_valid and memo["job"] != (arch, recipe, seq_len):
         raise ValueError("memo: kept for another job (model, recipe or seq_len)")
@@ -530,6 +568,7 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
             if best is None or total > best[0]:
                 best = (total, terms, phase, stage)
     peak, terms, phase, stage = best
-    overhead = framework_overhead_bytes(plan, peak)
-    breakdown = {**terms, "framework_overhead": overhead}
-    return MemoryEstimate(peak, peak + overhead, breakdown, phase, stage)
+    reserved = peak + allocator_slack_bytes(peak)
+    device = reserved + device_overhead_bytes(plan)
+    breakdown = {**terms, "framework_overhead": device - peak}
+    return MemoryEstimate(peak, reserved, device, breakdown, phase, stage)
