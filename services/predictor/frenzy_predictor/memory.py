@@ -25,6 +25,7 @@ training stack's (frenzy_predictor.stacks: megatron, torchtitan, deepspeed, hf).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from frenzy.catalog.models import ModelArch
 from frenzy.domain import ParallelPlan, Recipe
@@ -47,7 +48,7 @@ FP32_BYTES = 4
 FSDP_GRADS_IN_FLIGHT = (1.0, 0.5)
 
 
-FRAMEWORKS = ("frenzy",)  # recipe profiles (frenzy_predictor.stacks adds the others)
+FRAMEWORKS = ("frenzy", "megatron", "torchtitan", "deepspeed", "hf")  # recipe profiles
 
 
 @dataclass(frozen=True)
@@ -414,14 +415,31 @@ def layer_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len: in
 
 
 def stage_activation_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len: int,
-                           stage: int) -> tuple[int, int]:
-    """(saved outside the layers, fp32 loss) per micro-batch on pipeline `stage`.
+                           stage: int, loss=logits_loss_bytes) -> tuple[int, int]:
+    """(saved outside the layers, the loss's buffers) per micro-batch on pipeline `stage`.
 
     Reads tp, pp and micro_batch of the plan.
     """
     first, last = stage == 0, stage == plan.pp - 1
     return (embedding_head_activation_bytes(arch, recipe, plan, seq_len, first, last),
-            logits_loss_bytes(arch, recipe, plan, seq_len) if last else 0)
+            loss(arch, recipe, plan, seq_len) if last else 0)
+
+
+@dataclass(frozen=True)
+class RecipeProfile:
+    """Which tensors one training stack keeps, in what dtype and for how long: the terms that
+    differ between stacks. estimate_memory walks the same phases (loss backward, a layer's
+    backward, FSDP's end of backward, the optimizer step) with whichever terms the profile names.
+    The reference trainer's profile is FRENZY; the others live in frenzy_predictor.stacks."""
+
+    name: str
+    # (arch, recipe, plan, params, grads_live) -> {parameters, gradients, optimizer_states}
+    model_states: Callable[..., dict[str, int]]
+    # (arch, recipe, plan, seq_len) -> (saved per layer, live while a layer runs backward)
+    layer: Callable[..., tuple[int, int]]
+    # (arch, recipe, plan, seq_len) -> bytes at the start of backward for the loss
+    logits_loss: Callable[..., int]
+    allocator_slack_fraction: float = FRAGMENTATION_FRACTION  # reserved - allocated, per allocated
 
 
 def _memoised(memo: dict | None, key: tuple, term, *args):
@@ -437,11 +455,41 @@ def _memoised(memo: dict | None, key: tuple, term, *args):
 
 # ---------------------------------------------------------------- the estimate
 
+def recipe_profile(framework: str) -> RecipeProfile:
+    """The named stack's profile; ValueError naming training.framework for an unknown one."""
+    if framework == "frenzy":
+        return FRENZY
+    if framework not in FRAMEWORKS:
+        raise ValueError(f"training.framework: {framework!r} is not one of {FRAMEWORKS}")
+    from frenzy_predictor.stacks import PROFILES  # the stacks import this module's terms
+
+    return PROFILES[framework]
+
+
+def pipeline_in_flight(plan: ParallelPlan, stage: int, accum: int, virtual_stages: int) -> float:
+    """Micro-batches whose activations pipeline `stage` holds at its peak, in whole-stage units.
+
+    1F1B (Narayanan et al. 2021): stage i holds pp - i. Megatron's interleaved 1F1B with v
+    model chunks per rank warms up (pp - i - 1)·2 + (v - 1)·pp chunks, plus the one running
+    (megatron/core/pipeline_parallel/schedules.py, get_pp_rank_microbatches), each 1/v of a
+    stage; never more than the step's accum·v chunks.
+    """
+    if virtual_stages <= 1:
+        return min(plan.pp - stage, accum)
+    chunks = (plan.pp - stage - 1) * 2 + (virtual_stages - 1) * plan.pp + 1
+    return min(chunks, accum * virtual_stages) / virtual_stages
+
+
 def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len: int, *,
                     grad_accum: int | None = None, memo: dict | None = None,
-                    framework: str = "frenzy") -> MemoryEstimate:
+                    framework: str = "frenzy", stage: int | None = None,
+                    virtual_stages: int = 1) -> MemoryEstimate:
     """Per-rank peak memory of one training step of the reference recipe, or of another
     stack's recipe profile (`framework`, see frenzy_predictor.stacks).
+
+    stage: only this pipeline stage's ranks (a stack that logs one rank's peak, as Megatron
+    logs the last); None: the largest over stages. virtual_stages: Megatron's interleaved
+    schedule's model chunks per rank (1: plain 1F1B).
 
     grad_accum: micro-batches per optimizer step; None (unknown) assumes more than one, the
     conservative case (FSDP's sharded grads then live through forward, and 1F1B has pp
@@ -450,26 +498,26 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
     each term is then computed once per value of the plan fields it reads (see _memoised) and
     the job's fields are validated once. The estimate is the same with or without it.
     """
-    if framework != "frenzy":
-        if framework not in FRAMEWORKS:
-            raise ValueError(f"training.framework: {framework!r} is not one of {FRAMEWORKS}")
-        from frenzy_predictor.stacks import estimate_stack_memory  # imports this module
-
-        return estimate_stack_memory(framework, arch, recipe, plan, seq_len,
-                                     grad_accum=grad_accum, memo=memo)
+    profile = recipe_profile(framework)
+    job = (arch, recipe, seq_len, framework)
     job_valid = memo is not None and "job" in memo  # an earlier call validated the memo's job
-    if job_valid and memo["job"] != (arch, recipe, seq_len):
-        raise ValueError("memo: kept for another job (model, recipe or seq_len)")
+    if job_valid and memo["job"] != job:
+        raise ValueError("memo: kept for another job (model, recipe, seq_len or framework)")
     validate_inputs(arch, recipe, plan, seq_len, grad_accum, job_valid=job_valid)
+    if stage is not None and not 0 <= stage < plan.pp:
+        raise ValueError(f"stage: {stage} is not a pipeline stage of pp {plan.pp}")
+    if virtual_stages < 1 or (arch.num_layers // plan.pp) % virtual_stages:
+        raise ValueError(f"virtual_stages: {virtual_stages} must divide the "
+                         f"{arch.num_layers // plan.pp} layers of a stage")
     if memo is not None:
-        memo["job"] = (arch, recipe, seq_len)
+        memo["job"] = job
     accum = grad_accum if grad_accum is not None else max(2, plan.pp)
     layers = arch.num_layers // plan.pp
     full = plan.recompute == "full"
     # One layer: saved for backward, and live while it runs backward.
     layer_act, layer_live = _memoised(
         memo, ("layer", plan.tp, plan.sequence_parallel, plan.micro_batch, plan.recompute),
-        layer_bytes, arch, recipe, plan, seq_len)
+        profile.layer, arch, recipe, plan, seq_len)
     pending = _memoised(memo, ("pending", plan.tp, plan.pp, plan.zero),
                         pending_embedding_grad_bytes, arch, recipe, plan)
     fsdp = plan.zero >= 2
@@ -509,17 +557,19 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
             _memoised(memo, ("gathered", plan.tp, peak_blocks),
                       fsdp_gathered_bytes, arch, recipe, plan, peak_blocks)
     best: tuple[int, dict[str, int], str, int] | None = None
-    for stage in sorted({0, plan.pp - 1}):  # middle stages are dominated by the first
+    stages = sorted({0, plan.pp - 1}) if stage is None else [stage]  # middle ones: below the first
+    for stage in stages:
         first, last = stage == 0, stage == plan.pp - 1
-        in_flight = min(plan.pp - stage, accum)  # 1F1B: stage i holds p - i micro-batches
+        in_flight = pipeline_in_flight(plan, stage, accum, virtual_stages)
         params = _memoised(memo, ("params", plan.tp, plan.pp, stage), stage_params, arch, plan, stage)
         states_bwd = dict(_memoised(memo, ("states", plan.dp, plan.zero, params, accum > 1),
-                                    model_state_bytes, arch, recipe, plan, params, accum > 1))
+                                    profile.model_states, arch, recipe, plan, params, accum > 1))
         if fsdp:
             states_bwd["parameters"] = loss_weights
         outside, loss = _memoised(memo, ("stage", plan.tp, plan.pp, plan.micro_batch, stage),
-                                  stage_activation_bytes, arch, recipe, plan, seq_len, stage)
-        acts = in_flight * (layers * layer_act + outside)
+                                  stage_activation_bytes, arch, recipe, plan, seq_len, stage,
+                                  profile.logits_loss)
+        acts = int(in_flight * (layers * layer_act + outside))
         inputs = input_bytes(seq_len, plan, accum)
         backward = {**states_bwd, "activations": acts, "logits_loss": loss, "temporaries": inputs}
 
@@ -527,7 +577,7 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
         # buffers larger than a layer's activations). Block i keeps i layers' activations (+ its
         # own input under full recompute); with FSDP and no accumulation, the blocks after it
         # already hold their fp32 grad shards.
-        layer_acts = (in_flight - 1) * layers * layer_act + peak_block * layer_act \
+        layer_acts = int((in_flight - 1) * layers * layer_act) + peak_block * layer_act \
             + (layer_act if full else 0) + layer_live
         layer_bwd = {**states_bwd, "activations": layer_acts, "logits_loss": 0,
                      "temporaries": inputs + pending + buffers[k]}
@@ -556,7 +606,7 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
                        "activations": 0, "logits_loss": 0, "temporaries": inputs + transients}
 
         states_opt = _memoised(memo, ("states", plan.dp, plan.zero, params, True),
-                               model_state_bytes, arch, recipe, plan, params, True)
+                               profile.model_states, arch, recipe, plan, params, True)
         optimizer = {**states_opt, "activations": 0, "logits_loss": 0,
                      "temporaries": inputs + optimizer_step_temporary_bytes(arch, recipe, plan, params)}
         for phase, terms in (("backward", backward), (layer_phase, layer_bwd),
@@ -568,7 +618,11 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
             if best is None or total > best[0]:
                 best = (total, terms, phase, stage)
     peak, terms, phase, stage = best
-    reserved = peak + allocator_slack_bytes(peak)
+    reserved = peak + allocator_slack_bytes(peak, profile.allocator_slack_fraction)
     device = reserved + device_overhead_bytes(plan)
     breakdown = {**terms, "framework_overhead": device - peak}
-    return MemoryEstimate(peak, reserved, device, breakdown, phase, stage)
+    return MemoryEstimate(peak, reserved, device, breakdown, phase, stage, framework)
+
+
+FRENZY = RecipeProfile("frenzy", model_states=model_state_bytes, layer=layer_bytes,
+                       logits_loss=logits_loss_bytes)

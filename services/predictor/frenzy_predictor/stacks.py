@@ -1,0 +1,196 @@
+"""Recipe profiles of the training stacks people run: Megatron-LM, torchtitan, DeepSpeed, HF Trainer.
+
+A profile (memory.RecipeProfile) names the terms that differ from the reference trainer's:
+the model states each stack keeps per ZeRO stage, what a layer saves for backward under its
+recompute modes, and the loss's buffers. estimate_memory walks the same phases for every stack
+(docs/marp-stacks.md). Each term cites the file of the framework it follows; the versions read
+are those in docs/marp-stacks.md. A term changes only when the framework's code says so, never
+to fit one measured row (bench/marp_published.py).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from frenzy.catalog.models import ModelArch
+from frenzy.domain import ParallelPlan, Recipe
+from frenzy_predictor.memory import (FP32_BYTES, RecipeProfile, _act_bytes, _r,
+                                     korthikanti_layer_activation_bytes, layer_backward_transient_bytes,
+                                     layer_bytes, logits_loss_bytes, mlp_saved_bytes,
+                                     model_state_bytes)
+
+# torchtitan's run_train.sh sets PYTORCH_ALLOC_CONF=expandable_segments:True: the allocator maps
+# 2 MiB pages into one growing segment per stream instead of caching whole blocks, so reserved
+# exceeds allocated by page rounding only. 1% is our assumption for it, not a fit.
+EXPANDABLE_SEGMENTS_SLACK_FRACTION = 0.01
+
+
+def _tokens(plan: ParallelPlan, seq_len: int) -> int:
+    return seq_len * plan.micro_batch
+
+
+def _vocab_shard(arch: ModelArch, plan: ParallelPlan) -> int:
+    return -(-arch.vocab_size // plan.tp)
+
+
+# ---------------------------------------------------------------- Megatron-LM (megatron/core)
+
+def megatron_model_state_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, params: int,
+                               grads_live: bool) -> dict[str, int]:
+    """16-bit weights, a persistent fp32 `main_grad` buffer (arguments.py turns
+    accumulate_allreduce_grads_in_fp32 on with bf16; distributed/param_and_grad_buffer.py), and
+    fp32 master weights + Adam moments (optimizer/optimizer.py Float16OptimizerWithFloat16Params),
+    sharded over dp by the distributed optimizer (optimizer/distrib_optimizer.py; zero >= 1).
+    Megatron has no ZeRO-2/3 in this path: zero >= 1 means --use-distributed-optimizer.
+    """
+    return model_state_bytes(arch, recipe, replace(plan, zero=min(plan.zero, 1)), params,
+                             grads_live)
+
+
+def megatron_layer_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
+                         seq_len: int) -> tuple[int, int]:
+    """Transformer Engine layers save what Korthikanti et al. 2022 count: LayerNormLinear keeps
+    its input, its normalised output and fp32 mu/rsigma (transformer_engine/pytorch/module/
+    layernorm_linear.py), fused attention keeps q, k, v, its output and fp32 softmax stats,
+    bias-dropout-add a bool mask (megatron/core/fusions/fused_bias_dropout.py), the MLP fc1's
+    output and the activation's. Selective recompute (`--recompute-granularity selective`)
+    recomputes core attention only (transformer/transformer_block.py), which flash attention
+    already does; full recompute keeps each layer's input. Same tensors as the reference
+    trainer's layer: the reference term applies."""
+    return layer_bytes(arch, recipe, plan, seq_len)
+
+
+def megatron_logits_loss_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
+                               seq_len: int) -> int:
+    """Vocab-parallel cross-entropy works in place (megatron/core/tensor_parallel/
+    cross_entropy.py): logits.float() is the only fp32 copy, max-subtract, exp and divide
+    overwrite it and the softmax is saved; backward updates it in place and casts to 16 bits.
+    6 B per logit (fp32 softmax + 16-bit logits or their gradient)."""
+    logits = _tokens(plan, seq_len) * _vocab_shard(arch, plan)
+    return _r(logits * FP32_BYTES) + _r(logits * _act_bytes(recipe))
+
+
+MEGATRON = RecipeProfile("megatron", model_states=megatron_model_state_bytes,
+                         layer=megatron_layer_bytes, logits_loss=megatron_logits_loss_bytes)
+
+
+# ---------------------------------------------------------------- torchtitan (FSDP2)
+
+def torchtitan_layer_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
+                           seq_len: int) -> tuple[int, int]:
+    """torchtitan's activation checkpointing (torchtitan/distributed/activation_checkpoint.py,
+    earlier torchtitan/parallelisms/parallelize_llama.py):
+
+    - `selective` (option "op", the default in the llama3 train configs) saves the outputs of
+      mm ops except every second one, of SDPA and of reduce-scatters, and recomputes the rest.
+      In a Llama block the mms run wq, wk, wv, wo, w1, w3, w2: wq, wv, w1 and w2 are saved, with
+      flash attention's output and fp32 logsumexp and the block input (the checkpoint's);
+    - `full` saves the block input only;
+    - `none` saves what eager PyTorch saves: the reference trainer's layer.
+    The layer running backward is recomputed first, so it holds its full activations then.
+    """
+    if plan.recompute != "selective":
+        return layer_bytes(arch, recipe, plan, seq_len)
+    tokens, e, t = _tokens(plan, seq_len), _act_bytes(recipe), plan.tp
+    h, kv, f = arch.hidden_size, arch.kv_dim, arch.ffn_hidden_size
+    rep = t if plan.sequence_parallel else 1
+    saved = _r(tokens * h * e // rep)  # block input
+    saved += _r(tokens * h * e // t) + _r(tokens * kv * e // t)  # wq, wv outputs
+    saved += _r(tokens * h * e // t) + _r(plan.micro_batch * (arch.num_heads // t) * seq_len
+                                          * FP32_BYTES)  # SDPA output and logsumexp
+    saved += _r(tokens * f * e // t) + _r(tokens * h * e // rep)  # w1 output, w2 output
+    full = korthikanti_layer_activation_bytes(arch, recipe, plan, seq_len, "none")
+    mlp_t, attn_t = layer_backward_transient_bytes(arch, recipe, plan, seq_len)
+    live = max(full + mlp_t, full - mlp_saved_bytes(arch, recipe, plan, seq_len) + attn_t)
+    return saved, live
+
+
+def torchtitan_model_state_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, params: int,
+                                 grads_live: bool) -> dict[str, int]:
+    """FSDP2 with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)
+    (torchtitan/distributed/parallel_dims.py, parallelize_llama.apply_fsdp): fp32 sharded
+    parameters are the masters, fp32 sharded grads, Adam moments: 16 B/param / dp — the
+    reference trainer's ZeRO-3 term. torchtitan shards with FSDP whenever dp > 1."""
+    return model_state_bytes(arch, recipe, plan, params, grads_live)
+
+
+def torchtitan_logits_loss_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
+                                 seq_len: int) -> int:
+    """cross_entropy(pred.flatten(0, 1).float(), labels) (torchtitan/components/loss.py; earlier
+    train.py), pred deleted before backward: log_softmax saves its fp32 output, backward adds
+    the fp32 gradients of log-softmax and of the logits. 12 B per logit, the reference
+    trainer's term (same code path)."""
+    return logits_loss_bytes(arch, recipe, plan, seq_len)
+
+
+TORCHTITAN = RecipeProfile("torchtitan", model_states=torchtitan_model_state_bytes,
+                           layer=torchtitan_layer_bytes, logits_loss=torchtitan_logits_loss_bytes,
+                           allocator_slack_fraction=EXPANDABLE_SEGMENTS_SLACK_FRACTION)
+
+
+# ---------------------------------------------------------------- DeepSpeed (ZeRO)
+
+def deepspeed_model_state_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, params: int,
+                                grads_live: bool) -> dict[str, int]:
+    """DeepSpeed's ZeRO optimizers (deepspeed/runtime/zero/stage_1_and_2.py, stage3.py):
+
+    - ZeRO-0/1/2 keep the 16-bit model (2 B/param) and fp32 master + Adam moments
+      (12 B/param, / dp for 1 and 2); ZeRO-0/1 accumulate full 16-bit grads (2 B/param) and
+      the fp32 grad of this rank's partition (4 B/param / dp, single_partition_of_fp32_groups);
+      ZeRO-2 reduces grads bucket by bucket into the partition (2 + 4 B/param / dp);
+    - ZeRO-3 partitions the 16-bit parameters too (fp16_partitioned_groups_flat) and keeps a
+      16-bit grad partition beside the fp32 one: (2 + 2 + 4 + 12) B/param / dp.
+    The 16-bit weight gradients of ZeRO-0/1 are model-dtype (DeepSpeed's bf16 optimizer keeps
+    fp32 grad accumulation only for bf16 + ZeRO-1: bf16_optimizer.py, fp32_groups_gradients).
+    """
+    dp, e = plan.dp, _act_bytes(recipe)
+    moments = {"adamw": 8, "sgd": 4}[recipe.optimizer]
+    shard = -(-params // dp)
+    if plan.zero <= 2:
+        opt_shard = shard if plan.zero >= 1 else params
+        grads = _r(params * e) if plan.zero <= 1 else _r(shard * e)
+        return {"parameters": _r(params * e),
+                "gradients": grads + (_r(opt_shard * FP32_BYTES) if grads_live else 0),
+                "optimizer_states": _r(opt_shard * FP32_BYTES) + (moments // 4) * _r(opt_shard * 4)}
+    return {"parameters": _r(shard * e),
+            "gradients": _r(shard * e) + (_r(shard * FP32_BYTES) if grads_live else 0),
+            "optimizer_states": _r(shard * FP32_BYTES) + (moments // 4) * _r(shard * 4)}
+
+
+def hf_logits_loss_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
+                         seq_len: int) -> int:
+    """Hugging Face causal LMs return the 16-bit logits in the model output, which the Trainer
+    holds through backward, and ForCausalLMLoss upcasts them (`logits.float()`,
+    transformers/loss/loss_utils.py) before nn.functional.cross_entropy: the fp32 copy, its
+    log-softmax (saved) and, in backward, two fp32 gradients. 2 + 12 B per logit."""
+    logits = _tokens(plan, seq_len) * _vocab_shard(arch, plan)
+    return _r(logits * _act_bytes(recipe)) + logits_loss_bytes(arch, recipe, plan, seq_len)
+
+
+DEEPSPEED = RecipeProfile("deepspeed", model_states=deepspeed_model_state_bytes,
+                          layer=layer_bytes, logits_loss=hf_logits_loss_bytes)
+
+
+# ---------------------------------------------------------------- HF Trainer (AMP + DDP)
+
+def hf_model_state_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, params: int,
+                         grads_live: bool) -> dict[str, int]:
+    """Trainer(bf16=True) without DeepSpeed/FSDP: fp32 weights under torch.autocast, whose
+    16-bit casts of every weight are saved by the linears for backward (2 B/param), fp32 grads
+    (4 B/param), torch.optim.AdamW moments (8 B/param), and with more than one GPU DDP's fp32
+    gradient buckets (4 B/param; torch/nn/parallel/distributed.py, gradient_as_bucket_view
+    False by default). About 22 B/param. With a ZeRO stage the Trainer hands the model to
+    DeepSpeed (transformers/integrations/deepspeed.py): DeepSpeed's states apply."""
+    if plan.zero > 0 or recipe.precision == "fp32":
+        return deepspeed_model_state_bytes(arch, recipe, plan, params, grads_live) \
+            if plan.zero > 0 else model_state_bytes(arch, recipe, plan, params, grads_live)
+    moments = {"adamw": 8, "sgd": 4}[recipe.optimizer]
+    buckets = _r(params * FP32_BYTES) if plan.dp > 1 else 0
+    return {"parameters": _r(params * FP32_BYTES) + _r(params * _act_bytes(recipe)),
+            "gradients": _r(params * FP32_BYTES) + buckets,
+            "optimizer_states": (moments // 4) * _r(params * 4)}
+
+
+HF = RecipeProfile("hf", model_states=hf_model_state_bytes, layer=layer_bytes,
+                   logits_loss=hf_logits_loss_bytes)
+
+PROFILES: dict[str, RecipeProfile] = {p.name: p for p in (MEGATRON, TORCHTITAN, DEEPSPEED, HF)}

@@ -1,0 +1,102 @@
+"""Unit tests of the training stacks' recipe profiles (frenzy_predictor.stacks), term by term."""
+from __future__ import annotations
+
+import pytest
+
+from frenzy.catalog.models import model_catalog
+from frenzy.domain import ParallelPlan, Recipe
+from frenzy_predictor import stacks
+from frenzy_predictor.memory import (FRAMEWORKS, estimate_memory, layer_bytes, logits_loss_bytes,
+                                     model_state_bytes, pipeline_in_flight)
+
+LLAMA3_8B = model_catalog()["llama3-8b"]
+GPT2 = model_catalog()["gpt2"]
+R = Recipe()
+
+
+def states(fn, plan, params=10**9, live=True):
+    return sum(fn(LLAMA3_8B, R, plan, params, live).values())
+
+
+def test_megatron_logits_loss_is_six_bytes_per_logit_half_the_reference():
+    plan = ParallelPlan(micro_batch=2)
+    logits = 2 * 4096 * LLAMA3_8B.vocab_size
+    assert stacks.megatron_logits_loss_bytes(LLAMA3_8B, R, plan, 4096) == pytest.approx(6 * logits, rel=1e-6)
+    assert logits_loss_bytes(LLAMA3_8B, R, plan, 4096) == pytest.approx(12 * logits, rel=1e-6)
+    tp = ParallelPlan(tp=4, micro_batch=2)  # vocab-parallel: split over tp
+    assert stacks.megatron_logits_loss_bytes(LLAMA3_8B, R, tp, 4096) == pytest.approx(6 * logits / 4, rel=1e-4)
+
+
+def test_megatron_model_states_distributed_optimizer_shards_masters_keeps_fp32_main_grad():
+    n = 10**9
+    assert states(stacks.megatron_model_state_bytes, ParallelPlan()) == pytest.approx(18 * n, rel=1e-6)
+    dist = stacks.megatron_model_state_bytes(LLAMA3_8B, R, ParallelPlan(dp=8, zero=1), n, True)
+    assert dist["gradients"] == pytest.approx(4 * n, rel=1e-6)  # main_grad, not sharded
+    assert dist["optimizer_states"] == pytest.approx(12 * n / 8, rel=1e-6)
+    # Megatron has no ZeRO-2/3 on this path: asking for them gives the distributed optimizer
+    assert states(stacks.megatron_model_state_bytes, ParallelPlan(dp=8, zero=3)) == \
+        states(stacks.megatron_model_state_bytes, ParallelPlan(dp=8, zero=1))
+
+
+def test_torchtitan_selective_saves_every_other_matmul_about_62_kb_per_token_for_llama3_8b():
+    plan = ParallelPlan(micro_batch=1, recompute="selective")
+    saved, live = stacks.torchtitan_layer_bytes(LLAMA3_8B, R, plan, 8192)
+    per_token = saved / 8192
+    assert 60_000 < per_token < 64_000  # input, wq, wv, sdpa out + lse, w1, w2
+    reference_selective, _ = layer_bytes(LLAMA3_8B, R, plan, 8192)
+    assert reference_selective / 8192 > 160_000  # MARP's own selective keeps far more
+    full, _ = stacks.torchtitan_layer_bytes(LLAMA3_8B, R, ParallelPlan(recompute="full"), 8192)
+    assert full < saved < live  # the recomputed layer is live in backward
+
+
+def test_torchtitan_reserved_peak_has_less_slack_than_the_reference():
+    plan = ParallelPlan(dp=8, zero=3, micro_batch=1, recompute="full")
+    tt = estimate_memory(LLAMA3_8B, R, plan, 8192, framework="torchtitan")
+    ref = estimate_memory(LLAMA3_8B, R, plan, 8192)
+    assert tt.peak_reserved_bytes - tt.peak_allocated_bytes < \
+        ref.peak_reserved_bytes - ref.peak_allocated_bytes
+    assert tt.framework == "torchtitan"
+
+
+def test_deepspeed_zero3_keeps_16bit_param_and_grad_shards_beside_fp32():
+    n, dp = 10**9, 8
+    z3 = states(stacks.deepspeed_model_state_bytes, ParallelPlan(dp=dp, zero=3), n)
+    assert z3 == pytest.approx(20 * n / dp, rel=1e-5)
+    assert z3 > states(model_state_bytes, ParallelPlan(dp=dp, zero=3), n)  # FSDP2: 16 B / dp
+    z1 = stacks.deepspeed_model_state_bytes(LLAMA3_8B, R, ParallelPlan(dp=dp, zero=1), n, True)
+    assert z1["parameters"] == pytest.approx(2 * n, rel=1e-6)
+    assert z1["optimizer_states"] == pytest.approx(12 * n / dp, rel=1e-6)
+
+
+def test_hf_trainer_amp_with_ddp_is_about_22_bytes_per_param():
+    n = 10**9
+    assert states(stacks.hf_model_state_bytes, ParallelPlan(dp=2), n) == pytest.approx(22 * n, rel=1e-6)
+    assert states(stacks.hf_model_state_bytes, ParallelPlan(dp=1), n) == pytest.approx(18 * n, rel=1e-6)
+    plan = ParallelPlan(micro_batch=1)
+    logits = 4096 * LLAMA3_8B.vocab_size
+    assert stacks.hf_logits_loss_bytes(LLAMA3_8B, R, plan, 4096) == pytest.approx(14 * logits, rel=1e-6)
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_every_profile_orders_its_three_peaks_and_sums_its_breakdown(framework):
+    est = estimate_memory(GPT2, R, ParallelPlan(dp=2, zero=1, micro_batch=4), 1024,
+                          framework=framework)
+    assert est.peak_allocated_bytes < est.peak_reserved_bytes < est.device_peak_bytes
+    tensors = {k: v for k, v in est.breakdown.items() if k != "framework_overhead"}
+    assert sum(tensors.values()) == est.peak_allocated_bytes
+
+
+def test_interleaved_pipeline_holds_more_on_the_last_stage_and_stage_selects_a_rank():
+    plan = ParallelPlan(pp=4, micro_batch=1)
+    assert pipeline_in_flight(plan, 3, accum=8, virtual_stages=1) == 1
+    assert pipeline_in_flight(plan, 0, accum=8, virtual_stages=1) == 4
+    # v = 2 chunks: last rank warms up (2 - 1) * 4 = 4 chunks, + 1 running: 2.5 stages' worth
+    assert pipeline_in_flight(plan, 3, accum=8, virtual_stages=2) == 2.5
+    plain = estimate_memory(LLAMA3_8B, R, plan, 4096, framework="megatron", stage=3)
+    inter = estimate_memory(LLAMA3_8B, R, plan, 4096, framework="megatron", stage=3,
+                            virtual_stages=2)
+    assert inter.peak_allocated_bytes > plain.peak_allocated_bytes
+    with pytest.raises(ValueError, match="stage"):
+        estimate_memory(LLAMA3_8B, R, plan, 4096, stage=4)
+    with pytest.raises(ValueError, match="virtual_stages"):
+        estimate_memory(LLAMA3_8B, R, plan, 4096, virtual_stages=3)
