@@ -11,6 +11,9 @@ GRAD_DTYPES = ("fp32", "16bit")
 OPTIMIZERS = ("adamw", "sgd")
 ATTENTIONS = ("eager", "flash")
 RECOMPUTES = ("none", "selective", "full")
+# Training stacks MARP has a recipe profile for (services/predictor, frenzy_predictor.stacks);
+# "frenzy" is the reference trainer.
+FRAMEWORKS = ("frenzy", "megatron", "torchtitan", "deepspeed", "hf")
 
 
 @dataclass(frozen=True)
@@ -22,9 +25,11 @@ class Recipe:
     optimizer: str = "adamw"
     attention: str = "flash"
     dropout: float = 0.0
+    framework: str = "frenzy"  # whose recipe: which tensors the training stack keeps
 
     def validate(self) -> None:
-        for name, value, allowed in (("precision", self.precision, PRECISIONS),
+        for name, value, allowed in (("framework", self.framework, FRAMEWORKS),
+                                     ("precision", self.precision, PRECISIONS),
                                      ("grad_dtype", self.grad_dtype, GRAD_DTYPES),
                                      ("optimizer", self.optimizer, OPTIMIZERS),
                                      ("attention", self.attention, ATTENTIONS)):

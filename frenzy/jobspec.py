@@ -38,6 +38,7 @@ class TrainingModel(BaseModel):
     grad_dtype: str = "fp32"
     attention: str = "flash"
     dropout: float = 0.0
+    framework: str = "frenzy"  # the training stack whose recipe MARP predicts (docs/marp-stacks.md)
 
 
 class ConstraintsModel(BaseModel):
@@ -71,7 +72,8 @@ class JobSpecModel(BaseModel):
             training=types_pb2.TrainingConfig(
                 seq_len=t.seq_len, global_batch_size=t.global_batch_size, tokens=t.tokens or 0,
                 steps=t.steps or 0, precision=t.precision, optimizer=t.optimizer,
-                grad_dtype=t.grad_dtype, attention=t.attention, dropout=t.dropout),
+                grad_dtype=t.grad_dtype, attention=t.attention, dropout=t.dropout,
+                framework=t.framework),
             constraints=types_pb2.Constraints(gpu_types=self.constraints.gpu_types,
                                               max_gpus=self.constraints.max_gpus,
                                               min_gpus=self.constraints.min_gpus))
@@ -136,7 +138,7 @@ def resolve_spec(spec: types_pb2.JobSpec) -> ResolvedJob:
     total_tokens = t.tokens or t.steps * t.seq_len * t.global_batch_size
     recipe = Recipe(precision=t.precision or "bf16", grad_dtype=t.grad_dtype or "fp32",
                     optimizer=t.optimizer or "adamw", attention=t.attention or "flash",
-                    dropout=t.dropout)
+                    dropout=t.dropout, framework=t.framework or "frenzy")
     try:
         recipe.validate()
     except ValueError as err:

@@ -100,3 +100,35 @@ def test_interleaved_pipeline_holds_more_on_the_last_stage_and_stage_selects_a_r
         estimate_memory(LLAMA3_8B, R, plan, 4096, stage=4)
     with pytest.raises(ValueError, match="virtual_stages"):
         estimate_memory(LLAMA3_8B, R, plan, 4096, virtual_stages=3)
+
+
+def _spec(**training):
+    from frenzy.jobspec import JobSpecModel
+
+    return JobSpecModel.model_validate({
+        "name": "j", "model": "gpt2",
+        "training": {"seq_len": 512, "global_batch_size": 8, "steps": 10, **training}}).to_proto()
+
+
+def test_job_spec_carries_the_framework_into_the_recipe_and_names_a_bad_one():
+    from frenzy.jobspec import SpecError, resolve_spec
+
+    assert resolve_spec(_spec()).training.recipe.framework == "frenzy"
+    job = resolve_spec(_spec(framework="torchtitan"))
+    assert job.training.recipe.framework == "torchtitan"
+    with pytest.raises(SpecError) as err:
+        resolve_spec(_spec(framework="jax"))
+    assert err.value.field == "training.framework"
+
+
+def test_the_planner_plans_with_the_specs_framework():
+    """Megatron's in-place loss needs less than the reference trainer's: its plans never need
+    more memory per GPU for the same plan."""
+    from frenzy_predictor.planner import plan_job
+
+    options, _ = plan_job(_spec(framework="megatron"))
+    assert options
+    plan = options[0].plan
+    ref = estimate_memory(GPT2, R, plan, 512, grad_accum=plan.grad_accum(8))
+    meg = estimate_memory(GPT2, Recipe(framework="megatron"), plan, 512, grad_accum=plan.grad_accum(8))
+    assert options[0].peak_bytes_per_gpu == meg.device_peak_bytes <= ref.device_peak_bytes

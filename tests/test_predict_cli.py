@@ -115,3 +115,29 @@ def test_plan_flags_need_a_gpu_type():
 def test_tokens_and_steps_are_exclusive():
     result = run(*BASE, "--tokens", "1e6", "--steps", "10")
     assert result.exit_code == 2
+
+
+def test_fixed_plan_reports_three_peaks_and_the_framework():
+    result = run(*FIXED, "--json", "--framework", "megatron")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["framework"] == "megatron"
+    assert data["peak_allocated_bytes"] < data["peak_reserved_bytes"] < data["device_peak_bytes"]
+    assert data["peak_tensor_bytes"] == data["peak_allocated_bytes"]
+    assert data["peak_bytes"] == data["device_peak_bytes"]
+    frenzy = json.loads(run(*FIXED, "--json").output)
+    assert frenzy["framework"] == "frenzy"
+    assert frenzy["peak_allocated_bytes"] != data["peak_allocated_bytes"]  # the loss differs
+
+
+def test_all_of_dp_tp_pp_is_a_fixed_plan_without_gpu_type():
+    result = run("predict", "--model", "gpt2", "--seq-len", "512", "--global-batch", "8",
+                 "--dp", "2", "--tp", "1", "--pp", "1", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["gpu_type"] == "H100-80GB" and data["num_gpus"] == 2
+
+
+def test_unknown_framework_exits_2_naming_the_option():
+    result = run(*FIXED, "--framework", "jax")
+    assert result.exit_code == 2 and "--framework" in result.output

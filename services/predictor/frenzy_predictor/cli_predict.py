@@ -16,11 +16,12 @@ import click
 
 from frenzy.catalog.gpus import GpuType, get_gpu, gpu_catalog
 from frenzy.catalog.models import ModelArch, load_model
-from frenzy.domain import (ATTENTIONS, GRAD_DTYPES, OPTIMIZERS, PRECISIONS, RECOMPUTES,
+from frenzy.domain import (ATTENTIONS, FRAMEWORKS, GRAD_DTYPES, OPTIMIZERS, PRECISIONS, RECOMPUTES,
                            Constraints, ParallelPlan, PlanOption, Recipe, TrainingSpec)
 
 MAX_SEQ_LEN = 1 << 20  # a sanity bound: longer sequences are almost surely a typo
 DEFAULT_STEPS = 1000
+FIXED_PLAN_DEFAULT_GPU = "H100-80GB"  # a fixed plan without --gpu-type(s) is shown on this type
 
 GIB = 1024**3
 
@@ -173,9 +174,14 @@ def _evaluate_plan(arch: ModelArch, training: TrainingSpec, plan: ParallelPlan,
         "model": arch.name, "num_params": arch.num_params(), "gpu_type": gpu.name,
         "num_gpus": plan.num_gpus, "plan": plan_json(plan),
         "grad_accum": plan.grad_accum(training.global_batch_size),
+        "framework": memory.framework,
+        "peak_allocated_bytes": memory.peak_allocated_bytes,
+        "peak_reserved_bytes": memory.peak_reserved_bytes,
+        "device_peak_bytes": memory.device_peak_bytes,
         "peak_tensor_bytes": memory.peak_tensor_bytes, "peak_bytes": memory.peak_bytes,
         "breakdown": dict(memory.breakdown), "capacity_bytes": gpu.memory_bytes,
-        "usable_bytes": int(usable_bytes(gpu)), "fits": memory.peak_bytes <= usable_bytes(gpu),
+        "usable_bytes": int(usable_bytes(gpu)),
+        "fits": memory.device_peak_bytes <= usable_bytes(gpu),
         "step_time_s": step_s,
         "step_time_breakdown": {"compute_s": times.compute_s,
                                 "tensor_parallel_s": times.tensor_parallel_s,
@@ -199,8 +205,10 @@ def _print_plan(result: dict[str, Any]) -> None:
     table.add_column("value", justify="right")
     for name, value in result["breakdown"].items():
         table.add_row(name, f"{value / GIB:.2f} GiB")
-    table.add_row("peak tensors", f"{result['peak_tensor_bytes'] / GIB:.2f} GiB")
-    table.add_row("peak incl. overhead", f"{result['peak_bytes'] / GIB:.2f} GiB")
+    table.add_row(f"peak allocated ({result['framework']})",
+                  f"{result['peak_allocated_bytes'] / GIB:.2f} GiB")
+    table.add_row("peak reserved", f"{result['peak_reserved_bytes'] / GIB:.2f} GiB")
+    table.add_row("device peak", f"{result['device_peak_bytes'] / GIB:.2f} GiB")
     table.add_row("usable per GPU", f"{result['usable_bytes'] / GIB:.2f} GiB")
     for name, value in result["step_time_breakdown"].items():
         table.add_row(name, f"{value:.4g}")
@@ -221,6 +229,8 @@ def _print_plan(result: dict[str, Any]) -> None:
 @click.option("--optimizer", type=click.Choice(OPTIMIZERS), default="adamw", show_default=True)
 @click.option("--attention", type=click.Choice(ATTENTIONS), default="flash", show_default=True)
 @click.option("--dropout", type=float, default=0.0, show_default=True)
+@click.option("--framework", type=click.Choice(FRAMEWORKS), default="frenzy", show_default=True,
+              help="Training stack whose recipe to predict (docs/marp-stacks.md).")
 @click.option("--gpu-types", default="", help="Comma-separated GPU types to plan for (default: all).")
 @click.option("--max-gpus", type=int, default=0, help="GPU count cap (default 512).")
 @click.option("--gpu-type", help="Evaluate one fixed plan on this GPU type (with --dp etc.).")
@@ -235,17 +245,21 @@ def _print_plan(result: dict[str, Any]) -> None:
 @click.pass_context
 def predict(ctx: click.Context, model: str, seq_len: int, global_batch: int, tokens: str | None,
             steps: str | None, precision: str, grad_dtype: str, optimizer: str, attention: str,
-            dropout: float, gpu_types: str, max_gpus: int, gpu_type: str | None, dp: int, tp: int,
+            dropout: float, framework: str, gpu_types: str, max_gpus: int, gpu_type: str | None, dp: int, tp: int,
             pp: int, zero: int, micro_batch: int, recompute: str, sequence_parallel: bool,
             as_json: bool) -> None:
     """Predict per-GPU memory and speed of parallel plans; list the best per GPU type."""
     arch = _resolve_model(model)
-    recipe = Recipe(precision, grad_dtype, optimizer, attention, dropout)
+    recipe = Recipe(precision, grad_dtype, optimizer, attention, dropout, framework)
     training = _training(arch, seq_len, global_batch, tokens, steps, recipe)
     plan_flags = [name for name in ("dp", "tp", "pp", "zero", "micro_batch", "recompute",
                                     "sequence_parallel")
                   if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE]
 
+    fixed = {"dp", "tp", "pp"} <= set(plan_flags)  # all of dp/tp/pp: that plan, not a search
+    if gpu_type is None and fixed:
+        names = [n.strip() for n in gpu_types.split(",") if n.strip()]
+        gpu_type = names[0] if names else FIXED_PLAN_DEFAULT_GPU
     if gpu_type is not None:
         gpu = _resolve_gpu(gpu_type, "--gpu-type")
         plan = ParallelPlan(dp, tp, pp, zero, micro_batch, recompute, sequence_parallel)

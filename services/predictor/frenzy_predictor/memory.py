@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from frenzy.catalog.models import ModelArch
-from frenzy.domain import ParallelPlan, Recipe
+from frenzy.domain import FRAMEWORKS, ParallelPlan, Recipe
 
 GIB = 1024**3
 MIB = 1024**2
@@ -48,7 +48,6 @@ FP32_BYTES = 4
 FSDP_GRADS_IN_FLIGHT = (1.0, 0.5)
 
 
-FRAMEWORKS = ("frenzy", "megatron", "torchtitan", "deepspeed", "hf")  # recipe profiles
 
 
 @dataclass(frozen=True)
@@ -482,10 +481,10 @@ def pipeline_in_flight(plan: ParallelPlan, stage: int, accum: int, virtual_stage
 
 def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len: int, *,
                     grad_accum: int | None = None, memo: dict | None = None,
-                    framework: str = "frenzy", stage: int | None = None,
+                    framework: str | None = None, stage: int | None = None,
                     virtual_stages: int = 1) -> MemoryEstimate:
     """Per-rank peak memory of one training step of the reference recipe, or of another
-    stack's recipe profile (`framework`, see frenzy_predictor.stacks).
+    stack's recipe profile (`framework`, default recipe.framework; see frenzy_predictor.stacks).
 
     stage: only this pipeline stage's ranks (a stack that logs one rank's peak, as Megatron
     logs the last); None: the largest over stages. virtual_stages: Megatron's interleaved
@@ -498,6 +497,7 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
     each term is then computed once per value of the plan fields it reads (see _memoised) and
     the job's fields are validated once. The estimate is the same with or without it.
     """
+    framework = framework or recipe.framework
     profile = recipe_profile(framework)
     job = (arch, recipe, seq_len, framework)
     job_valid = memo is not None and "job" in memo  # an earlier call validated the memo's job
