@@ -46,32 +46,27 @@ def row_arch(row: dict) -> ModelArch:
 
 
 def row_job(row: dict) -> tuple[ModelArch, Recipe, ParallelPlan, int, int]:
-    """(arch, recipe, plan, per-rank seq_len, grad_accum) as the row's stack ran it.
-
-    Context parallelism splits each sequence over cp ranks (activations of seq_len / cp tokens),
-    and both stacks shard optimizer states over dp x cp (Megatron's data_parallel_group_with_cp,
-    torchtitan's dp_shard_cp mesh): the plan's dp is dp x cp.
-    """
+    """(arch, recipe, plan, seq_len, grad_accum) as the row's stack ran it."""
     arch = row_arch(row)
     recipe = Recipe(dropout=row.get("dropout", 0.0), attention=row.get("attention", "flash"))
     if row["stack"] == "megatron":
         zero = 1 if row.get("distributed_optimizer") else 0
     else:
         zero = row["zero"]
-    cp = row.get("cp", 1)
-    dp = row["dp"] * cp
-    plan = ParallelPlan(dp=dp, tp=row["tp"], pp=row["pp"], zero=zero if dp > 1 else 0,
+    cp, dp = row.get("cp", 1), row["dp"]
+    plan = ParallelPlan(dp=dp, tp=row["tp"], pp=row["pp"], zero=zero if dp * cp > 1 else 0,
                         micro_batch=row["micro_batch"], recompute=row["recompute"],
-                        sequence_parallel=row.get("sequence_parallel", False))
-    accum = max(1, row["global_batch"] // (row["dp"] * row["micro_batch"]))
-    return arch, recipe, plan, row["seq_len"] // cp, accum
+                        sequence_parallel=row.get("sequence_parallel", False), cp=cp,
+                        ep=row.get("ep", 1))
+    accum = max(1, row["global_batch"] // (dp * row["micro_batch"]))
+    return arch, recipe, plan, row["seq_len"], accum
 
 
 def baselines(arch: ModelArch, plan: ParallelPlan, seq_len: int) -> dict[str, float]:
     """bench/marp_accuracy.py's formulas, with parameters split over tp x pp and activations
     over tp as the formulas' authors do (the per-GPU share of a model-parallel layout)."""
     n = arch.num_params() / (plan.tp * plan.pp)
-    s, b, h, a = seq_len, plan.micro_batch, arch.hidden_size, arch.num_heads
+    s, b, h, a = seq_len // plan.cp, plan.micro_batch, arch.hidden_size, arch.num_heads
     layers = arch.num_layers // plan.pp
     acts = korthikanti_acts(arch, s, b, plan.tp) * layers / arch.num_layers
     plain = s * b * h * layers * (34 + 5 * a * s / h) / plan.tp

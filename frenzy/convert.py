@@ -8,13 +8,13 @@ from frenzy.v1 import types_pb2
 def plan_to_proto(plan: ParallelPlan) -> types_pb2.ParallelPlan:
     return types_pb2.ParallelPlan(dp=plan.dp, tp=plan.tp, pp=plan.pp, zero=plan.zero,
                                   micro_batch=plan.micro_batch, recompute=plan.recompute,
-                                  sequence_parallel=plan.sequence_parallel)
+                                  sequence_parallel=plan.sequence_parallel, cp=plan.cp, ep=plan.ep)
 
 
 def plan_from_proto(msg: types_pb2.ParallelPlan) -> ParallelPlan:
     return ParallelPlan(dp=msg.dp or 1, tp=msg.tp or 1, pp=msg.pp or 1, zero=msg.zero,
                         micro_batch=msg.micro_batch or 1, recompute=msg.recompute or "none",
-                        sequence_parallel=msg.sequence_parallel)
+                        sequence_parallel=msg.sequence_parallel, cp=msg.cp or 1, ep=msg.ep or 1)
 
 
 def option_to_proto(option: PlanOption, rank: int = 0) -> types_pb2.PlanOption:

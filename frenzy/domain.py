@@ -64,26 +64,32 @@ class ParallelPlan:
     micro_batch: int = 1
     recompute: str = "none"
     sequence_parallel: bool = False
+    cp: int = 1  # context parallel: each sequence split over cp ranks (GPUs: dp x tp x pp x cp)
+    ep: int = 1  # expert parallel: a MoE layer's experts split over ep of the dp ranks
 
     @property
     def num_gpus(self) -> int:
-        return self.dp * self.tp * self.pp
+        return self.dp * self.tp * self.pp * self.cp
 
     def validate(self) -> None:
         """ValueError naming the field; shared by MARP and the trainer, so both refuse alike."""
-        for name in ("dp", "tp", "pp", "micro_batch"):
+        for name in ("dp", "tp", "pp", "micro_batch", "cp", "ep"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"plan.{name}: must be positive, got {getattr(self, name)}")
         if self.zero not in (0, 1, 2, 3):
             raise ValueError(f"plan.zero: must be 0, 1, 2 or 3, got {self.zero}")
         if self.recompute not in RECOMPUTES:
             raise ValueError(f"plan.recompute: {self.recompute!r} is not one of {RECOMPUTES}")
+        if self.dp % self.ep:
+            raise ValueError(f"plan.ep: {self.ep} must divide plan.dp {self.dp} (experts are "
+                             "spread over data-parallel ranks)")
 
     def grad_accum(self, global_batch_size: int) -> int:
         return global_batch_size // (self.dp * self.micro_batch)
 
     def describe(self) -> str:
         text = f"dp{self.dp}-tp{self.tp}-pp{self.pp}-z{self.zero}-mb{self.micro_batch}"
+        text += (f"-cp{self.cp}" if self.cp > 1 else "") + (f"-ep{self.ep}" if self.ep > 1 else "")
         return text if self.recompute == "none" else f"{text}-rc:{self.recompute}"
 
 

@@ -25,7 +25,7 @@ def test_lists_plans_per_gpu_type_as_json():
     for row in rows:
         assert set(row) >= {"rank", "gpu_type", "num_gpus", "plan", "grad_accum",
                             "peak_bytes_per_gpu", "step_time_s", "duration_s", "gpu_hours"}
-        assert set(row["plan"]) == {"dp", "tp", "pp", "zero", "micro_batch", "recompute",
+        assert set(row["plan"]) == {"dp", "tp", "pp", "zero", "micro_batch", "recompute", "cp", "ep",
                                     "sequence_parallel"}
         assert row["duration_s"] == pytest.approx(100 * row["step_time_s"])
 
@@ -141,3 +141,24 @@ def test_all_of_dp_tp_pp_is_a_fixed_plan_without_gpu_type():
 def test_unknown_framework_exits_2_naming_the_option():
     result = run(*FIXED, "--framework", "jax")
     assert result.exit_code == 2 and "--framework" in result.output
+
+
+def test_cp_and_ep_in_a_fixed_plan_and_ep_in_the_search():
+    moe = ["predict", "--model", "mixtral-8x7b", "--seq-len", "4096", "--global-batch", "64"]
+    result = run(*moe, "--dp", "8", "--tp", "1", "--pp", "1", "--ep", "8", "--cp", "2", "--zero",
+                 "3", "--recompute", "full", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["plan"]["ep"] == 8 and data["plan"]["cp"] == 2 and data["num_gpus"] == 16
+    searched = run(*moe, "--gpu-types", "H100-80GB", "--ep", "8", "--json")
+    assert searched.exit_code == 0, searched.output
+    assert all(o["plan"]["ep"] == 8 for o in json.loads(searched.output))
+
+
+@pytest.mark.parametrize("args, option", [
+    (["--ep", "2"], "--ep"),  # tiny-gpt2 is dense
+    (["--cp", "3"], "--cp"),  # 256 tokens do not split in 3
+])
+def test_bad_cp_or_ep_exits_2_naming_the_option(args, option):
+    result = run(*FIXED, *args)
+    assert result.exit_code == 2 and option in result.output, result.output

@@ -10,7 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 FAMILIES = ("gpt2", "llama")
-HF_MODEL_TYPES = {"gpt2": "gpt2", "llama": "llama", "mistral": "llama", "qwen2": "llama"}
+# Hugging Face model_type -> family. Memory-wise gemma (GeGLU) and phi3 (fused qkv and gate_up
+# projections) are llama-family decoders; mixtral and qwen2_moe are llama-family decoders whose
+# MLP is a mixture of experts.
+HF_MODEL_TYPES = {"gpt2": "gpt2", "llama": "llama", "mistral": "llama", "qwen2": "llama",
+                  "gemma": "llama", "phi3": "llama", "mixtral": "llama", "qwen2_moe": "llama"}
 
 
 @dataclass(frozen=True)
@@ -19,6 +23,9 @@ class ModelArch:
 
     gpt2 family: LayerNorm, GELU 4h MLP, learned positions, tied embeddings, biases.
     llama family: RMSNorm, SwiGLU, RoPE, optional tied embeddings, no biases, GQA.
+    Mixture of experts (num_experts > 0, llama family): each layer's MLP is num_experts SwiGLU
+    experts of width moe_ffn_hidden_size, a router, and optionally one always-on shared expert
+    of width shared_expert_ffn_hidden_size (Qwen-MoE); each token runs experts_per_token experts.
     """
 
     name: str
@@ -32,24 +39,54 @@ class ModelArch:
     max_position_embeddings: int
     tied_embeddings: bool
     qkv_bias: bool = False  # qwen2 has biases on q, k and v only
+    attention_head_dim: int = 0  # 0: hidden_size / num_heads (gemma sets its own)
+    num_experts: int = 0  # 0: a dense MLP
+    experts_per_token: int = 0  # top-k
+    moe_ffn_hidden_size: int = 0
+    shared_expert_ffn_hidden_size: int = 0  # 0: no shared expert
 
     @property
     def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
+        return self.attention_head_dim or self.hidden_size // self.num_heads
+
+    @property
+    def q_dim(self) -> int:
+        """Width of the queries and of the attention output (hidden_size unless head_dim is set)."""
+        return self.num_heads * self.head_dim
 
     @property
     def kv_dim(self) -> int:
         return self.num_kv_heads * self.head_dim
 
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def active_ffn_size(self) -> int:
+        """MLP width one token's activations go through: a dense layer's, or top-k experts' plus
+        the shared expert's (what a token saves for backward scales with it)."""
+        if not self.is_moe:
+            return self.ffn_hidden_size
+        return self.experts_per_token * self.moe_ffn_hidden_size + self.shared_expert_ffn_hidden_size
+
+    def expert_layer_params(self) -> int:
+        """Parameters of one layer's routed experts (sharded by expert parallelism)."""
+        return self.num_experts * 3 * self.hidden_size * self.moe_ffn_hidden_size if self.is_moe else 0
+
     def layer_params(self) -> int:
-        h, f, kv = self.hidden_size, self.ffn_hidden_size, self.kv_dim
+        h, f, kv, q = self.hidden_size, self.ffn_hidden_size, self.kv_dim, self.q_dim
         if self.family == "gpt2":
-            attention = h * (h + 2 * kv) + (h + 2 * kv) + h * h + h
+            attention = h * (q + 2 * kv) + (q + 2 * kv) + q * h + h
             mlp = h * f + f + f * h + h
             norms = 4 * h
         else:
-            attention = h * (h + 2 * kv) + h * h + (h + 2 * kv if self.qkv_bias else 0)
+            attention = h * (q + 2 * kv) + q * h + (q + 2 * kv if self.qkv_bias else 0)
             mlp = 3 * h * f
+            if self.is_moe:
+                shared = self.shared_expert_ffn_hidden_size
+                mlp = self.expert_layer_params() + h * self.num_experts \
+                    + (3 * h * shared + h if shared else 0)  # router; shared expert and its gate
             norms = 2 * h
         return attention + mlp + norms
 
@@ -79,6 +116,14 @@ class ModelArch:
             raise ValueError("model.num_heads must divide model.hidden_size")
         if self.num_heads % self.num_kv_heads:
             raise ValueError("model.num_kv_heads must divide model.num_heads")
+        if self.is_moe:
+            if self.family != "llama":
+                raise ValueError("model.num_experts: mixture of experts needs the llama family")
+            if not 0 < self.experts_per_token <= self.num_experts:
+                raise ValueError(f"model.experts_per_token must be in 1..{self.num_experts}, "
+                                 f"got {self.experts_per_token}")
+            if self.moe_ffn_hidden_size <= 0:
+                raise ValueError("model.moe_ffn_hidden_size must be positive")
 
 
 def _gpt2(name: str, layers: int, hidden: int, heads: int) -> ModelArch:
@@ -108,6 +153,9 @@ _CATALOG: tuple[ModelArch, ...] = (
     _llama("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192),
     _llama("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192),
     _llama("llama3.1-405b", 126, 16384, 128, 8, 53248, 128256, 131072),
+    # Mixture of experts (Jiang et al. 2024, Mixtral of Experts; mistralai/Mixtral-8x7B-v0.1).
+    ModelArch("mixtral-8x7b", "llama", 4096, 32, 32, 8, 14336, 32000, 32768, False,
+              num_experts=8, experts_per_token=2, moe_ffn_hidden_size=14336),
 )
 
 
@@ -115,28 +163,68 @@ def model_catalog() -> dict[str, ModelArch]:
     return {m.name: m for m in _CATALOG}
 
 
+# Fields each model_type needs in config.json (transformers/models/<type>/configuration_<type>.py
+# names them; defaults there that a real checkpoint always overrides are required here).
+HF_REQUIRED_FIELDS = {
+    "gpt2": ("n_embd", "n_layer", "n_head", "vocab_size", "n_positions"),
+    "llama": ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+              "vocab_size"),
+    "mixtral": ("num_local_experts", "num_experts_per_tok"),
+    "qwen2_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
+}
+# Defaults of the transformers configuration classes, where a config.json may omit the field.
+HF_TIED_DEFAULT = {"gemma": True}  # GemmaConfig(tie_word_embeddings=True); others False
+
+
+def _hf_int(config: dict, field: str) -> int:
+    value = config[field]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        raise ValueError(f"{field}: must be an integer in config.json, got {value!r}")
+    return int(value)
+
+
 def from_hf_config(config: dict, name: str = "custom") -> ModelArch:
-    """Map a Hugging Face config.json onto a ModelArch; ValueError names the bad field."""
+    """Map a Hugging Face config.json onto a ModelArch; ValueError names the bad or missing field."""
     model_type = config.get("model_type")
     if model_type not in HF_MODEL_TYPES:
         raise ValueError(
             f"model_type: unsupported {model_type!r}; supported: {', '.join(HF_MODEL_TYPES)}")
-    try:
-        if model_type == "gpt2":
-            hidden = int(config["n_embd"])
-            arch = ModelArch(
-                name, "gpt2", hidden, int(config["n_layer"]), int(config["n_head"]),
-                int(config["n_head"]), int(config.get("n_inner") or 4 * hidden),
-                int(config["vocab_size"]), int(config["n_positions"]), True)
-        else:
-            heads = int(config["num_attention_heads"])
-            arch = ModelArch(
-                name, "llama", int(config["hidden_size"]), int(config["num_hidden_layers"]), heads,
-                int(config.get("num_key_value_heads") or heads), int(config["intermediate_size"]),
-                int(config["vocab_size"]), int(config.get("max_position_embeddings", 4096)),
-                bool(config.get("tie_word_embeddings", False)), qkv_bias=model_type == "qwen2")
-    except KeyError as missing:
-        raise ValueError(f"{missing.args[0]}: missing from config.json") from None
+    family = HF_MODEL_TYPES[model_type]
+    required = HF_REQUIRED_FIELDS[family] + HF_REQUIRED_FIELDS.get(model_type, ())
+    missing = [f for f in required if config.get(f) is None]
+    if missing:
+        raise ValueError(f"{missing[0]}: missing from config.json (model_type {model_type} "
+                         f"needs {', '.join(required)})")
+    if family == "gpt2":
+        hidden = _hf_int(config, "n_embd")
+        arch = ModelArch(
+            name, "gpt2", hidden, _hf_int(config, "n_layer"), _hf_int(config, "n_head"),
+            _hf_int(config, "n_head"), int(config.get("n_inner") or 4 * hidden),
+            _hf_int(config, "vocab_size"), _hf_int(config, "n_positions"), True)
+        arch.validate()
+        return arch
+    heads = _hf_int(config, "num_attention_heads")
+    moe = {}
+    if model_type == "mixtral":  # MixtralConfig: every layer is sparse, experts of intermediate_size
+        moe = dict(num_experts=_hf_int(config, "num_local_experts"),
+                   experts_per_token=_hf_int(config, "num_experts_per_tok"),
+                   moe_ffn_hidden_size=_hf_int(config, "intermediate_size"))
+    elif model_type == "qwen2_moe":  # Qwen2MoeConfig: routed experts plus one shared expert
+        moe = dict(num_experts=_hf_int(config, "num_experts"),
+                   experts_per_token=_hf_int(config, "num_experts_per_tok"),
+                   moe_ffn_hidden_size=_hf_int(config, "moe_intermediate_size"),
+                   shared_expert_ffn_hidden_size=int(config.get("shared_expert_intermediate_size")
+                                                     or 0))
+        if config.get("mlp_only_layers") or int(config.get("decoder_sparse_step") or 1) != 1:
+            raise ValueError("decoder_sparse_step: only configs whose every layer is sparse "
+                             "(decoder_sparse_step 1, no mlp_only_layers) are supported")
+    arch = ModelArch(
+        name, "llama", _hf_int(config, "hidden_size"), _hf_int(config, "num_hidden_layers"), heads,
+        int(config.get("num_key_value_heads") or heads), _hf_int(config, "intermediate_size"),
+        _hf_int(config, "vocab_size"), int(config.get("max_position_embeddings") or 4096),
+        bool(config.get("tie_word_embeddings", HF_TIED_DEFAULT.get(model_type, False))),
+        qkv_bias=model_type in ("qwen2", "qwen2_moe"),
+        attention_head_dim=int(config.get("head_dim") or 0), **moe)
     arch.validate()
     return arch
 

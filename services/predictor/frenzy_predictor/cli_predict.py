@@ -86,7 +86,7 @@ def _training(arch: ModelArch, seq_len: int, global_batch: int, tokens: str | No
 def plan_json(plan: ParallelPlan) -> dict[str, Any]:
     return {"dp": plan.dp, "tp": plan.tp, "pp": plan.pp, "zero": plan.zero,
             "micro_batch": plan.micro_batch, "recompute": plan.recompute,
-            "sequence_parallel": plan.sequence_parallel}
+            "sequence_parallel": plan.sequence_parallel, "cp": plan.cp, "ep": plan.ep}
 
 
 def option_json(option: PlanOption, rank: int, training: TrainingSpec) -> dict[str, Any]:
@@ -140,8 +140,12 @@ def _print_options(arch: ModelArch, training: TrainingSpec, options: list[PlanOp
 def _check_fixed_plan(arch: ModelArch, training: TrainingSpec, plan: ParallelPlan,
                       gpu: GpuType) -> None:
     for option, value in (("--dp", plan.dp), ("--tp", plan.tp), ("--pp", plan.pp),
-                          ("--micro-batch", plan.micro_batch)):
+                          ("--micro-batch", plan.micro_batch), ("--cp", plan.cp), ("--ep", plan.ep)):
         _positive(value, option)
+    _check_ep(arch, plan.ep, plan.dp)
+    if training.seq_len % plan.cp:
+        raise click.BadParameter(f"cp {plan.cp} does not divide seq-len {training.seq_len}",
+                                 param_hint="--cp")
     if arch.num_heads % plan.tp:
         raise click.BadParameter(f"{arch.name} has {arch.num_heads} heads, not divisible by tp "
                                  f"{plan.tp}", param_hint="--tp")
@@ -158,6 +162,17 @@ def _check_fixed_plan(arch: ModelArch, training: TrainingSpec, plan: ParallelPla
         raise click.BadParameter(
             f"global batch {training.global_batch_size} is not a multiple of dp x micro-batch "
             f"= {plan.dp * plan.micro_batch}", param_hint="--micro-batch")
+
+
+def _check_ep(arch: ModelArch, ep: int, dp: int | None) -> None:
+    _positive(ep, "--ep")
+    if ep > 1 and not arch.is_moe:
+        raise click.BadParameter(f"{arch.name} is not a mixture of experts", param_hint="--ep")
+    if ep > 1 and arch.num_experts % ep:
+        raise click.BadParameter(f"{arch.name} has {arch.num_experts} experts, not divisible by "
+                                 f"ep {ep}", param_hint="--ep")
+    if dp is not None and dp % ep:
+        raise click.BadParameter(f"ep {ep} must divide dp {dp}", param_hint="--ep")
 
 
 def _evaluate_plan(arch: ModelArch, training: TrainingSpec, plan: ParallelPlan,
@@ -241,19 +256,23 @@ def _print_plan(result: dict[str, Any]) -> None:
 @click.option("--micro-batch", type=int, default=1, show_default=True)
 @click.option("--recompute", type=click.Choice(RECOMPUTES), default="none", show_default=True)
 @click.option("--sequence-parallel", is_flag=True, help="Megatron sequence parallelism (tp > 1).")
+@click.option("--cp", type=int, default=1, show_default=True,
+              help="Context parallelism: each sequence split over this many GPUs (fixed plan).")
+@click.option("--ep", type=int, default=1, show_default=True,
+              help="Expert parallelism of a mixture-of-experts model (also in the plan search).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.pass_context
 def predict(ctx: click.Context, model: str, seq_len: int, global_batch: int, tokens: str | None,
             steps: str | None, precision: str, grad_dtype: str, optimizer: str, attention: str,
             dropout: float, framework: str, gpu_types: str, max_gpus: int, gpu_type: str | None, dp: int, tp: int,
             pp: int, zero: int, micro_batch: int, recompute: str, sequence_parallel: bool,
-            as_json: bool) -> None:
+            cp: int, ep: int, as_json: bool) -> None:
     """Predict per-GPU memory and speed of parallel plans; list the best per GPU type."""
     arch = _resolve_model(model)
     recipe = Recipe(precision, grad_dtype, optimizer, attention, dropout, framework)
     training = _training(arch, seq_len, global_batch, tokens, steps, recipe)
     plan_flags = [name for name in ("dp", "tp", "pp", "zero", "micro_batch", "recompute",
-                                    "sequence_parallel")
+                                    "sequence_parallel", "cp")
                   if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE]
 
     fixed = {"dp", "tp", "pp"} <= set(plan_flags)  # all of dp/tp/pp: that plan, not a search
@@ -262,14 +281,14 @@ def predict(ctx: click.Context, model: str, seq_len: int, global_batch: int, tok
         gpu_type = names[0] if names else FIXED_PLAN_DEFAULT_GPU
     if gpu_type is not None:
         gpu = _resolve_gpu(gpu_type, "--gpu-type")
-        plan = ParallelPlan(dp, tp, pp, zero, micro_batch, recompute, sequence_parallel)
+        plan = ParallelPlan(dp, tp, pp, zero, micro_batch, recompute, sequence_parallel, cp, ep)
         _check_fixed_plan(arch, training, plan, gpu)
         result = _evaluate_plan(arch, training, plan, gpu)
         click.echo(json.dumps(result, indent=2)) if as_json else _print_plan(result)
         return
     if plan_flags:
-        raise click.UsageError(f"--{plan_flags[0].replace('_', '-')} needs --gpu-type "
-                               "(a fixed plan is evaluated on one GPU type)")
+        raise click.UsageError(f"--{plan_flags[0].replace('_', '-')} needs a fixed plan: "
+                               "--gpu-type, or all of --dp, --tp and --pp")
 
     from frenzy_predictor.plans import MAX_GPUS, enumerate_options
 
@@ -278,8 +297,9 @@ def predict(ctx: click.Context, model: str, seq_len: int, global_batch: int, tok
     types = [_resolve_gpu(n, "--gpu-types") for n in names] if names else list(catalog.values())
     if max_gpus < 0:
         raise click.BadParameter(f"must be positive, got {max_gpus}", param_hint="--max-gpus")
+    _check_ep(arch, ep, None)
     options = enumerate_options(arch, training, types, Constraints(max_gpus=max_gpus),
-                                max_gpus=max_gpus or MAX_GPUS)
+                                max_gpus=max_gpus or MAX_GPUS, ep=ep)
     if as_json:
         click.echo(json.dumps([option_json(o, rank, training)
                                for rank, o in enumerate(options, start=1)], indent=2))

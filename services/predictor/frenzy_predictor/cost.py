@@ -120,7 +120,10 @@ def _exposed(comm_s: float, window_s: float) -> float:
 
 def model_flops_per_token(arch: ModelArch, seq_len: int) -> float:
     """Forward+backward FLOPs per token: 6 x matmul params + 12 L h s attention (PaLM's formula)."""
-    matmul_params = arch.num_layers * arch.layer_params() + arch.vocab_size * arch.hidden_size
+    # a mixture of experts runs top-k of its experts per token
+    active = arch.layer_params() - arch.expert_layer_params() \
+        + 3 * arch.hidden_size * arch.moe_ffn_hidden_size * arch.experts_per_token
+    matmul_params = arch.num_layers * active + arch.vocab_size * arch.hidden_size
     return 6 * matmul_params + 12 * arch.num_layers * arch.hidden_size * seq_len
 
 

@@ -24,7 +24,7 @@ training stack's (frenzy_predictor.stacks: megatron, torchtitan, deepspeed, hf).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from frenzy.catalog.models import ModelArch
@@ -85,9 +85,23 @@ def _act_bytes(recipe: Recipe) -> int:
 
 # ---------------------------------------------------------------- model states (ZeRO paper)
 
+def rank_layer_params(arch: ModelArch, plan: ParallelPlan) -> int:
+    """Parameters of one layer a rank holds before tensor parallelism: expert parallelism
+    (plan.ep) spreads a mixture-of-experts layer's routed experts over ep ranks."""
+    experts = arch.expert_layer_params()
+    return arch.layer_params() - experts + experts // plan.ep
+
+
+def expert_replica_params(arch: ModelArch, plan: ParallelPlan) -> int:
+    """Parameters of one stage's tp rank held by another rank of the ep group: ZeRO shards
+    experts over the dp / ep ranks that replicate them (Megatron's expert data-parallel
+    group), so a rank's shard is the model's share over dp, not its own holding's."""
+    experts = arch.expert_layer_params() * (arch.num_layers // plan.pp)
+    return -(-(experts - experts // plan.ep) // plan.tp)
+
 def stage_params(arch: ModelArch, plan: ParallelPlan, stage: int) -> int:
     """Parameters one tensor-parallel rank of pipeline `stage` holds (embedding first, head last)."""
-    n = arch.layer_params() * (arch.num_layers // plan.pp)
+    n = rank_layer_params(arch, plan) * (arch.num_layers // plan.pp)
     if stage == 0:
         n += arch.embedding_params()
     if stage == plan.pp - 1:
@@ -109,15 +123,16 @@ def model_state_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, param
     dp, zero = plan.dp, plan.zero
     fp32 = recipe.precision == "fp32"
     moments = {"adamw": 8, "sgd": 4}[recipe.optimizer]
+    sharded = params + expert_replica_params(arch, plan)  # ZeRO divides the model's share by dp
     if zero <= 1:
         padded = -(-params // dp) * dp if zero == 1 else params
-        shard = padded // dp if zero == 1 else padded
+        shard = -(-sharded // dp) if zero == 1 else padded
         weight_b = 4 if fp32 else 2
         grad_b = 4 if (fp32 or recipe.grad_dtype == "fp32") else 2
         master = 0 if fp32 else _r(shard * 4)
         return {"parameters": _r(padded * weight_b), "gradients": _r(padded * grad_b),
                 "optimizer_states": master + (moments // 4) * _r(shard * 4)}
-    shard = -(-params // dp)
+    shard = -(-sharded // dp)
     return {"parameters": 0, "gradients": _r(shard * 4) if grads_live else 0,
             "optimizer_states": _r(shard * 4) + (moments // 4) * _r(shard * 4)}
 
@@ -127,7 +142,7 @@ def fsdp_gathered_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, blo
     stays gathered through backward, plus `blocks` blocks (`fsdp_gathered_blocks`)."""
     e = _act_bytes(recipe)
     root = arch.embedding_params() + arch.head_params()
-    return _r(-(-(root + blocks * arch.layer_params()) // plan.tp) * e)
+    return _r(-(-(root + blocks * rank_layer_params(arch, plan)) // plan.tp) * e)
 
 
 def fsdp_gathered_blocks(plan: ParallelPlan, block: int) -> int:
@@ -152,7 +167,8 @@ def korthikanti_layer_activation_bytes(arch: ModelArch, recipe: Recipe, plan: Pa
         softmax output (a*s per token) and the s x s causal mask (1 byte).
     """
     s, b, t = seq_len, plan.micro_batch, plan.tp
-    h, a, f, kv = arch.hidden_size, arch.num_heads, arch.ffn_hidden_size, arch.kv_dim
+    h, a, f, kv = arch.hidden_size, arch.num_heads, arch.active_ffn_size, arch.kv_dim
+    q = arch.q_dim
     e, p = _act_bytes(recipe), recipe.dropout
     tokens = s * b
     rep_div = t if plan.sequence_parallel else 1
@@ -167,12 +183,13 @@ def korthikanti_layer_activation_bytes(arch: ModelArch, recipe: Recipe, plan: Pa
     if p > 0:
         replicated += [tokens * h] * 2  # residual dropout masks (bool)
     eager = recipe.attention == "eager"
-    qkv = [tokens * (h + 2 * kv) * e // t] if gpt2 else \
-        [tokens * h * e // t, tokens * kv * e // t, tokens * kv * e // t]
-    if eager and kv != h and not gpt2:
-        qkv = [tokens * h * e // t] * 3  # k, v repeated to all heads
-    sharded = qkv + [tokens * h * e // t]  # attention output, saved by o_proj
+    qkv = [tokens * (q + 2 * kv) * e // t] if gpt2 else \
+        [tokens * q * e // t, tokens * kv * e // t, tokens * kv * e // t]
+    if eager and kv != q and not gpt2:
+        qkv = [tokens * q * e // t] * 3  # k, v repeated to all heads
+    sharded = qkv + [tokens * q * e // t]  # attention output, saved by o_proj
     sharded += [tokens * f * e // t] * (2 if gpt2 else 4)
+    replicated += moe_dispatch_activation_bytes(arch, recipe, tokens)
     if recompute != "selective":
         if eager:
             scores = b * (a // t) * s * s
@@ -182,6 +199,19 @@ def korthikanti_layer_activation_bytes(arch: ModelArch, recipe: Recipe, plan: Pa
         else:
             sharded += [b * (a // t) * s * FP32_BYTES]  # flash logsumexp
     return sum(_r(x // rep_div) for x in replicated) + sum(_r(x) for x in sharded)
+
+
+def moe_dispatch_activation_bytes(arch: ModelArch, recipe: Recipe, tokens: int) -> list[int]:
+    """What a mixture-of-experts layer saves beyond its experts' MLPs (whose SwiGLU tensors the
+    MLP term counts at width active_ffn_size): the router's fp32 logits and softmax
+    (tokens x experts each), the top-k permuted copies of the tokens the experts' first
+    matmuls keep, and the experts' outputs the weighted combine keeps (Megatron
+    moe/token_dispatcher.py permute/unpermute; HF MixtralSparseMoeBlock index_select/index_add).
+    Balanced routing: each rank's experts see tokens x top-k rows whatever ep is."""
+    if not arch.is_moe:
+        return []
+    e, k = _act_bytes(recipe), arch.experts_per_token
+    return [tokens * arch.num_experts * FP32_BYTES] * 2 + [k * tokens * arch.hidden_size * e] * 2
 
 
 def embedding_head_activation_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
@@ -219,7 +249,7 @@ def layer_backward_transient_bytes(arch: ModelArch, recipe: Recipe, plan: Parall
     of softmax (2 b a s^2, 3 with dropout; ~1.15 / 1.8 under full recompute, measured).
     """
     s, b, t, e = seq_len, plan.micro_batch, plan.tp, _act_bytes(recipe)
-    tokens, f, a = s * b, arch.ffn_hidden_size, arch.num_heads
+    tokens, f, a = s * b, arch.active_ffn_size, arch.num_heads
     full = plan.recompute == "full"
     gpt2 = arch.family == "gpt2"
     mlp_factor = (0.75 if gpt2 else 1.25) if full else (1.0 if gpt2 else 3.0)
@@ -235,7 +265,7 @@ def layer_backward_transient_bytes(arch: ModelArch, recipe: Recipe, plan: Parall
 def mlp_saved_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len: int) -> int:
     """The MLP half of a layer's saved activations (already freed when attention runs backward)."""
     tokens, e, t = seq_len * plan.micro_batch, _act_bytes(recipe), plan.tp
-    f, h = arch.ffn_hidden_size, arch.hidden_size
+    f, h = arch.active_ffn_size, arch.hidden_size
     return 2 * tokens * h * e + (2 if arch.family == "gpt2" else 4) * tokens * f * e // t
 
 
@@ -251,7 +281,7 @@ def fsdp_block_backward_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPla
     """
     if plan.zero < 2:
         return [0] * len(blocks)
-    weights = -(-arch.layer_params() // plan.tp) * _act_bytes(recipe)
+    weights = -(-rank_layer_params(arch, plan) // plan.tp) * _act_bytes(recipe)
     prefetch = _r(weights) if plan.zero == 3 else 0
     held = fsdp_block_reduce_scatter_input_bytes(arch, recipe, plan)
     grads = int(FSDP_GRADS_IN_FLIGHT[plan.recompute == "full"] * weights)
@@ -296,7 +326,7 @@ def fsdp_block_reduce_scatter_input_bytes(arch: ModelArch, recipe: Recipe, plan:
     """One block's unsharded gradients in the reduce dtype, padded to dp (FSDP2's reduce-scatter
     input). FSDP2 keeps the last one until the next group's post-backward (one input buffer by
     default), so the first block's is still live while the embedding runs backward."""
-    block = -(-arch.layer_params() // plan.tp)
+    block = -(-rank_layer_params(arch, plan) // plan.tp)
     return _r(-(-block // plan.dp) * plan.dp * fsdp_reduce_dtype_bytes(recipe))
 
 
@@ -379,6 +409,8 @@ def validate_inputs(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
         raise ValueError(f"plan.tp {plan.tp} must divide model.num_kv_heads {arch.num_kv_heads}")
     if arch.num_layers % plan.pp:
         raise ValueError(f"plan.pp {plan.pp} must divide model.num_layers {arch.num_layers}")
+    if plan.ep > 1 and (not arch.is_moe or arch.num_experts % plan.ep):
+        raise ValueError(f"plan.ep {plan.ep} must divide model.num_experts {arch.num_experts}")
     if not job_valid:
         if not isinstance(seq_len, int) or seq_len <= 0:
             raise ValueError(f"seq_len must be a positive integer, got {seq_len!r}")
@@ -511,14 +543,24 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
                          f"{arch.num_layers // plan.pp} layers of a stage")
     if memo is not None:
         memo["job"] = job
+    cp = plan.cp
+    if cp > 1:
+        # Context parallelism (Megatron's --context-parallel-size, torchtitan's CP): each rank
+        # holds seq_len / cp tokens of every layer, and both shard optimizer states over
+        # dp x cp (data_parallel_group_with_cp; the dp_shard_cp mesh). Memory-wise a cp group is
+        # cp more data-parallel ranks with shorter sequences; the ring's in-flight K/V chunks
+        # (2 per layer, transient) are not counted.
+        if seq_len % cp:
+            raise ValueError(f"plan.cp: {cp} must divide seq_len {seq_len}")
+        plan, seq_len = replace(plan, dp=plan.dp * cp, cp=1, ep=plan.ep), seq_len // cp
     accum = grad_accum if grad_accum is not None else max(2, plan.pp)
     layers = arch.num_layers // plan.pp
     full = plan.recompute == "full"
     # One layer: saved for backward, and live while it runs backward.
     layer_act, layer_live = _memoised(
-        memo, ("layer", plan.tp, plan.sequence_parallel, plan.micro_batch, plan.recompute),
+        memo, ("layer", cp, plan.tp, plan.sequence_parallel, plan.micro_batch, plan.recompute),
         profile.layer, arch, recipe, plan, seq_len)
-    pending = _memoised(memo, ("pending", plan.tp, plan.pp, plan.zero),
+    pending = _memoised(memo, ("pending", plan.ep, plan.tp, plan.pp, plan.zero),
                         pending_embedding_grad_bytes, arch, recipe, plan)
     fsdp = plan.zero >= 2
     # Blocks whose backward may hold the peak. FSDP: block layers-1 runs backward first, block 0
@@ -535,12 +577,12 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
     # What differs between those blocks is the same on every stage: i layers' activations, FSDP
     # buffers, gathered weights and (no accumulation) the fp32 grad shards of the blocks already
     # through backward. Pick the block here; the stages add what all blocks share.
-    buffers = _memoised(memo, ("buffers", plan.tp, plan.dp, plan.zero, full, layers, *blocks),
+    buffers = _memoised(memo, ("buffers", plan.ep, plan.tp, plan.dp, plan.zero, full, layers, *blocks),
                         fsdp_block_backward_bytes, arch, recipe, plan, layers, blocks)
     differing = [i * layer_act + b for i, b in zip(blocks, buffers)]
     block_shard = 0
     if fsdp:
-        block = -(-arch.layer_params() // plan.tp)
+        block = -(-rank_layer_params(arch, plan) // plan.tp)
         block_shard = _r(-(-block // plan.dp) * 4)
         for k, i in enumerate(blocks):  # gathered blocks' weights; grad shards without accumulation
             differing[k] += fsdp_gathered_blocks(plan, i) * block * _act_bytes(recipe) \
@@ -550,23 +592,23 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
     layer_phase = "layer_backward" if peak_block == layers - 1 else f"layer_{peak_block}_backward"
     if fsdp:  # gathered at the loss (every ZeRO-2 block, ZeRO-3's last) and in the peak block
         loss_blocks = fsdp_gathered_blocks(plan, layers - 1)
-        loss_weights = _memoised(memo, ("gathered", plan.tp, loss_blocks),
+        loss_weights = _memoised(memo, ("gathered", plan.ep, plan.tp, loss_blocks),
                                  fsdp_gathered_bytes, arch, recipe, plan, loss_blocks)
         peak_blocks = fsdp_gathered_blocks(plan, peak_block)
         layer_weights = loss_weights if peak_block == layers - 1 else \
-            _memoised(memo, ("gathered", plan.tp, peak_blocks),
+            _memoised(memo, ("gathered", plan.ep, plan.tp, peak_blocks),
                       fsdp_gathered_bytes, arch, recipe, plan, peak_blocks)
     best: tuple[int, dict[str, int], str, int] | None = None
     stages = sorted({0, plan.pp - 1}) if stage is None else [stage]  # middle ones: below the first
     for stage in stages:
         first, last = stage == 0, stage == plan.pp - 1
         in_flight = pipeline_in_flight(plan, stage, accum, virtual_stages)
-        params = _memoised(memo, ("params", plan.tp, plan.pp, stage), stage_params, arch, plan, stage)
-        states_bwd = dict(_memoised(memo, ("states", plan.dp, plan.zero, params, accum > 1),
+        params = _memoised(memo, ("params", plan.ep, plan.tp, plan.pp, stage), stage_params, arch, plan, stage)
+        states_bwd = dict(_memoised(memo, ("states", plan.ep, plan.tp, plan.pp, plan.dp, plan.zero, params, accum > 1),
                                     profile.model_states, arch, recipe, plan, params, accum > 1))
         if fsdp:
             states_bwd["parameters"] = loss_weights
-        outside, loss = _memoised(memo, ("stage", plan.tp, plan.pp, plan.micro_batch, stage),
+        outside, loss = _memoised(memo, ("stage", cp, plan.tp, plan.pp, plan.micro_batch, stage),
                                   stage_activation_bytes, arch, recipe, plan, seq_len, stage,
                                   profile.logits_loss)
         acts = int(in_flight * (layers * layer_act + outside))
@@ -595,17 +637,17 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
             states = states_bwd["optimizer_states"]
             if first:
                 gathered_root = _r(fsdp_root_params(arch, plan, first, last) * _act_bytes(recipe))
-                transients = _memoised(memo, ("embedding_backward", plan.tp, plan.pp, plan.dp, stage),
+                transients = _memoised(memo, ("embedding_backward", plan.ep, plan.tp, plan.pp, plan.dp, stage),
                                        fsdp_embedding_backward_bytes, arch, recipe, plan, first, last)
                 embedding_bwd = {"parameters": gathered_root, "gradients": all_shards,
                                  "optimizer_states": states, "activations": 0, "logits_loss": 0,
                                  "temporaries": inputs + transients}
-            transients = _memoised(memo, ("root_reduce_scatter", plan.tp, plan.pp, plan.dp, stage),
+            transients = _memoised(memo, ("root_reduce_scatter", plan.ep, plan.tp, plan.pp, plan.dp, stage),
                                    fsdp_root_reduce_scatter_bytes, arch, recipe, plan, first, last)
             root_rs = {"parameters": 0, "gradients": all_shards, "optimizer_states": states,
                        "activations": 0, "logits_loss": 0, "temporaries": inputs + transients}
 
-        states_opt = _memoised(memo, ("states", plan.dp, plan.zero, params, True),
+        states_opt = _memoised(memo, ("states", plan.ep, plan.tp, plan.pp, plan.dp, plan.zero, params, True),
                                profile.model_states, arch, recipe, plan, params, True)
         optimizer = {**states_opt, "activations": 0, "logits_loss": 0,
                      "temporaries": inputs + optimizer_step_temporary_bytes(arch, recipe, plan, params)}

@@ -46,17 +46,19 @@ def usable_bytes(gpu: GpuType, fit_margin: float = FIT_MARGIN) -> float:
     return gpu.memory_bytes * fit_margin
 
 
-def make_plan(tp: int, pp: int, dp: int, zero: int, micro_batch: int, recompute: str) -> ParallelPlan:
+def make_plan(tp: int, pp: int, dp: int, zero: int, micro_batch: int, recompute: str,
+              ep: int = 1) -> ParallelPlan:
     """A plan as MARP emits it: sequence parallelism whenever tp > 1 (same traffic, less memory)."""
     return ParallelPlan(dp=dp, tp=tp, pp=pp, zero=zero, micro_batch=micro_batch,
-                        recompute=recompute, sequence_parallel=tp > 1)
+                        recompute=recompute, sequence_parallel=tp > 1, ep=ep)
 
 
 class MemoryTable:
     """Peak bytes per plan for one job, memoised: memory does not depend on the GPU type."""
 
-    def __init__(self, arch: ModelArch, training: TrainingSpec):
+    def __init__(self, arch: ModelArch, training: TrainingSpec, ep: int = 1):
         self.arch, self.recipe, self.seq_len = arch, training.recipe, training.seq_len
+        self.ep = ep  # expert parallelism of every plan of this table (1: none)
         self.global_batch = training.global_batch_size
         self.peaks: dict[tuple, int] = {}
         self.calls = 0  # estimate_memory calls (for the benchmark)
@@ -68,23 +70,25 @@ class MemoryTable:
         # fp32 master copy (none when training in fp32) + moments: 2 for AdamW, 1 for SGD
         self._optimizer_b = (0 if fp32 else 4) + (8 if recipe.optimizer == "adamw" else 4)
         self._params = arch.num_params()
+        # routed-expert parameters a rank does not hold under expert parallelism
+        self._other_experts = arch.num_layers * arch.expert_layer_params() * (ep - 1) // ep
 
     def floor_bytes(self, tp: int, pp: int, dp: int, zero: int) -> float:
         """A cheap lower bound on peak bytes: ZeRO model states of an average rank (no
         activations, no overhead), so that hopeless plans skip the full estimate."""
-        params = self._params / (tp * pp)
+        params = (self._params - self._other_experts) / (tp * pp)
         if zero == 0:
             return params * (self._weight_b + self._grad_b + self._optimizer_b)
         if zero == 1:
             return params * (self._weight_b + self._grad_b + self._optimizer_b / dp)
-        return params * self._optimizer_b / dp  # FSDP: sharded masters and moments
+        return self._params / (tp * pp) * self._optimizer_b / dp  # FSDP: sharded states
 
     def peak_bytes(self, tp: int, pp: int, dp: int, zero: int, mb: int, recompute: str) -> int:
         key = (tp, pp, dp, zero, mb, recompute)
         peak = self.peaks.get(key)
         if peak is None:
             self.calls += 1
-            plan = make_plan(tp, pp, dp, zero, mb, recompute)
+            plan = make_plan(tp, pp, dp, zero, mb, recompute, self.ep)
             peak = estimate_memory(self.arch, self.recipe, plan, self.seq_len,
                                    grad_accum=plan.grad_accum(self.global_batch),
                                    memo=self.memo).peak_bytes
@@ -247,7 +251,7 @@ class _TypeSearch:
             else:
                 step_s, mb = min([(cost.step_s(tp, pp, dp, zero, m, rc), m) for m in mbs[:top + 1]])
             if step_s < incumbent_s:
-                self.best[n] = _Best(step_s, make_plan(tp, pp, dp, zero, mb, rc))
+                self.best[n] = _Best(step_s, make_plan(tp, pp, dp, zero, mb, rc, self.table.ep))
                 incumbent_s = step_s
 
     def layouts(self, shapes: list[tuple[int, int]], n: int) -> Iterator[tuple[int, int, int]]:
@@ -255,7 +259,7 @@ class _TypeSearch:
         batch = self.training.global_batch_size
         for tp, pp in shapes:
             dp = n // (tp * pp)
-            if dp * tp * pp == n and batch % dp == 0 and \
+            if dp * tp * pp == n and batch % dp == 0 and dp % self.table.ep == 0 and \
                     self.table.floor_bytes(tp, pp, dp, self.space.zeros(pp, dp)[-1]) <= self.usable:
                 yield tp, pp, dp
 
@@ -345,8 +349,11 @@ def enumerate_options(arch: ModelArch, training: TrainingSpec, gpu_types: Sequen
                       fit_margin: float = FIT_MARGIN,
                       now_s: float | None = None,
                       memory_table: MemoryTable | None = None,
-                      min_gpus: int = 0) -> list[PlanOption]:
+                      min_gpus: int = 0, ep: int = 1) -> list[PlanOption]:
     """Ranked options: each allowed GPU type's Pareto front over duration and GPU-seconds.
+
+    `ep` > 1 (a mixture-of-experts model): every plan spreads the experts over ep of its
+    data-parallel ranks, so only layouts whose dp it divides are searched.
 
     `zero_stages` / `recomputes` restrict what the launcher supports; `now_s` (epoch seconds)
     drops options that would miss `constraints.deadline_s` if started now; `min_gpus` > 0
@@ -359,7 +366,7 @@ def enumerate_options(arch: ModelArch, training: TrainingSpec, gpu_types: Sequen
         # Selective recompute (Korthikanti et al. 2022) drops the s x s attention activations,
         # which flash attention never stores: it would cost time and save almost nothing.
         recomputes = [rc for rc in recomputes if rc != "selective"]
-    table = memory_table or MemoryTable(arch, training)
+    table = memory_table or MemoryTable(arch, training, ep)
     space = _JobSpace(training, zero_stages)
     steps = training.steps
     options: list[PlanOption] = []

@@ -91,11 +91,11 @@ def torchtitan_layer_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
     if plan.recompute != "selective":
         return layer_bytes(arch, recipe, plan, seq_len)
     tokens, e, t = _tokens(plan, seq_len), _act_bytes(recipe), plan.tp
-    h, kv, f = arch.hidden_size, arch.kv_dim, arch.ffn_hidden_size
+    h, kv, f, q = arch.hidden_size, arch.kv_dim, arch.active_ffn_size, arch.q_dim
     rep = t if plan.sequence_parallel else 1
     saved = _r(tokens * h * e // rep)  # block input
-    saved += _r(tokens * h * e // t) + _r(tokens * kv * e // t)  # wq, wv outputs
-    saved += _r(tokens * h * e // t) + _r(plan.micro_batch * (arch.num_heads // t) * seq_len
+    saved += _r(tokens * q * e // t) + _r(tokens * kv * e // t)  # wq, wv outputs
+    saved += _r(tokens * q * e // t) + _r(plan.micro_batch * (arch.num_heads // t) * seq_len
                                           * FP32_BYTES)  # SDPA output and logsumexp
     saved += _r(tokens * f * e // t) + _r(tokens * h * e // rep)  # w1 output, w2 output
     full = korthikanti_layer_activation_bytes(arch, recipe, plan, seq_len, "none")
