@@ -21,13 +21,16 @@ def option_to_proto(option: PlanOption, rank: int = 0) -> types_pb2.PlanOption:
     return types_pb2.PlanOption(
         gpu_type=option.gpu_type, num_gpus=option.num_gpus, plan=plan_to_proto(option.plan),
         peak_bytes_per_gpu=option.peak_bytes_per_gpu, step_time_s=option.step_time_s,
-        duration_s=option.duration_s, rank=rank)
+        duration_s=option.duration_s, rank=rank, peak_allocated_bytes=option.peak_allocated_bytes,
+        peak_reserved_bytes=option.peak_reserved_bytes, memory_margin=option.memory_margin)
 
 
 def option_from_proto(msg: types_pb2.PlanOption) -> PlanOption:
     return PlanOption(gpu_type=msg.gpu_type, plan=plan_from_proto(msg.plan),
                       peak_bytes_per_gpu=msg.peak_bytes_per_gpu, step_time_s=msg.step_time_s,
-                      duration_s=msg.duration_s)
+                      duration_s=msg.duration_s, peak_allocated_bytes=msg.peak_allocated_bytes,
+                      peak_reserved_bytes=msg.peak_reserved_bytes,
+                      memory_margin=msg.memory_margin or 1.0)
 
 
 def plan_json(plan: types_pb2.ParallelPlan) -> dict:

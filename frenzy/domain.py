@@ -99,9 +99,12 @@ class PlanOption:
 
     gpu_type: str
     plan: ParallelPlan
-    peak_bytes_per_gpu: int
+    peak_bytes_per_gpu: int  # the device peak, times memory_margin: what must fit
     step_time_s: float
     duration_s: float
+    peak_allocated_bytes: int = 0  # compares with torch.cuda.max_memory_allocated (0: unknown)
+    peak_reserved_bytes: int = 0  # compares with torch.cuda.max_memory_reserved (0: unknown)
+    memory_margin: float = 1.0  # learned safety factor applied to the device peak (1.0: none)
 
     @property
     def num_gpus(self) -> int:

@@ -35,7 +35,8 @@ def test_error_is_relative_to_the_measured_peak():
 
 def test_success_and_oom_carry_a_measurement():
     m = error_table.measurement_of(status())
-    assert m == Measurement("j1", 0, "gpt2", "A100", 11 * GIB, 10 * GIB, "succeeded")
+    assert m == Measurement("j1", 0, "gpt2", "A100", 11 * GIB, 10 * GIB, "succeeded",
+                         family="gpt2")
     assert m.key == "gpt2|A100" and m.measurement_id == "j1#0"
     assert m.error == pytest.approx(0.1)
     oom = error_table.measurement_of(status(state=types_pb2.FAILED, reason="OOM: out of memory",

@@ -418,7 +418,11 @@ def _reference_options(arch, training, gpu_types, constraints=Constraints(), max
             p = option.plan
             peak = peak_bytes(p.tp, p.pp, p.dp, p.zero, p.micro_batch, p.recompute)
             if peak <= usable_bytes(gpu, fit_margin):
-                options.append(replace(option, peak_bytes_per_gpu=peak))
+                est = estimate_memory(arch, training.recipe, p, training.seq_len,
+                                      grad_accum=p.grad_accum(training.global_batch_size))
+                options.append(replace(option, peak_bytes_per_gpu=peak,
+                                       peak_allocated_bytes=est.peak_allocated_bytes,
+                                       peak_reserved_bytes=est.peak_reserved_bytes))
     return rank_options(options)
 
 

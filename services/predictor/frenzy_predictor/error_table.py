@@ -8,6 +8,11 @@ are the plain dicts built here.
 
 Delivery is at-least-once, so one measurement can arrive twice. Each value remembers the last
 `DEDUPE_WINDOW` measurement ids ("<job id>#<attempt>") and a redelivered one is not counted again.
+
+The record also keeps the last RATIO_WINDOW ratios measured / predicted with the job's training
+framework and model family, so that planning can learn a safety margin from it
+(`learned_margins`): per (framework, model family, GPU type), an upper quantile of those
+ratios, bounded to [1, MARGIN_MAX], once MARGIN_MIN_SAMPLES jobs have been measured.
 """
 from __future__ import annotations
 
@@ -15,11 +20,16 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Mapping
 
+from frenzy.catalog.models import load_model
 from frenzy.outcomes import OOM_REASON
 from frenzy.v1 import events_pb2, types_pb2
 
 KEY_SEPARATOR = "|"
 DEDUPE_WINDOW = 256  # measurement ids remembered per key
+RATIO_WINDOW = 256  # measured / predicted ratios remembered per key (the newest)
+MARGIN_QUANTILE = 0.95  # the margin covers this fraction of the jobs measured
+MARGIN_MIN_SAMPLES = 5  # fewer jobs than this per (framework, family, GPU type): no margin
+MARGIN_MAX = 1.5  # a margin never asks for more than this times the prediction
 
 
 @dataclass(frozen=True)
@@ -33,6 +43,8 @@ class Measurement:
     predicted_bytes: int
     measured_bytes: int
     outcome: str  # "succeeded" | "oom"
+    framework: str = "frenzy"  # the spec's training.framework
+    family: str = ""  # the model's family ("llama", "gpt2", "llama-moe"); "" if unresolvable
 
     @property
     def key(self) -> str:
@@ -54,7 +66,23 @@ class Measurement:
         return cls(job_id=str(data["job_id"]), attempt=int(data["attempt"]),
                    model=str(data["model"]), gpu_type=str(data["gpu_type"]),
                    predicted_bytes=int(data["predicted_bytes"]),
-                   measured_bytes=int(data["measured_bytes"]), outcome=str(data["outcome"]))
+                   measured_bytes=int(data["measured_bytes"]), outcome=str(data["outcome"]),
+                   framework=str(data.get("framework") or "frenzy"),
+                   family=str(data.get("family") or ""))
+
+
+def model_family(model: str) -> str:
+    """The family a spec's model resolves to ("llama-moe" for a mixture of experts); "" when
+    it does not resolve here (a config path only the submitter's machine has)."""
+    try:
+        arch = load_model(model)
+    except ValueError:
+        return ""
+    return f"{arch.family}-moe" if arch.is_moe else arch.family
+
+
+def margin_key(framework: str, family: str, gpu_type: str) -> str:
+    return KEY_SEPARATOR.join((framework or "frenzy", family, gpu_type))
 
 
 def table_key(model: str, gpu_type: str) -> str:
@@ -101,7 +129,9 @@ def measurement_of(status: events_pb2.JobStatusChanged) -> Measurement | None:
         return None
     return Measurement(job_id=status.job_id or job.id, attempt=attempt,
                        model=job.spec.model, gpu_type=job.option.gpu_type,
-                       predicted_bytes=predicted, measured_bytes=measured, outcome=outcome)
+                       predicted_bytes=predicted, measured_bytes=measured, outcome=outcome,
+                       framework=job.spec.training.framework or "frenzy",
+                       family=model_family(job.spec.model))
 
 
 def empty_record() -> dict[str, Any]:
@@ -123,7 +153,10 @@ def apply(record: Mapping[str, Any] | None, m: Measurement,
     error = m.error
     recent.append(m.measurement_id)
     del recent[:max(len(recent) - window, 0)]
+    ratios = list(current.get("ratios", [])) + [m.measured_bytes / m.predicted_bytes]
     current.update(
+        framework=m.framework, family=m.family, gpu_type=m.gpu_type,
+        ratios=ratios[-RATIO_WINDOW:],
         jobs=int(current.get("jobs", 0)) + 1,
         sum_abs_error=float(current.get("sum_abs_error", 0.0)) + abs(error),
         worst_under_prediction=min(float(current.get("worst_under_prediction", 0.0)), error),
@@ -139,6 +172,36 @@ def aggregate(measurements: Iterable[Measurement],
     for m in measurements:
         records[m.key], _ = apply(records.get(m.key), m, window)
     return records
+
+
+def upper_quantile(values: Iterable[float], q: float) -> float:
+    """Nearest-rank q-quantile: the smallest value at least a fraction q of values do not exceed."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("upper_quantile of no values")
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def learned_margins(records: Mapping[str, Mapping[str, Any]], *, quantile: float = MARGIN_QUANTILE,
+                    min_samples: int = MARGIN_MIN_SAMPLES,
+                    max_margin: float = MARGIN_MAX) -> dict[str, float]:
+    """Safety factor per margin_key(framework, family, GPU type): the upper `quantile` of the
+    measured / predicted peaks of the jobs recorded under it, bounded to [1, max_margin].
+
+    Keys with fewer than `min_samples` ratios get none: one surprising job must not move
+    planning. A factor below 1 (MARP over-predicts) is not applied: the record is evidence of
+    risk, and a plan that fits by the prediction is kept.
+    """
+    pooled: dict[str, list[float]] = {}
+    for record in records.values():
+        ratios = record.get("ratios") or []
+        if not ratios or "gpu_type" not in record:
+            continue
+        key = margin_key(str(record.get("framework", "frenzy")), str(record.get("family", "")),
+                         str(record["gpu_type"]))
+        pooled.setdefault(key, []).extend(float(r) for r in ratios)
+    return {key: min(max(upper_quantile(ratios, quantile), 1.0), max_margin)
+            for key, ratios in sorted(pooled.items()) if len(ratios) >= min_samples}
 
 
 def summary(record: Mapping[str, Any]) -> dict[str, Any]:

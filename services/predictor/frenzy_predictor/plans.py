@@ -23,13 +23,13 @@ import bisect
 import heapq
 import math
 from dataclasses import dataclass, replace
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, Mapping, Sequence
 
 from frenzy.catalog.gpus import GpuType
 from frenzy.catalog.models import ModelArch
 from frenzy.domain import RECOMPUTES, Constraints, ParallelPlan, PlanOption, TrainingSpec
 from frenzy_predictor.cost import CostModel
-from frenzy_predictor.memory import estimate_memory
+from frenzy_predictor.memory import MemoryEstimate, estimate_memory
 
 FIT_MARGIN = 0.95  # use at most this fraction of a GPU's memory (allocator fragmentation)
 MAX_GPUS = 512  # GPU count cap per job
@@ -82,6 +82,11 @@ class MemoryTable:
         if zero == 1:
             return params * (self._weight_b + self._grad_b + self._optimizer_b / dp)
         return self._params / (tp * pp) * self._optimizer_b / dp  # FSDP: sharded states
+
+    def estimate(self, plan: ParallelPlan) -> MemoryEstimate:
+        """The full estimate of one plan (its three peaks), for the options returned."""
+        return estimate_memory(self.arch, self.recipe, plan, self.seq_len,
+                               grad_accum=plan.grad_accum(self.global_batch), memo=self.memo)
 
     def peak_bytes(self, tp: int, pp: int, dp: int, zero: int, mb: int, recompute: str) -> int:
         key = (tp, pp, dp, zero, mb, recompute)
@@ -165,10 +170,12 @@ class _TypeSearch:
     """Branch and bound for one GPU type: the fastest fitting plan per GPU count."""
 
     def __init__(self, gpu: GpuType, arch: ModelArch, training: TrainingSpec, table: MemoryTable,
-                 space: _JobSpace, recomputes: Sequence[str], fit_margin: float):
+                 space: _JobSpace, recomputes: Sequence[str], fit_margin: float,
+                 memory_margin: float = 1.0):
         self.arch, self.training, self.table = arch, training, table
         self.space, self.recomputes = space, recomputes
-        self.usable = usable_bytes(gpu, fit_margin)
+        # a learned margin m asks that m x the predicted peak fit
+        self.usable = usable_bytes(gpu, fit_margin) / memory_margin
         self.cost = CostModel(arch, training, gpu)
         self.best: dict[int, _Best] = {}
         # Largest micro-batch that fitted per (tp, pp) and (zero, recompute index) at a smaller
@@ -349,11 +356,15 @@ def enumerate_options(arch: ModelArch, training: TrainingSpec, gpu_types: Sequen
                       fit_margin: float = FIT_MARGIN,
                       now_s: float | None = None,
                       memory_table: MemoryTable | None = None,
-                      min_gpus: int = 0, ep: int = 1) -> list[PlanOption]:
+                      min_gpus: int = 0, ep: int = 1,
+                      memory_margins: Mapping[str, float] | None = None) -> list[PlanOption]:
     """Ranked options: each allowed GPU type's Pareto front over duration and GPU-seconds.
 
     `ep` > 1 (a mixture-of-experts model): every plan spreads the experts over ep of its
     data-parallel ranks, so only layouts whose dp it divides are searched.
+    `memory_margins` (GPU type -> factor >= 1, learned from measured peaks; see
+    error_table.learned_margins): a plan fits a type when factor x its device peak does, and
+    the option's peak_bytes_per_gpu is that product.
 
     `zero_stages` / `recomputes` restrict what the launcher supports; `now_s` (epoch seconds)
     drops options that would miss `constraints.deadline_s` if started now; `min_gpus` > 0
@@ -374,8 +385,9 @@ def enumerate_options(arch: ModelArch, training: TrainingSpec, gpu_types: Sequen
     for gpu in gpu_types:
         if constraints.gpu_types and gpu.name not in constraints.gpu_types:
             continue
+        margin = max(1.0, (memory_margins or {}).get(gpu.name, 1.0))
         best = _TypeSearch(gpu, arch, training, table, space, recomputes,
-                           fit_margin).run(gpu, limit, seeds, max(1, min_gpus))
+                           fit_margin, margin).run(gpu, limit, seeds, max(1, min_gpus))
         for n, b in best.items():
             if b.plan not in seeds.setdefault(n, []):
                 seeds[n].append(b.plan)
@@ -384,8 +396,10 @@ def enumerate_options(arch: ModelArch, training: TrainingSpec, gpu_types: Sequen
         if now_s is not None and constraints.deadline_s > 0:
             per_type = [o for o in per_type if now_s + o.duration_s <= constraints.deadline_s]
         for option in _spread(pareto_front(per_type), max_per_type):
-            p = option.plan  # the exact estimate, for the plans we return
-            peak = table.peak_bytes(p.tp, p.pp, p.dp, p.zero, p.micro_batch, p.recompute)
+            est = table.estimate(option.plan)  # the exact estimate, for the plans we return
+            peak = math.ceil(est.device_peak_bytes * margin)
             if peak <= usable_bytes(gpu, fit_margin):
-                options.append(replace(option, peak_bytes_per_gpu=peak))
+                options.append(replace(option, peak_bytes_per_gpu=peak, memory_margin=margin,
+                                       peak_allocated_bytes=est.peak_allocated_bytes,
+                                       peak_reserved_bytes=est.peak_reserved_bytes))
     return rank_options(options)
