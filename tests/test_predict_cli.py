@@ -162,3 +162,19 @@ def test_cp_and_ep_in_a_fixed_plan_and_ep_in_the_search():
 def test_bad_cp_or_ep_exits_2_naming_the_option(args, option):
     result = run(*FIXED, *args)
     assert result.exit_code == 2 and option in result.output, result.output
+
+
+def test_learned_margins_from_a_file_are_shown_and_applied(tmp_path):
+    from frenzy_predictor.error_table import margin_key
+
+    path = tmp_path / "margins.json"
+    path.write_text(json.dumps({margin_key("frenzy", "gpt2", "A100-80GB"): 1.2}))
+    plain = json.loads(run(*FIXED, "--json").output)
+    guarded = json.loads(run(*FIXED, "--json", "--margins", str(path)).output)
+    assert plain["memory_margin"] == 1.0 and guarded["memory_margin"] == 1.2
+    listed = json.loads(run(*BASE, "--gpu-types", "A100-80GB", "--json", "--margins", str(path)).output)
+    assert listed and all(o["memory_margin"] == 1.2 for o in listed)
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]")
+    result = run(*FIXED, "--margins", str(bad))
+    assert result.exit_code == 2 and "--margins" in result.output

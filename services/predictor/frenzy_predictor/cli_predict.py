@@ -93,7 +93,9 @@ def option_json(option: PlanOption, rank: int, training: TrainingSpec) -> dict[s
     return {"rank": rank, "gpu_type": option.gpu_type, "num_gpus": option.num_gpus,
             "plan": plan_json(option.plan),
             "grad_accum": option.plan.grad_accum(training.global_batch_size),
-            "peak_bytes_per_gpu": option.peak_bytes_per_gpu, "step_time_s": option.step_time_s,
+            "peak_bytes_per_gpu": option.peak_bytes_per_gpu, "memory_margin": option.memory_margin,
+            "peak_allocated_bytes": option.peak_allocated_bytes,
+            "peak_reserved_bytes": option.peak_reserved_bytes, "step_time_s": option.step_time_s,
             "duration_s": option.duration_s, "gpu_hours": option.gpu_seconds / 3600}
 
 
@@ -175,8 +177,38 @@ def _check_ep(arch: ModelArch, ep: int, dp: int | None) -> None:
         raise click.BadParameter(f"ep {ep} must divide dp {dp}", param_hint="--ep")
 
 
+def _load_margins(source: str | None) -> dict[str, float]:
+    """Learned margins as the error recorder serves them (GET /memory-margins/), from a URL or
+    a saved JSON file; {} without --margins."""
+    if not source:
+        return {}
+    try:
+        if source.startswith(("http://", "https://")):
+            import urllib.request
+
+            with urllib.request.urlopen(source, timeout=10) as response:
+                data = json.loads(response.read())
+        else:
+            with open(source) as f:
+                data = json.load(f)
+    except (OSError, ValueError) as err:
+        raise click.BadParameter(f"cannot read learned margins from {source}: {err}",
+                                 param_hint="--margins") from None
+    if not isinstance(data, dict) or not all(isinstance(v, (int, float)) for v in data.values()):
+        raise click.BadParameter("expected a JSON object of margin factors (GET /memory-margins/)",
+                                 param_hint="--margins")
+    return {str(k): float(v) for k, v in data.items()}
+
+
+def _margin(margins: dict[str, float], arch: ModelArch, framework: str, gpu_type: str) -> float:
+    from frenzy_predictor.error_table import margin_key
+
+    family = f"{arch.family}-moe" if arch.is_moe else arch.family
+    return max(1.0, margins.get(margin_key(framework, family, gpu_type), 1.0))
+
+
 def _evaluate_plan(arch: ModelArch, training: TrainingSpec, plan: ParallelPlan,
-                   gpu: GpuType) -> dict[str, Any]:
+                   gpu: GpuType, margin: float = 1.0) -> dict[str, Any]:
     from frenzy_predictor.cost import CostModel
     from frenzy_predictor.memory import estimate_memory
     from frenzy_predictor.plans import usable_bytes
@@ -195,8 +227,8 @@ def _evaluate_plan(arch: ModelArch, training: TrainingSpec, plan: ParallelPlan,
         "device_peak_bytes": memory.device_peak_bytes,
         "peak_tensor_bytes": memory.peak_tensor_bytes, "peak_bytes": memory.peak_bytes,
         "breakdown": dict(memory.breakdown), "capacity_bytes": gpu.memory_bytes,
-        "usable_bytes": int(usable_bytes(gpu)),
-        "fits": memory.device_peak_bytes <= usable_bytes(gpu),
+        "usable_bytes": int(usable_bytes(gpu)), "memory_margin": margin,
+        "fits": memory.device_peak_bytes * margin <= usable_bytes(gpu),
         "step_time_s": step_s,
         "step_time_breakdown": {"compute_s": times.compute_s,
                                 "tensor_parallel_s": times.tensor_parallel_s,
@@ -224,6 +256,7 @@ def _print_plan(result: dict[str, Any]) -> None:
                   f"{result['peak_allocated_bytes'] / GIB:.2f} GiB")
     table.add_row("peak reserved", f"{result['peak_reserved_bytes'] / GIB:.2f} GiB")
     table.add_row("device peak", f"{result['device_peak_bytes'] / GIB:.2f} GiB")
+    table.add_row("learned margin", f"x {result['memory_margin']:.3g}")
     table.add_row("usable per GPU", f"{result['usable_bytes'] / GIB:.2f} GiB")
     for name, value in result["step_time_breakdown"].items():
         table.add_row(name, f"{value:.4g}")
@@ -260,17 +293,20 @@ def _print_plan(result: dict[str, Any]) -> None:
               help="Context parallelism: each sequence split over this many GPUs (fixed plan).")
 @click.option("--ep", type=int, default=1, show_default=True,
               help="Expert parallelism of a mixture-of-experts model (also in the plan search).")
+@click.option("--margins", "margins_from", help="Learned memory margins: the error recorder's "
+              "/memory-margins/ URL or a saved copy of it (default: none).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.pass_context
 def predict(ctx: click.Context, model: str, seq_len: int, global_batch: int, tokens: str | None,
             steps: str | None, precision: str, grad_dtype: str, optimizer: str, attention: str,
             dropout: float, framework: str, gpu_types: str, max_gpus: int, gpu_type: str | None, dp: int, tp: int,
             pp: int, zero: int, micro_batch: int, recompute: str, sequence_parallel: bool,
-            cp: int, ep: int, as_json: bool) -> None:
+            cp: int, ep: int, margins_from: str | None, as_json: bool) -> None:
     """Predict per-GPU memory and speed of parallel plans; list the best per GPU type."""
     arch = _resolve_model(model)
     recipe = Recipe(precision, grad_dtype, optimizer, attention, dropout, framework)
     training = _training(arch, seq_len, global_batch, tokens, steps, recipe)
+    margins = _load_margins(margins_from)
     plan_flags = [name for name in ("dp", "tp", "pp", "zero", "micro_batch", "recompute",
                                     "sequence_parallel", "cp")
                   if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE]
@@ -283,7 +319,7 @@ def predict(ctx: click.Context, model: str, seq_len: int, global_batch: int, tok
         gpu = _resolve_gpu(gpu_type, "--gpu-type")
         plan = ParallelPlan(dp, tp, pp, zero, micro_batch, recompute, sequence_parallel, cp, ep)
         _check_fixed_plan(arch, training, plan, gpu)
-        result = _evaluate_plan(arch, training, plan, gpu)
+        result = _evaluate_plan(arch, training, plan, gpu, _margin(margins, arch, framework, gpu.name))
         click.echo(json.dumps(result, indent=2)) if as_json else _print_plan(result)
         return
     if plan_flags:
@@ -299,7 +335,9 @@ def predict(ctx: click.Context, model: str, seq_len: int, global_batch: int, tok
         raise click.BadParameter(f"must be positive, got {max_gpus}", param_hint="--max-gpus")
     _check_ep(arch, ep, None)
     options = enumerate_options(arch, training, types, Constraints(max_gpus=max_gpus),
-                                max_gpus=max_gpus or MAX_GPUS, ep=ep)
+                                max_gpus=max_gpus or MAX_GPUS, ep=ep,
+                                memory_margins={t.name: _margin(margins, arch, framework, t.name)
+                                                for t in types})
     if as_json:
         click.echo(json.dumps([option_json(o, rank, training)
                                for rank, o in enumerate(options, start=1)], indent=2))

@@ -36,8 +36,8 @@ from frenzy.config import ErrorRecorderSettings, bootstrap
 from frenzy.logs import JsonFormatter, get_logger
 from frenzy_predictor import error_table
 
-APP_NAME = "frenzy-error-recorder"
-TABLE_NAME = "memory-errors"
+APP_NAME = error_table.RECORDER_APP_NAME
+TABLE_NAME = error_table.TABLE_NAME
 WEB_PATH = "/memory-errors/"
 CONSUMER = "error-recorder"
 
@@ -159,6 +159,12 @@ def create_app(settings: ErrorRecorderSettings | None = None) -> faust.App:
         if not ready():
             return web.json({"status": "recovering"}, status=503)
         return web.json({key: error_table.summary(rec) for key, rec in sorted(records().items())})
+
+    @app.page("/memory-margins/")
+    async def memory_margins(web: Any, request: Any) -> Any:
+        if not ready():
+            return web.json({"status": "recovering"}, status=503)
+        return web.json(error_table.learned_margins(records()))
 
     @app.page("/metrics")
     async def metrics(web: Any, request: Any) -> Any:

@@ -25,6 +25,8 @@ from frenzy.outcomes import OOM_REASON
 from frenzy.v1 import events_pb2, types_pb2
 
 KEY_SEPARATOR = "|"
+RECORDER_APP_NAME = "frenzy-error-recorder"  # the faust app (its id, after the namespace prefix)
+TABLE_NAME = "memory-errors"
 DEDUPE_WINDOW = 256  # measurement ids remembered per key
 RATIO_WINDOW = 256  # measured / predicted ratios remembered per key (the newest)
 MARGIN_QUANTILE = 0.95  # the margin covers this fraction of the jobs measured
@@ -83,6 +85,11 @@ def model_family(model: str) -> str:
 
 def margin_key(framework: str, family: str, gpu_type: str) -> str:
     return KEY_SEPARATOR.join((framework or "frenzy", family, gpu_type))
+
+
+def changelog_topic(prefix: str) -> str:
+    """The compacted topic faust keeps the table in: "<app id>-<table>-changelog"."""
+    return f"{prefix}{RECORDER_APP_NAME}-{TABLE_NAME}-changelog"
 
 
 def table_key(model: str, gpu_type: str) -> str:

@@ -10,6 +10,8 @@ from frenzy.jobspec import SpecError
 from frenzy.logs import get_logger
 from frenzy.runtime import run_service, run_until_stopped
 from frenzy.v1 import events_pb2
+from frenzy_predictor.error_table import changelog_topic
+from frenzy_predictor.margins import MarginBook
 from frenzy_predictor.planner import job_planned
 
 GROUP = "frenzy-predictor"
@@ -19,13 +21,15 @@ log = get_logger("predictor")
 class PredictorService:
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
+        # learned memory margins, from the error recorder's table (empty until it has records)
+        self.margin_book = MarginBook(bus.bootstrap, changelog_topic(bus.prefix))
 
     async def on_submitted(self, env: events_pb2.Envelope, key: str) -> None:
         submitted = events_pb2.JobSubmitted()
         submitted.CopyFrom(env.job_submitted)
         submitted.job_id = submitted_job_id(env)
         try:
-            planned = await asyncio.to_thread(job_planned, submitted)
+            planned = await asyncio.to_thread(job_planned, submitted, self.margin_book.margins())
         except SpecError as err:
             # The orchestrator validates the same spec and fails the job with this reason.
             log.info("invalid spec, not planned", job_id=submitted.job_id, error=str(err))
@@ -41,8 +45,9 @@ class PredictorService:
             task = asyncio.create_task(self.bus.run_consumer(
                 consumer, GROUP, {"job_submitted": self.on_submitted},
                 json_payloads={topics.JOBS_SUBMITTED.name: "job_submitted"}))
+            margins = asyncio.create_task(self.margin_book.run(stop))
             log.info("predictor started")
-            await run_until_stopped(stop, task)
+            await run_until_stopped(stop, task, margins)
         finally:
             await self.bus.stop()
 
