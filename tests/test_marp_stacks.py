@@ -132,3 +132,28 @@ def test_the_planner_plans_with_the_specs_framework():
     ref = estimate_memory(GPT2, R, plan, 512, grad_accum=plan.grad_accum(8))
     meg = estimate_memory(GPT2, Recipe(framework="megatron"), plan, 512, grad_accum=plan.grad_accum(8))
     assert options[0].peak_bytes_per_gpu == meg.device_peak_bytes <= ref.device_peak_bytes
+
+
+def test_stages_a_stack_lacks_are_neither_searched_nor_gathered_fsdp_style():
+    """Megatron has no ZeRO-2/3 on its path: asking for one is its distributed optimizer, with no
+    FSDP gathering; DeepSpeed ZeRO-2 keeps whole 16-bit weights; its ZeRO-3 keeps a 16-bit shard
+    besides the gathered block."""
+    meg = Recipe(framework="megatron")
+    z1, z3 = (estimate_memory(LLAMA3_8B, meg, ParallelPlan(dp=8, zero=z), 2048) for z in (1, 3))
+    assert z1 == z3
+    ds = Recipe(framework="deepspeed")
+    z2 = estimate_memory(LLAMA3_8B, ds, ParallelPlan(dp=8, zero=2, micro_batch=1), 2048)
+    assert z2.breakdown["parameters"] == pytest.approx(2 * LLAMA3_8B.num_params(), rel=1e-4)
+    z3 = estimate_memory(LLAMA3_8B, ds, ParallelPlan(dp=8, zero=3, micro_batch=1), 2048)
+    fsdp = estimate_memory(LLAMA3_8B, R, ParallelPlan(dp=8, zero=3, micro_batch=1), 2048)
+    if z3.peak_phase == fsdp.peak_phase:
+        shard = 2 * LLAMA3_8B.num_params() / 8
+        assert z3.breakdown["parameters"] == pytest.approx(fsdp.breakdown["parameters"] + shard,
+                                                           rel=1e-3)
+    from frenzy.catalog.gpus import get_gpu
+    from frenzy.domain import TrainingSpec
+    from frenzy_predictor.plans import enumerate_options
+
+    options = enumerate_options(LLAMA3_8B, TrainingSpec(2048, 64, 64 * 2048 * 10, meg),
+                                [get_gpu("H100-80GB")])
+    assert options and all(o.plan.zero <= 1 for o in options)

@@ -471,6 +471,11 @@ class RecipeProfile:
     # (arch, recipe, plan, seq_len) -> bytes at the start of backward for the loss
     logits_loss: Callable[..., int]
     allocator_slack_fraction: float = FRAGMENTATION_FRACTION  # reserved - allocated, per allocated
+    # ZeRO stages at which the stack gathers sharded 16-bit weights block by block, as FSDP does
+    # (the FSDP phases and buffers of estimate_memory apply); at other stages >= 2 the weights
+    # stay whole and only the profile's model_states term knows the stage.
+    fsdp_stages: tuple[int, ...] = (2, 3)
+    zero_stages: tuple[int, ...] = (0, 1, 2, 3)  # what the stack offers: the plan search tries these
 
 
 def _memoised(memo: dict | None, key: tuple, term, *args):
@@ -555,6 +560,11 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
         plan, seq_len = replace(plan, dp=plan.dp * cp, cp=1, ep=plan.ep), seq_len // cp
     accum = grad_accum if grad_accum is not None else max(2, plan.pp)
     layers = arch.num_layers // plan.pp
+    # The profile's model states see the plan's ZeRO stage; the FSDP terms see it only where the
+    # stack gathers weights FSDP-style (DeepSpeed ZeRO-2 keeps whole 16-bit weights).
+    states_plan = plan
+    if plan.zero >= 2 and plan.zero not in profile.fsdp_stages:
+        plan = replace(plan, zero=1)
     full = plan.recompute == "full"
     # One layer: saved for backward, and live while it runs backward.
     layer_act, layer_live = _memoised(
@@ -604,10 +614,12 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
         first, last = stage == 0, stage == plan.pp - 1
         in_flight = pipeline_in_flight(plan, stage, accum, virtual_stages)
         params = _memoised(memo, ("params", plan.ep, plan.tp, plan.pp, stage), stage_params, arch, plan, stage)
-        states_bwd = dict(_memoised(memo, ("states", plan.ep, plan.tp, plan.pp, plan.dp, plan.zero, params, accum > 1),
-                                    profile.model_states, arch, recipe, plan, params, accum > 1))
+        states_bwd = dict(_memoised(memo, ("states", plan.ep, plan.tp, plan.pp, plan.dp,
+                                           states_plan.zero, params, accum > 1),
+                                    profile.model_states, arch, recipe, states_plan, params, accum > 1))
+        own_params = states_bwd["parameters"]  # what the stack keeps besides gathered weights
         if fsdp:
-            states_bwd["parameters"] = loss_weights
+            states_bwd["parameters"] = own_params + loss_weights
         outside, loss = _memoised(memo, ("stage", cp, plan.tp, plan.pp, plan.micro_batch, stage),
                                   stage_activation_bytes, arch, recipe, plan, seq_len, stage,
                                   profile.logits_loss)
@@ -624,7 +636,7 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
         layer_bwd = {**states_bwd, "activations": layer_acts, "logits_loss": 0,
                      "temporaries": inputs + pending + buffers[k]}
         if fsdp:
-            layer_bwd["parameters"] = layer_weights
+            layer_bwd["parameters"] = own_params + layer_weights
             if accum == 1:
                 layer_bwd["gradients"] = (layers - 1 - peak_block) * block_shard
 
@@ -639,16 +651,17 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
                 gathered_root = _r(fsdp_root_params(arch, plan, first, last) * _act_bytes(recipe))
                 transients = _memoised(memo, ("embedding_backward", plan.ep, plan.tp, plan.pp, plan.dp, stage),
                                        fsdp_embedding_backward_bytes, arch, recipe, plan, first, last)
-                embedding_bwd = {"parameters": gathered_root, "gradients": all_shards,
+                embedding_bwd = {"parameters": own_params + gathered_root, "gradients": all_shards,
                                  "optimizer_states": states, "activations": 0, "logits_loss": 0,
                                  "temporaries": inputs + transients}
             transients = _memoised(memo, ("root_reduce_scatter", plan.ep, plan.tp, plan.pp, plan.dp, stage),
                                    fsdp_root_reduce_scatter_bytes, arch, recipe, plan, first, last)
-            root_rs = {"parameters": 0, "gradients": all_shards, "optimizer_states": states,
+            root_rs = {"parameters": own_params, "gradients": all_shards, "optimizer_states": states,
                        "activations": 0, "logits_loss": 0, "temporaries": inputs + transients}
 
-        states_opt = _memoised(memo, ("states", plan.ep, plan.tp, plan.pp, plan.dp, plan.zero, params, True),
-                               profile.model_states, arch, recipe, plan, params, True)
+        states_opt = _memoised(memo, ("states", plan.ep, plan.tp, plan.pp, plan.dp,
+                                      states_plan.zero, params, True),
+                               profile.model_states, arch, recipe, states_plan, params, True)
         optimizer = {**states_opt, "activations": 0, "logits_loss": 0,
                      "temporaries": inputs + optimizer_step_temporary_bytes(arch, recipe, plan, params)}
         for phase, terms in (("backward", backward), (layer_phase, layer_bwd),

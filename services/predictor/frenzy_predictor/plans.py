@@ -29,7 +29,7 @@ from frenzy.catalog.gpus import GpuType
 from frenzy.catalog.models import ModelArch
 from frenzy.domain import RECOMPUTES, Constraints, ParallelPlan, PlanOption, TrainingSpec
 from frenzy_predictor.cost import CostModel
-from frenzy_predictor.memory import MemoryEstimate, estimate_memory
+from frenzy_predictor.memory import MemoryEstimate, estimate_memory, recipe_profile
 
 FIT_MARGIN = 0.95  # use at most this fraction of a GPU's memory (allocator fragmentation)
 MAX_GPUS = 512  # GPU count cap per job
@@ -372,6 +372,8 @@ def enumerate_options(arch: ModelArch, training: TrainingSpec, gpu_types: Sequen
     not lost to a cheaper one that is not allowed).
     """
     limit = min(max_gpus, constraints.max_gpus) if constraints.max_gpus > 0 else max_gpus
+    offered = recipe_profile(training.recipe.framework).zero_stages  # what the stack can run
+    zero_stages = [z for z in zero_stages if z in offered] or [0]
     recomputes = [rc for rc in RECOMPUTES if rc in recomputes]  # cheapest first
     if training.recipe.attention == "flash" and len(recomputes) > 1:
         # Selective recompute (Korthikanti et al. 2022) drops the s x s attention activations,

@@ -70,7 +70,8 @@ def megatron_logits_loss_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPl
 
 
 MEGATRON = RecipeProfile("megatron", model_states=megatron_model_state_bytes,
-                         layer=megatron_layer_bytes, logits_loss=megatron_logits_loss_bytes)
+                         layer=megatron_layer_bytes, logits_loss=megatron_logits_loss_bytes,
+                         fsdp_stages=(), zero_stages=(0, 1))
 
 
 # ---------------------------------------------------------------- torchtitan (FSDP2)
@@ -124,7 +125,8 @@ def torchtitan_logits_loss_bytes(arch: ModelArch, recipe: Recipe, plan: Parallel
 
 TORCHTITAN = RecipeProfile("torchtitan", model_states=torchtitan_model_state_bytes,
                            layer=torchtitan_layer_bytes, logits_loss=torchtitan_logits_loss_bytes,
-                           allocator_slack_fraction=EXPANDABLE_SEGMENTS_SLACK_FRACTION)
+                           allocator_slack_fraction=EXPANDABLE_SEGMENTS_SLACK_FRACTION,
+                           zero_stages=(0, 2, 3))  # DDP, FSDP2 without / with reshard
 
 
 # ---------------------------------------------------------------- DeepSpeed (ZeRO)
@@ -166,8 +168,10 @@ def hf_logits_loss_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
     return _r(logits * _act_bytes(recipe)) + logits_loss_bytes(arch, recipe, plan, seq_len)
 
 
+# ZeRO-3 fetches each module's partitioned parameters before it runs and releases them after,
+# with prefetching (partitioned_param_coordinator.py): modelled as FSDP's ZeRO-3 gathering.
 DEEPSPEED = RecipeProfile("deepspeed", model_states=deepspeed_model_state_bytes,
-                          layer=layer_bytes, logits_loss=hf_logits_loss_bytes)
+                          layer=layer_bytes, logits_loss=hf_logits_loss_bytes, fsdp_stages=(3,))
 
 
 # ---------------------------------------------------------------- HF Trainer (AMP + DDP)
@@ -191,6 +195,6 @@ def hf_model_state_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, pa
 
 
 HF = RecipeProfile("hf", model_states=hf_model_state_bytes, layer=layer_bytes,
-                   logits_loss=hf_logits_loss_bytes)
+                   logits_loss=hf_logits_loss_bytes, fsdp_stages=(3,))
 
 PROFILES: dict[str, RecipeProfile] = {p.name: p for p in (MEGATRON, TORCHTITAN, DEEPSPEED, HF)}
