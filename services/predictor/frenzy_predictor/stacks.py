@@ -133,39 +133,55 @@ TORCHTITAN = RecipeProfile("torchtitan", model_states=torchtitan_model_state_byt
 
 def deepspeed_model_state_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, params: int,
                                 grads_live: bool) -> dict[str, int]:
-    """DeepSpeed's ZeRO optimizers (deepspeed/runtime/zero/stage_1_and_2.py, stage3.py):
+    """DeepSpeed's optimizer wrappers (deepspeed/runtime/engine.py, _do_optimizer_sanity_check
+    picks one from the ZeRO stage and data_types.grad_accum_dtype, which recipe.grad_dtype is):
 
-    - ZeRO-0/1/2 keep the 16-bit model (2 B/param) and fp32 master + Adam moments
-      (12 B/param, / dp for 1 and 2); ZeRO-0/1 accumulate full 16-bit grads (2 B/param) and
-      the fp32 grad of this rank's partition (4 B/param / dp, single_partition_of_fp32_groups);
-      ZeRO-2 reduces grads bucket by bucket into the partition (2 + 4 B/param / dp);
-    - ZeRO-3 partitions the 16-bit parameters too (fp16_partitioned_groups_flat) and keeps a
-      16-bit grad partition beside the fp32 one: (2 + 2 + 4 + 12) B/param / dp.
-    The 16-bit weight gradients of ZeRO-0/1 are model-dtype (DeepSpeed's bf16 optimizer keeps
-    fp32 grad accumulation only for bf16 + ZeRO-1: bf16_optimizer.py, fp32_groups_gradients).
+    - ZeRO-1 with fp32 gradient accumulation: BF16_Optimizer (bf16_optimizer.py): the 16-bit
+      model, a persistent full-size fp32 gradient buffer (fp32_groups_gradients_flat; the
+      master partition's grad is a view of it), fp32 master partition + Adam: 2 + 4 + 12/dp;
+    - ZeRO-1/2 with 16-bit accumulation (zero/stage_1_and_2.py): the 16-bit model, 16-bit
+      grads (whole for ZeRO-1, this rank's partition for ZeRO-2: averaged_gradients), the fp32
+      partition's grad made at the step (single_partition_of_fp32_groups[i].grad) and fp32
+      master partition + Adam: 2 + (2 | 2/dp) + 4/dp + 12/dp;
+    - ZeRO-0 (no ZeRO): FP16_Optimizer (fp16/fused_optimizer.py) for 16-bit accumulation, 2 + 2
+      + 4 (fp32 grads at the step) + 12; fp32 accumulation is refused by DeepSpeed without ZeRO
+      and is modelled as BF16_Optimizer over one rank;
+    - ZeRO-3 (zero/stage3.py): 16-bit parameter partition (fp16_partitioned_groups_flat) and
+      gradient partition (grad_partitions_flat_buffer), the fp32 partition's grad at the step,
+      fp32 master partition + Adam: (2 + 2 + 4 + 12) / dp.
+    The ZeRO-2 reduce buckets (reduce_bucket_size 16-bit elements during backward) are not
+    counted.
     """
     dp, e = plan.dp, _act_bytes(recipe)
     moments = {"adamw": 8, "sgd": 4}[recipe.optimizer]
     shard = -(-params // dp)
-    if plan.zero <= 2:
-        opt_shard = shard if plan.zero >= 1 else params
-        grads = _r(params * e) if plan.zero <= 1 else _r(shard * e)
-        return {"parameters": _r(params * e),
-                "gradients": grads + (_r(opt_shard * FP32_BYTES) if grads_live else 0),
-                "optimizer_states": _r(opt_shard * FP32_BYTES) + (moments // 4) * _r(opt_shard * 4)}
-    return {"parameters": _r(shard * e),
-            "gradients": _r(shard * e) + (_r(shard * FP32_BYTES) if grads_live else 0),
-            "optimizer_states": _r(shard * FP32_BYTES) + (moments // 4) * _r(shard * 4)}
+    fp32_accum = recipe.grad_dtype == "fp32" and recipe.precision != "fp32"
+
+    def step_grad(n: int) -> int:  # the fp32 grad of the master partition, made at the step
+        return _r(n * FP32_BYTES) if grads_live else 0
+
+    if plan.zero == 3:
+        return {"parameters": _r(shard * e), "gradients": _r(shard * e) + step_grad(shard),
+                "optimizer_states": _r(shard * FP32_BYTES) + (moments // 4) * _r(shard * 4)}
+    opt = shard if plan.zero >= 1 else params
+    states = _r(opt * FP32_BYTES) + (moments // 4) * _r(opt * 4)
+    if fp32_accum and plan.zero <= 1:
+        return {"parameters": _r(params * e), "gradients": _r(params * FP32_BYTES),
+                "optimizer_states": states}
+    grads = _r(shard * e) if plan.zero == 2 else _r(params * e)
+    return {"parameters": _r(params * e), "gradients": grads + step_grad(opt),
+            "optimizer_states": states}
 
 
 def hf_logits_loss_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
                          seq_len: int) -> int:
-    """Hugging Face causal LMs return the 16-bit logits in the model output, which the Trainer
-    holds through backward, and ForCausalLMLoss upcasts them (`logits.float()`,
-    transformers/loss/loss_utils.py) before nn.functional.cross_entropy: the fp32 copy, its
-    log-softmax (saved) and, in backward, two fp32 gradients. 2 + 12 B per logit."""
-    logits = _tokens(plan, seq_len) * _vocab_shard(arch, plan)
-    return _r(logits * _act_bytes(recipe)) + logits_loss_bytes(arch, recipe, plan, seq_len)
+    """ForCausalLMLoss upcasts the logits (`logits = logits.float()`,
+    transformers/loss/loss_utils.py) and calls nn.functional.cross_entropy. In the forward the
+    16-bit logits, their fp32 copy and the saved log-softmax are live (2 + 4 + 4 B per logit);
+    Trainer.compute_loss drops the model output before backward (it returns the loss alone
+    unless return_outputs), so backward holds the saved log-softmax and two fp32 gradients:
+    12 B per logit, the larger, and the reference trainer's term."""
+    return logits_loss_bytes(arch, recipe, plan, seq_len)
 
 
 # ZeRO-3 fetches each module's partitioned parameters before it runs and releases them after,
