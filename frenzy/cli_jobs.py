@@ -123,6 +123,20 @@ def nodes(as_json: bool) -> None:
     table_console().print(table)
 
 
+def margins_in_use(jobs: list[types_pb2.Job]) -> dict[str, tuple[float, int]]:
+    """Per GPU type, the largest learned memory margin among the placed or running jobs' options
+    (MARP's safety factor; 1.0 = none) and how many jobs run with a margin above 1."""
+    active = (types_pb2.PLACED, types_pb2.LAUNCHING, types_pb2.RUNNING)
+    out: dict[str, tuple[float, int]] = {}
+    for job in jobs:
+        if job.state not in active or not job.option.gpu_type:
+            continue
+        margin = job.option.memory_margin or 1.0
+        top, count = out.get(job.option.gpu_type, (1.0, 0))
+        out[job.option.gpu_type] = (max(top, margin), count + (margin > 1.0))
+    return out
+
+
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 def cluster(as_json: bool) -> None:
@@ -132,6 +146,7 @@ def cluster(as_json: bool) -> None:
     try:
         with _client() as client:
             summary = client.cluster_summary()
+            margins = margins_in_use(client.list())
     except grpc.RpcError as err:
         _fail_rpc(err)
     if as_json:
@@ -147,3 +162,7 @@ def cluster(as_json: bool) -> None:
     click.echo(f"nodes ready {summary.nodes_ready}, lost {summary.nodes_lost}; memory prediction over "
                f"{memory.jobs} finished jobs: mean |error| {memory.mean_abs_error:.1%}, worst "
                f"under-prediction {memory.worst_under_prediction:.1%}")
+    learned = {t: m for t, m in margins.items() if m[1]}
+    click.echo("learned memory margins in use: " + (", ".join(
+        f"{t} x{top:.3g} ({count} job{'s' if count > 1 else ''})"
+        for t, (top, count) in sorted(learned.items())) or "none"))

@@ -79,3 +79,16 @@ def test_planning_applies_the_margin_of_the_specs_framework_family_and_gpu_type(
     # another framework's margin does not apply to this spec
     other, _ = plan_job(_spec(), margins={margin_key("megatron", "gpt2", "A100-80GB"): 1.5})
     assert other == plain
+
+
+def test_cluster_view_reports_the_margins_placed_jobs_run_with():
+    from frenzy.cli_jobs import margins_in_use
+    from frenzy.v1 import types_pb2
+
+    def job(state, gpu, margin):
+        return types_pb2.Job(state=state, option=types_pb2.PlanOption(gpu_type=gpu,
+                                                                      memory_margin=margin))
+
+    jobs = [job(types_pb2.RUNNING, "A100-80GB", 1.25), job(types_pb2.PLACED, "A100-80GB", 1.1),
+            job(types_pb2.RUNNING, "T4", 0.0), job(types_pb2.SUCCEEDED, "H100-80GB", 1.4)]
+    assert margins_in_use(jobs) == {"A100-80GB": (1.25, 2), "T4": (1.0, 0)}
