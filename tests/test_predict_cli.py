@@ -178,3 +178,13 @@ def test_learned_margins_from_a_file_are_shown_and_applied(tmp_path):
     bad.write_text("[1, 2]")
     result = run(*FIXED, "--margins", str(bad))
     assert result.exit_code == 2 and "--margins" in result.output
+
+
+def test_the_option_table_names_the_recipe_and_the_margins_applied(tmp_path):
+    from frenzy_predictor.error_table import margin_key
+
+    path = tmp_path / "margins.json"
+    path.write_text(json.dumps({margin_key("hf", "gpt2", "A100-80GB"): 1.3}))
+    result = run(*BASE, "--gpu-types", "A100-80GB", "--framework", "hf", "--margins", str(path))
+    assert result.exit_code == 0, result.output
+    assert "hf recipe" in result.output and "A100-80GB x1.3" in result.output

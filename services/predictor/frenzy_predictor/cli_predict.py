@@ -119,7 +119,9 @@ def _print_options(arch: ModelArch, training: TrainingSpec, options: list[PlanOp
     from rich.table import Table
 
     table = Table(title=f"{arch.name} ({arch.num_params() / 1e9:.2f}B params), "
-                        f"{training.steps} steps of {training.tokens_per_step} tokens")
+                        f"{training.steps} steps of {training.tokens_per_step} tokens, "
+                        f"{training.recipe.framework} recipe")
+    margins = {o.gpu_type: o.memory_margin for o in options if o.memory_margin > 1.0}
     for column in ("rank", "GPU type", "GPUs", "plan", "grad acc", "peak GiB/GPU", "step",
                    "duration", "GPU-hours"):
         table.add_column(column, justify="left" if column in ("GPU type", "plan") else "right")
@@ -135,6 +137,9 @@ def _print_options(arch: ModelArch, training: TrainingSpec, options: list[PlanOp
                       f"{o.peak_bytes_per_gpu / GIB:.1f}", f"{o.step_time_s:.3g} s",
                       _duration(o.duration_s), f"{o.gpu_seconds / 3600:,.1f}")
     _console().print(table)
+    if margins:
+        click.echo("peaks include learned memory margins: " + ", ".join(
+            f"{t} x{m:.3g}" for t, m in sorted(margins.items())))
     if not options:
         click.echo("no GPU type fits any plan", err=True)
 
