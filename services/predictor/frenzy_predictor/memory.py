@@ -557,7 +557,7 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
         # (2 per layer, transient) are not counted.
         if seq_len % cp:
             raise ValueError(f"plan.cp: {cp} must divide seq_len {seq_len}")
-        plan, seq_len = replace(plan, dp=plan.dp * cp, cp=1, ep=plan.ep), seq_len // cp
+        plan, seq_len = replace(plan, dp=plan.dp * cp, cp=1), seq_len // cp
     accum = grad_accum if grad_accum is not None else max(2, plan.pp)
     layers = arch.num_layers // plan.pp
     # The profile's model states see the plan's ZeRO stage; the FSDP terms see it only where the
