@@ -10,11 +10,12 @@ from frenzy.domain import ParallelPlan, PlanOption
 from frenzy_scheduler.clusterfile import NodeGroup, build_cluster
 from frenzy_scheduler.policies import get_policy, policy_names
 from frenzy_scheduler.policies.has import HasConfig, HasPolicy
-from frenzy_scheduler.simulator import (AvailabilityEvent, SimJob, WorkloadMapper, load_trace,
+from frenzy_scheduler.simulator import (AvailabilityEvent, SimConfig, SimJob, WorkloadMapper, load_trace,
                                         prepare_jobs, scale_arrivals, select_window, simulate,
                                         summarize)
 from frenzy_scheduler.simulator.metrics import offered_load
 from frenzy_scheduler.simulator.trace import TraceJob
+from frenzy_scheduler.simulator.workload import global_batch_for, restart_overhead_s
 
 TRACE = "tests/data/trace_philly_150.csv"
 GROUPS = [NodeGroup("A100-80GB", 8, 1), NodeGroup("T4", 2, 2), NodeGroup("V100-32GB", 4, 1)]
@@ -117,3 +118,79 @@ def test_trace_window_and_load_scaling() -> None:
     assert math.isclose(offered_load(scaled, capacity), 0.8, rel_tol=1e-3)
     metrics = summarize(simulate(scaled, build_cluster(GROUPS), get_policy("has")))
     assert metrics["completed"] + metrics["unschedulable"] == 60
+
+
+# -- realism: every policy pays the same costs ------------------------------------------------
+
+REALISTIC = SimConfig.realistic(seed=7)
+
+
+def test_work_is_preserved_from_the_trace() -> None:
+    """On the trace's own GPU type and count, the mapped jobs' median predicted duration is
+    within 2x of the trace's median (the calibration makes it exact where MARP has that count)."""
+    trace = load_trace(TRACE)[:60]
+    mapper = WorkloadMapper(["V100-32GB", "A100-80GB"], seed=0, node_sizes={"V100-32GB": 8})
+    ratios = []
+    for trace_job, job in zip(trace, mapper.map_jobs(trace)):
+        own = [o.duration_s for o in job.options
+               if o.gpu_type == "V100-32GB" and o.num_gpus == trace_job.num_gpus]
+        if own:
+            ratios.append(min(own) / trace_job.duration_s)
+    assert len(ratios) >= 40
+    ratios.sort()
+    assert 0.5 <= ratios[len(ratios) // 2] <= 2.0
+
+
+def test_dp_width_is_bounded_by_the_global_batch_and_plans_follow_node_sizes() -> None:
+    trace = [TraceJob("one", 0.0, 3600.0, 1), TraceJob("eight", 0.0, 3600.0, 8)]
+    mapper = WorkloadMapper(["T4", "A100-80GB"], seed=0, node_sizes={"T4": 2, "A100-80GB": 8})
+    for job in mapper.map_jobs(trace):
+        assert job.global_batch == global_batch_for(job.trace_gpus)
+        for o in job.options:
+            assert o.plan.dp * o.plan.micro_batch <= job.global_batch
+            if o.gpu_type == "T4":
+                assert o.plan.tp <= 2  # a T4 node here has 2 GPUs, not the catalogue's 4
+    assert max(o.plan.dp for o in mapper.map_job(trace[0]).options) <= global_batch_for(1)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 10**6), st.text(min_size=1, max_size=8))
+def test_same_seed_gives_every_policy_the_same_errors(seed: int, job_id: str) -> None:
+    config = SimConfig.realistic(seed=seed)
+    assert config.error_factor(job_id) == SimConfig.realistic(seed=seed).error_factor(job_id)
+    assert config.error_factor(job_id) > 0
+
+
+def test_engine_runs_the_true_duration_with_overheads_for_every_policy() -> None:
+    jobs = [sim_job(f"j{i}", 100.0 * i, ("A100-80GB", 1, 1000.0)) for i in range(4)]
+    for name in ("fifo", "frenzy", "sia", "has"):
+        result = simulate(jobs, build_cluster([NodeGroup("A100-80GB", 8, 1)]), get_policy(name),
+                          config=REALISTIC)
+        for r in result.records:  # the cluster is never full: one run each, no restart
+            expected = REALISTIC.launch_s(1) + 1000.0 * REALISTIC.error_factor(r.job_id)
+            assert math.isclose(r.end_time_s - r.start_time_s, expected), name
+            assert r.restarts == 0
+
+
+def test_launch_overhead_grows_with_nodes_spanned() -> None:
+    assert REALISTIC.launch_s(1) == 60.0
+    assert REALISTIC.launch_s(1) < REALISTIC.launch_s(2) < REALISTIC.launch_s(8)
+
+
+def test_restart_cost_follows_model_size_in_sias_range() -> None:
+    assert restart_overhead_s(124_000_000) < restart_overhead_s(7_000_000_000)
+    assert 25.0 <= restart_overhead_s(10**8) and restart_overhead_s(7 * 10**10) == 250.0
+
+
+def test_node_failure_loses_only_the_work_since_the_last_checkpoint() -> None:
+    jobs = [sim_job("a", 0.0, ("T4", 2, 10_000.0))]
+    config = SimConfig(checkpoint_interval_s=1000.0, restart_overhead_s=50.0)
+    down = AvailabilityEvent(2500.0, "t4-0", up=False)
+    result = simulate(jobs, build_cluster([NodeGroup("T4", 2, 2)]), get_policy("has"),
+                      availability=[down], config=config)
+    record = result.records[0]
+    # 2,000 s kept at the last checkpoint, 500 s lost; resumed at 2,500 with a 50 s restore
+    assert record.restarts == 1
+    assert math.isclose(record.end_time_s, 2500.0 + 50.0 + 8000.0)
+    assert math.isclose(record.work_done - record.work_lost, 1.0)
+    assert math.isclose(record.work_lost, 0.05)
