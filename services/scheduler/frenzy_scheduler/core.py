@@ -98,6 +98,7 @@ class RunningJob:
     submit_time_s: float = 0.0
     deadline_s: float = 0.0
     fraction_per_s: float = 0.0
+    restarts: int = 0  # resumes so far (Sia's restart damping counts them)
 
     def remaining_fraction(self, now_s: float) -> float:
         """Fraction of the job's work left at `now_s`."""
@@ -134,6 +135,15 @@ class Decision:
     policy: str
     reason: str
     alternatives: tuple[Alternative, ...] = ()
+
+
+def option_alternatives(options: Sequence[PlanOption], chosen: PlanOption, limit: int = 6,
+                        verdict: str = "not chosen by the policy's rule") -> tuple[Alternative, ...]:
+    """The chosen option and the fastest others, each as if started now (for policies that do
+    not estimate start times; `has` records its own estimates)."""
+    others = sorted((o for o in options if o != chosen), key=lambda o: o.duration_s)[:limit - 1]
+    return (Alternative(chosen, 0.0, chosen.duration_s, "chosen"),
+            *(Alternative(o, 0.0, o.duration_s, verdict) for o in others))
 
 
 @dataclass(frozen=True)

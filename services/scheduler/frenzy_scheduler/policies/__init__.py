@@ -5,19 +5,20 @@ from typing import Callable
 
 from frenzy_scheduler.core import Policy
 from frenzy_scheduler.policies.fifo import FifoPolicy
-from frenzy_scheduler.policies.frenzy import FrenzyPolicy
+from frenzy_scheduler.policies.frenzy import FrenzyNarrowPolicy, FrenzyPolicy
 from frenzy_scheduler.policies.has import HasPolicy
-from frenzy_scheduler.policies.sia import SiaPolicy
+from frenzy_scheduler.policies.sia import SiaPolicy, SiaStaticPolicy
 
 _POLICIES: dict[str, Callable[[], Policy]] = {
     "fifo": FifoPolicy,
     "frenzy": FrenzyPolicy,
-    "frenzy-sjf": lambda: FrenzyPolicy(order="sjf"),
+    "frenzy-narrow": FrenzyNarrowPolicy,
     "sia": SiaPolicy,
+    "sia-static": SiaStaticPolicy,
     "has": HasPolicy,
 }
 
-BASELINES = ("fifo", "frenzy", "frenzy-sjf", "sia")
+BASELINES = ("fifo", "frenzy", "frenzy-narrow", "sia", "sia-static")
 
 
 def policy_names() -> list[str]:

@@ -30,8 +30,10 @@ from operator import attrgetter
 from typing import Sequence
 
 from frenzy.domain import PlanOption
-from frenzy_scheduler.core import ClusterView, Placement, QueuedJob, RunningJob
+from frenzy_scheduler.core import (Alternative, ClusterView, Decision, Placement, QueuedJob,
+                                  RunningJob)
 from frenzy_scheduler.placement import Assignments, FreeIndex
+from frenzy_scheduler.policies.elastic import grow, reclaim
 
 INF = math.inf
 _NO_WAITS: dict[int, float] = {}
@@ -47,6 +49,16 @@ class HasConfig:
     reserve_after_s: float = 6 * 3600.0  # a job blocked this long reserves GPUs (EASY backfill)
     deadline_urgency: float = 1.0  # urgent when slack < this x the job's best duration
     gpu_cost_weight: float = 1.0  # under queue pressure, weight of extra GPU-seconds an option burns
+    # Elastic moves (policies/elastic.py). Off for a live scheduler whose orchestrator does
+    # not execute ReshapeJob yet (FRENZY_RESHAPE_JOBS).
+    elastic: bool = True
+    min_gain_fraction: float = 0.3  # a move saves >= this share of the predicted time left ...
+    min_gain_s: float = 600.0  # ... and at least this, after its restart cost
+    restart_floor_s: float = 120.0  # assumed restart cost when the observed one is lower
+    reshape_interval_s: float = 1800.0  # hysteresis: at most one move per job per interval
+    grow_cost_limit: float = 2.0  # grow only to options at least 50 % as GPU-efficient as its cheapest
+    shrink_after_s: float = 300.0  # a job blocked this long reclaims GPUs that growth took
+    max_moves: int = 4  # elastic moves per decision (keeps a decision sub-millisecond)
 
 
 @dataclass(slots=True)
@@ -175,9 +187,11 @@ class _Pass:
 
 class HasPolicy:
     name = "has"
+    round_s = 0.0
 
     def __init__(self, config: HasConfig = HasConfig()) -> None:
         self.config = config
+        self.elastic = config.elastic
         self._facts: dict[str, _JobFacts] = {}  # derived data by job id, across decisions
         self._capacity: dict[str, int] = {}  # the cluster shape the cached facts were built for
         self._need_ids: dict[tuple[tuple[str, int], ...], int] = {}
@@ -187,10 +201,19 @@ class HasPolicy:
     def schedule(self, queue: Sequence[QueuedJob], cluster: ClusterView, now_s: float,
                  running: Sequence[RunningJob] = ()) -> list[Placement]:
         index = FreeIndex(cluster)
-        total_free = index.total_free()
-        if not queue or total_free == 0:
+        elastic = self.config.elastic and bool(running)
+        if not queue and not elastic:
             return []
-        ordered, demand = self._sort(queue, index, now_s)
+        moves: list[Placement] = []
+        ordered: list[_JobFacts] = []
+        demand = 0
+        if queue:
+            ordered, demand = self._sort(queue, index, now_s)
+            if elastic:
+                moves = self._reclaim(ordered, running, index, now_s)
+        total_free = index.total_free()
+        if total_free == 0:
+            return moves
         pressure = min(1.0, max(0.0, demand / max(1, total_free) - 1.0))
         state = _Pass(index, _ReleaseProfile(running, now_s), now_s,
                       pressure * self.config.gpu_cost_weight)
@@ -212,11 +235,41 @@ class HasPolicy:
                         + option.num_gpus
                     state.changed(option.gpu_type)
                 continue
-            placements.append(self._bind(job, option, assignments, state))
+            placements.append(self._bind(job, facts, option, assignments, state))
             total_free -= option.num_gpus
             if total_free == 0:
                 break
-        return placements
+        if elastic and total_free > 0:
+            cfg = self.config
+            acted = {m.job_id for m in moves}
+            blocked = set(state.claimed) | set(state.reservations)
+            moves += grow([r for r in running if r.job_id not in acted], index, blocked, now_s,
+                          cfg.reshape_interval_s, cfg.min_gain_fraction, cfg.min_gain_s,
+                          cfg.restart_floor_s, cfg.grow_cost_limit, cfg.max_moves - len(moves),
+                          self.name)
+        return moves + placements
+
+    def _reclaim(self, ordered: list[_JobFacts], running: Sequence[RunningJob], index: FreeIndex,
+                 now_s: float) -> list[Placement]:
+        """Before the pass: the first blocked job that has waited `shrink_after_s` (or is an
+        urgent deadline job) takes back GPUs that growth gave running jobs; an urgent deadline
+        job may also preempt. One job per decision, on the type where it needs least."""
+        cfg = self.config
+        free = index.free_by_type
+        for facts in ordered[:8]:  # the head of the priority order
+            job = facts.job
+            urgent = facts.key[0] == 0
+            if now_s - job.submit_time_s < cfg.shrink_after_s and not urgent:
+                continue
+            if any(free.get(t, 0) >= n for t, n in facts.need):
+                continue  # not blocked: the pass can place it
+            for gpu_type, gpus in facts.need:
+                actions = reclaim(running, index, gpu_type, gpus - free.get(gpu_type, 0), now_s,
+                                  cfg.reshape_interval_s, urgent, self.name,
+                                  f"{job.job_id} waited {now_s - job.submit_time_s:.0f} s")
+                if actions:
+                    return actions
+        return []
 
     # -- sort ------------------------------------------------------------------------------
 
@@ -338,18 +391,37 @@ class HasPolicy:
 
     # -- reserve / bind --------------------------------------------------------------------
 
-    @staticmethod
-    def _bind(job: QueuedJob, option: PlanOption, assignments: Assignments,
-              state: _Pass) -> Placement:
+    def _bind(self, job: QueuedJob, facts: _JobFacts, option: PlanOption,
+              assignments: Assignments, state: _Pass) -> Placement:
         """Take the GPUs in the pass's index; a start that runs past a reservation's shadow
         time uses up that reservation's spare GPUs."""
+        decision = self._record(facts, option, state)
         state.index.take(assignments)
         state.fits.clear()
         state.changed(option.gpu_type)
         reservation = state.reservations.get(option.gpu_type)
         if reservation is not None and state.now_s + option.duration_s > reservation.shadow_s:
             reservation.spare_gpus -= option.num_gpus
-        return Placement(job.job_id, option, assignments)
+        return Placement(job.job_id, option, assignments, decision=decision)
+
+    def _record(self, facts: _JobFacts, chosen: PlanOption, state: _Pass) -> Decision:
+        """The record of a placement: the chosen option and the next cheapest (by HAS's score),
+        each with its estimated start and completion. Built only for placed jobs."""
+        costs, by_cost = facts.scored(state.exponent)
+        free = state.index.free_by_type
+        alternatives = [Alternative(chosen, 0.0, chosen.duration_s, "chosen")]
+        for rank in by_cost[:6]:
+            option, gpu_type, gpus, duration_s, _, _ = facts.entries[rank]
+            if option == chosen:
+                continue
+            start_s = 0.0 if free.get(gpu_type, 0) >= gpus else state.expected_wait_s(gpu_type, gpus)
+            verdict = ("costs more GPU-time" if start_s == 0.0 and duration_s < chosen.duration_s
+                       else "later completion")
+            alternatives.append(Alternative(option, start_s, start_s + duration_s, verdict))
+        reason = ("earliest estimated completion" if state.exponent == 0 else
+                  f"earliest completion weighted by GPU-time under queue pressure "
+                  f"(exponent {state.exponent:.2f})")
+        return Decision(self.name, reason, tuple(alternatives))
 
     def _maybe_reserve(self, job: QueuedJob, facts: _JobFacts, state: _Pass) -> bool:
         """Give a long-blocked job a reservation on the type where it would finish first."""
