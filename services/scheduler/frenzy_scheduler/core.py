@@ -100,6 +100,15 @@ class RunningJob:
     fraction_per_s: float = 0.0
     restarts: int = 0  # resumes so far (Sia's restart damping counts them)
 
+    @cached_property
+    def estimated_end_s(self) -> float:
+        """When it should end: extrapolated from its measured progress rate when known (live:
+        step times; the rate is steady once restored), else the predicted end."""
+        if self.fraction_per_s > 0:
+            return max(self.start_time_s, self.restoring_until_s) + \
+                self.fraction_at_start / self.fraction_per_s
+        return self.expected_end_s
+
     def remaining_fraction(self, now_s: float) -> float:
         """Fraction of the job's work left at `now_s`."""
         begin_s = max(self.start_time_s, self.restoring_until_s)

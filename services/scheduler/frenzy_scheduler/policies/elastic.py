@@ -6,7 +6,8 @@ own predicted gain, so a decision stays sub-millisecond. What keeps it stable:
 * a move must save at least `min_gain_fraction` of the job's predicted remaining time *and*
   `min_gain_s`, after paying the restart cost: a 30 % predicted saving survives a one-sigma
   prediction error (the simulator's default sigma is 0.3);
-* hysteresis: a job is moved at most once per `reshape_interval_s`, and never while restoring;
+* hysteresis: a job grows or migrates at most once per `reshape_interval_s`, never while
+  restoring; shrinking back is always allowed (it only undoes growth);
 * growth only uses GPUs that no queued job wants now (the queue pass has already run, and
   GPUs that held jobs wait for are claimed), and at most `grow_cost_limit` x the job's cheapest
   GPU-seconds (MARP's wide options burn GPU-time; this bounds the waste);
@@ -18,7 +19,7 @@ own predicted gain, so a decision stays sub-millisecond. What keeps it stable:
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Sequence
+from typing import Callable, Sequence
 
 from frenzy.domain import PlanOption
 from frenzy_scheduler.core import (MIGRATE, PREEMPT, RESIZE, Alternative, Decision, Placement,
@@ -34,15 +35,10 @@ def full_option(run: RunningJob) -> PlanOption:
 
 
 def movable(run: RunningJob, now_s: float, interval_s: float) -> bool:
-    """Known menu, not restoring, and unchanged for `interval_s` (hysteresis)."""
+    """Known menu, not restoring, and not moved in the last `interval_s` (hysteresis; a job
+    that was never moved started on what was best then, and may move when that changes)."""
     return bool(run.options) and run.restoring_until_s <= now_s and \
-        now_s - run.start_time_s >= interval_s
-
-
-def restart_cost_s(run: RunningJob, floor_s: float) -> float:
-    """What a move costs the job: its observed start overhead (launch + restore), at least
-    `floor_s`."""
-    return max(floor_s, run.restoring_until_s - run.start_time_s)
+        (run.restarts == 0 or now_s - run.start_time_s >= interval_s)
 
 
 def cheapest_on(run: RunningJob, gpu_type: str) -> PlanOption | None:
@@ -75,8 +71,8 @@ def reclaim(runs: Sequence[RunningJob], index: FreeIndex, gpu_type: str, deficit
     actions: list[Placement] = []
     freed = 0
     candidates = []
-    for run in runs:
-        if run.option.gpu_type != gpu_type or not movable(run, now_s, interval_s):
+    for run in runs:  # giving back is never thrashing: growth is what the interval limits
+        if run.option.gpu_type != gpu_type or not run.options or run.restoring_until_s > now_s:
             continue
         cheapest = cheapest_on(run, gpu_type)
         if cheapest is not None and cheapest.num_gpus < run.num_gpus:
@@ -116,7 +112,8 @@ def reclaim(runs: Sequence[RunningJob], index: FreeIndex, gpu_type: str, deficit
 
 def grow(runs: Sequence[RunningJob], index: FreeIndex, blocked_types: set[str], now_s: float,
          interval_s: float, min_gain_fraction: float, min_gain_s: float, restart_floor_s: float,
-         cost_limit: float, max_moves: int, policy: str) -> list[Placement]:
+         cost_limit: float, max_moves: int, policy: str,
+         launch_s: Callable[[int], float] = lambda nodes: 0.0) -> list[Placement]:
     """Move running jobs to faster options on GPUs nobody queued wants: resize on their type or
     migrate to another, when the predicted gain clears the thresholds. Longest work first."""
     if index.total_free() == 0:
@@ -130,7 +127,6 @@ def grow(runs: Sequence[RunningJob], index: FreeIndex, blocked_types: set[str], 
             break
         left = run.remaining_fraction(now_s)
         current_s = left * full_option(run).duration_s
-        restart_s = restart_cost_s(run, restart_floor_s)
         cheapest_gpu_s = min(o.gpu_seconds for o in run.options)
         own_type = run.option.gpu_type
         best: tuple[float, PlanOption] | None = None
@@ -141,15 +137,17 @@ def grow(runs: Sequence[RunningJob], index: FreeIndex, blocked_types: set[str], 
                 run.num_gpus if option.gpu_type == own_type else 0)
             if option.num_gpus > room:
                 continue
+            nodes = -(-option.num_gpus // max(1, index.node_size.get(option.gpu_type, 1)))
+            restart_s = restart_floor_s + launch_s(nodes)  # restore, then a new launch
             new_s = restart_s + left * option.duration_s
             gain_s = current_s - new_s
             if gain_s < max(min_gain_s, min_gain_fraction * current_s):
                 continue
             if best is None or new_s < best[0]:
-                best = (new_s, option)
+                best = (new_s, option, restart_s)
         if best is None:
             continue
-        new_s, option = best
+        new_s, option, restart_s = best
         index.release(run.assignments)
         assignments = index.best_fit(option.gpu_type, option.num_gpus, option.plan.tp)
         if assignments is None:

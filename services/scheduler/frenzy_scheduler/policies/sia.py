@@ -50,6 +50,7 @@ class SiaConfig:
     goodput_clip: float = 3000.0  # sia_goodput_clip_val, on goodput^p
     time_limit_s: float = 30.0  # HiGHS wall cap per solve; the incumbent is used when it hits
     mip_rel_gap: float = 1e-4  # sim_config.sia_solver_thresh
+    reuse_unchanged_round: bool = True  # off in the decision-time sweep: every call solves
 
 
 @dataclass
@@ -103,7 +104,7 @@ class SiaPolicy:
         signature = (tuple(sorted(j.job_id for j in queue)),
                      tuple(sorted((r.job_id, r.option.gpu_type, r.num_gpus) for r in running)),
                      tuple(sorted(r.job_id for r in pinned)), tuple(sorted(index.capacity.items())))
-        if signature == self._signature:
+        if signature == self._signature and self.config.reuse_unchanged_round:
             return []  # nothing changed since the last solve: its answer stands
         self._signature = signature
         rows = self._rows(queue, running, index, now_s)

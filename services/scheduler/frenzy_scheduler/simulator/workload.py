@@ -170,3 +170,17 @@ def _calibrated_steps(options: Sequence[PlanOption], reference: str, job: TraceJ
     ref = min(options, key=lambda o: o.step_time_s * o.num_gpus)
     speed_ratio = get_gpu(ref.gpu_type).peak_tflops_16bit / get_gpu(reference).peak_tflops_16bit
     return target_gpu_s / (ref.step_time_s * ref.num_gpus * speed_ratio)
+
+
+def parity_menu(jobs: Sequence[SimJob]) -> list[SimJob]:
+    """The parity ablation's menu: every job's options capped at its trace GPU count (its
+    fewest-GPU options when none is that small), so all policies choose among the same,
+    narrow options and differ only in ordering and placement."""
+    out = []
+    for job in jobs:
+        capped = tuple(o for o in job.options if o.num_gpus <= job.trace_gpus)
+        if not capped and job.options:
+            fewest = min(o.num_gpus for o in job.options)
+            capped = tuple(o for o in job.options if o.num_gpus == fewest)
+        out.append(replace(job, options=capped))
+    return out
