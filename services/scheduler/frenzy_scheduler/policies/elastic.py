@@ -27,11 +27,48 @@ from frenzy_scheduler.core import (MIGRATE, PREEMPT, RESIZE, Alternative, Decisi
 from frenzy_scheduler.placement import Assignments, FreeIndex
 
 
+class Menu:
+    """What a running job's option menu implies, derived once per menu (`Menus`)."""
+
+    __slots__ = ("entries", "cheapest_gpu_s", "cheapest_by_type")
+
+    def __init__(self, options: Sequence[PlanOption]) -> None:
+        # (option, type, GPUs, duration s, GPU-seconds), read without property calls
+        self.entries = [(o, o.gpu_type, o.num_gpus, o.duration_s, o.duration_s * o.num_gpus)
+                        for o in options]
+        self.cheapest_gpu_s = min((e[4] for e in self.entries), default=0.0)
+        cheapest: dict[str, tuple[float, int, PlanOption]] = {}
+        for option, gpu_type, gpus, _, gpu_s in self.entries:
+            if gpu_type not in cheapest or (gpu_s, gpus) < cheapest[gpu_type][:2]:
+                cheapest[gpu_type] = (gpu_s, gpus, option)
+        self.cheapest_by_type = {t: c[2] for t, c in cheapest.items()}
+
+
+class Menus:
+    """Menus by the identity of the options tuple (a policy's derived data, never shared)."""
+
+    def __init__(self) -> None:
+        self._menus: dict[int, tuple[Sequence[PlanOption], Menu]] = {}
+
+    def of(self, options: Sequence[PlanOption]) -> Menu:
+        entry = self._menus.get(id(options))
+        if entry is None or entry[0] is not options:
+            if len(self._menus) > 100_000:
+                self._menus.clear()
+            entry = self._menus[id(options)] = (options, Menu(options))
+        return entry[1]
+
+
+def full_duration_s(run: RunningJob) -> float:
+    """The running option's duration for all the job's work (as the menu's are)."""
+    fraction = run.fraction_at_start
+    return run.option.duration_s / fraction if 0 < fraction < 1.0 else run.option.duration_s
+
+
 def full_option(run: RunningJob) -> PlanOption:
-    """The running option with its duration for all the job's work (as the menu's are)."""
-    if run.fraction_at_start <= 0 or run.fraction_at_start >= 1.0:
-        return run.option
-    return replace(run.option, duration_s=run.option.duration_s / run.fraction_at_start)
+    if 0 < run.fraction_at_start < 1.0:
+        return replace(run.option, duration_s=full_duration_s(run))
+    return run.option
 
 
 def movable(run: RunningJob, now_s: float, interval_s: float) -> bool:
@@ -39,11 +76,6 @@ def movable(run: RunningJob, now_s: float, interval_s: float) -> bool:
     that was never moved started on what was best then, and may move when that changes)."""
     return bool(run.options) and run.restoring_until_s <= now_s and \
         (run.restarts == 0 or now_s - run.start_time_s >= interval_s)
-
-
-def cheapest_on(run: RunningJob, gpu_type: str) -> PlanOption | None:
-    on_type = [o for o in run.options if o.gpu_type == gpu_type]
-    return min(on_type, key=lambda o: (o.gpu_seconds, o.num_gpus)) if on_type else None
 
 
 def shrink_in_place(run: RunningJob, option: PlanOption) -> Assignments | None:
@@ -62,22 +94,37 @@ def shrink_in_place(run: RunningJob, option: PlanOption) -> Assignments | None:
     return tuple(chosen) if needed == 0 else None
 
 
+Shrinkable = dict[str, list[tuple[int, RunningJob, PlanOption]]]
+
+
+def shrinkable(runs: Sequence[RunningJob], now_s: float, menus: Menus) -> Shrinkable:
+    """Per GPU type, the running jobs wider than their cheapest option there (what growth
+    gave them), widest excess first. Giving back is never thrashing (growth is what the
+    interval limits), so only a job restoring is left alone."""
+    out: Shrinkable = {}
+    for run in runs:
+        if not run.options or run.restoring_until_s > now_s:
+            continue
+        gpu_type = run.option.gpu_type
+        cheapest = menus.of(run.options).cheapest_by_type.get(gpu_type)
+        if cheapest is not None and cheapest.num_gpus < run.num_gpus:
+            out.setdefault(gpu_type, []).append((run.num_gpus - cheapest.num_gpus, run, cheapest))
+    for candidates in out.values():
+        candidates.sort(key=lambda c: (-c[0], c[1].job_id))
+    return out
+
+
 def reclaim(runs: Sequence[RunningJob], index: FreeIndex, gpu_type: str, deficit: int,
             now_s: float, interval_s: float, allow_preempt: bool,
-            policy: str, reason: str) -> list[Placement]:
+            policy: str, reason: str, candidates: Shrinkable) -> list[Placement]:
     """Free `deficit` GPUs of a type for a waiting job: shrink grown jobs back to their
     cheapest option (widest excess first); if that is not enough and `allow_preempt`,
     preempt non-deadline jobs with the most work left. All or nothing."""
     actions: list[Placement] = []
     freed = 0
-    candidates = []
-    for run in runs:  # giving back is never thrashing: growth is what the interval limits
-        if run.option.gpu_type != gpu_type or not run.options or run.restoring_until_s > now_s:
-            continue
-        cheapest = cheapest_on(run, gpu_type)
-        if cheapest is not None and cheapest.num_gpus < run.num_gpus:
-            candidates.append((run.num_gpus - cheapest.num_gpus, run, cheapest))
-    for excess, run, cheapest in sorted(candidates, key=lambda c: (-c[0], c[1].job_id)):
+    if not allow_preempt and sum(c[0] for c in candidates.get(gpu_type, ())) < deficit:
+        return []
+    for excess, run, cheapest in candidates.get(gpu_type, ()):
         if freed >= deficit:
             break
         kept = shrink_in_place(run, cheapest)
@@ -92,7 +139,7 @@ def reclaim(runs: Sequence[RunningJob], index: FreeIndex, gpu_type: str, deficit
         victims = sorted((r for r in runs if r.option.gpu_type == gpu_type and not r.deadline_s
                           and movable(r, now_s, interval_s)
                           and all(a.job_id != r.job_id for a in actions)),
-                         key=lambda r: (-r.remaining_fraction(now_s) * full_option(r).duration_s,
+                         key=lambda r: (-r.remaining_fraction(now_s) * full_duration_s(r),
                                         r.job_id))
         for run in victims:
             if freed >= deficit:
@@ -102,46 +149,52 @@ def reclaim(runs: Sequence[RunningJob], index: FreeIndex, gpu_type: str, deficit
             freed += run.num_gpus
     if freed < deficit:
         return []
+    by_id = {r.job_id: r for r in runs if r.option.gpu_type == gpu_type}
     for action in actions:  # the pass may now use what these free
-        run = next(r for r in runs if r.job_id == action.job_id)
-        index.release(run.assignments)
+        index.release(by_id[action.job_id].assignments)
         if action.assignments:
             index.take(action.assignments)
+    shrunk = {a.job_id for a in actions}
+    candidates[gpu_type] = [c for c in candidates.get(gpu_type, ()) if c[1].job_id not in shrunk]
     return actions
 
 
 def grow(runs: Sequence[RunningJob], index: FreeIndex, blocked_types: set[str], now_s: float,
          interval_s: float, min_gain_fraction: float, min_gain_s: float, restart_floor_s: float,
-         cost_limit: float, max_moves: int, policy: str,
+         cost_limit: float, max_moves: int, policy: str, menus: Menus,
          launch_s: Callable[[int], float] = lambda nodes: 0.0) -> list[Placement]:
     """Move running jobs to faster options on GPUs nobody queued wants: resize on their type or
     migrate to another, when the predicted gain clears the thresholds. Longest work first."""
-    if index.total_free() == 0:
+    free = index.free_by_type
+    if not any(n for t, n in free.items() if t not in blocked_types):
         return []
     actions: list[Placement] = []
-    candidates = sorted((r for r in runs if movable(r, now_s, interval_s)),
-                        key=lambda r: (-r.remaining_fraction(now_s) * full_option(r).duration_s,
-                                       r.job_id))
-    for run in candidates:
-        if len(actions) >= max_moves or index.total_free() == 0:
+    work_left = []
+    for run in runs:
+        if movable(run, now_s, interval_s):
+            left = run.remaining_fraction(now_s)
+            work_left.append((-left * full_duration_s(run), run.job_id, left, run))
+    work_left.sort()
+    for minus_current_s, _, left, run in work_left:
+        if len(actions) >= max_moves or not any(n for t, n in free.items()
+                                                if t not in blocked_types):
             break
-        left = run.remaining_fraction(now_s)
-        current_s = left * full_option(run).duration_s
-        cheapest_gpu_s = min(o.gpu_seconds for o in run.options)
+        current_s = -minus_current_s
+        menu = menus.of(run.options)
         own_type = run.option.gpu_type
-        best: tuple[float, PlanOption] | None = None
-        for option in run.options:
-            if option.gpu_type in blocked_types or option.gpu_seconds > cost_limit * cheapest_gpu_s:
+        floor_gain_s = max(min_gain_s, min_gain_fraction * current_s)
+        limit_gpu_s = cost_limit * menu.cheapest_gpu_s
+        best: tuple[float, PlanOption, float] | None = None
+        for option, gpu_type, gpus, duration_s, gpu_s in menu.entries:
+            if gpu_s > limit_gpu_s or gpu_type in blocked_types:
                 continue
-            room = index.free_by_type.get(option.gpu_type, 0) + (
-                run.num_gpus if option.gpu_type == own_type else 0)
-            if option.num_gpus > room:
-                continue
-            nodes = -(-option.num_gpus // max(1, index.node_size.get(option.gpu_type, 1)))
+            room = free.get(gpu_type, 0) + (run.num_gpus if gpu_type == own_type else 0)
+            if gpus > room or current_s - left * duration_s < floor_gain_s:
+                continue  # no room, or no gain even before the restart
+            nodes = -(-gpus // max(1, index.node_size.get(gpu_type, 1)))
             restart_s = restart_floor_s + launch_s(nodes)  # restore, then a new launch
-            new_s = restart_s + left * option.duration_s
-            gain_s = current_s - new_s
-            if gain_s < max(min_gain_s, min_gain_fraction * current_s):
+            new_s = restart_s + left * duration_s
+            if current_s - new_s < floor_gain_s:
                 continue
             if best is None or new_s < best[0]:
                 best = (new_s, option, restart_s)

@@ -33,7 +33,7 @@ from frenzy.domain import PlanOption
 from frenzy_scheduler.core import (Alternative, ClusterView, Decision, Placement, QueuedJob,
                                   RunningJob)
 from frenzy_scheduler.placement import Assignments, FreeIndex
-from frenzy_scheduler.policies.elastic import grow, reclaim
+from frenzy_scheduler.policies.elastic import Menus, Shrinkable, grow, reclaim, shrinkable
 
 INF = math.inf
 _NO_WAITS: dict[int, float] = {}
@@ -203,6 +203,7 @@ class HasPolicy:
     def __init__(self, config: HasConfig = HasConfig()) -> None:
         self.config = config
         self.elastic = config.elastic
+        self._menus = Menus()  # running jobs' option menus, derived once
         self._facts: dict[str, _JobFacts] = {}  # derived data by job id, across decisions
         self._capacity: dict[str, int] = {}  # the cluster shape the cached facts were built for
         self._need_ids: dict[tuple[tuple[str, int], ...], int] = {}
@@ -258,7 +259,7 @@ class HasPolicy:
             moves += grow([r for r in running if r.job_id not in acted], index, blocked, now_s,
                           cfg.reshape_interval_s, cfg.min_gain_fraction, cfg.min_gain_s,
                           cfg.restart_floor_s, cfg.grow_cost_limit, cfg.max_moves - len(moves),
-                          self.name, cfg.launch_s)
+                          self.name, self._menus, cfg.launch_s)
         return moves + placements
 
     def _reclaim(self, ordered: list[_JobFacts], running: Sequence[RunningJob], index: FreeIndex,
@@ -268,6 +269,7 @@ class HasPolicy:
         job may also preempt. One job per decision, on the type where it needs least."""
         cfg = self.config
         free = index.free_by_type
+        candidates: Shrinkable | None = None  # built once, on the first job that needs it
         for facts in ordered[:8]:  # the head of the priority order
             job = facts.job
             urgent = facts.key[0] == 0
@@ -279,10 +281,13 @@ class HasPolicy:
             # Its fastest option, else (when nothing can start at all) its fewest GPUs per type.
             blocked = not any(free.get(t, 0) >= n for t, n in facts.need)
             targets = [(fastest_type, fastest_gpus)] + (list(facts.need) if blocked else [])
+            if candidates is None:
+                candidates = shrinkable(running, now_s, self._menus)
             for gpu_type, gpus in targets:
                 actions = reclaim(running, index, gpu_type, gpus - free.get(gpu_type, 0), now_s,
                                   cfg.reshape_interval_s, urgent, self.name,
-                                  f"{job.job_id} waited {now_s - job.submit_time_s:.0f} s")
+                                  f"{job.job_id} waited {now_s - job.submit_time_s:.0f} s",
+                                  candidates)
                 if actions:
                     return actions
         return []
