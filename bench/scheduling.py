@@ -1,9 +1,12 @@
-"""Scheduling benchmark: every policy on Philly windows, on two clusters, plus an overhead sweep.
+"""Scheduling benchmark: every policy on Philly windows, on two clusters, at the trace's own
+arrival rate and at offered load 0.85, with the simulator's realism defaults; the parity
+ablation; a decision-time sweep; the whole Philly trace under has.
 
-    .venv/bin/python bench/scheduling.py            # full run (~10 min on 2 cores)
-    .venv/bin/python bench/scheduling.py --quick    # 2 windows, small sweep
+    .venv/bin/python bench/scheduling.py            # full run (~30 min on 2 shared cores)
+    .venv/bin/python bench/scheduling.py --quick    # 2 windows, small sweep, no whole trace
 
-Writes bench/results/scheduling.json and prints one table per cluster. See docs/simulator.md.
+Writes bench/results/scheduling.json and prints one table per (cluster, load). See
+docs/simulator.md and docs/has.md.
 """
 from __future__ import annotations
 
@@ -23,10 +26,11 @@ from rich.table import Table
 
 from frenzy_scheduler.clusterfile import NodeGroup, build_cluster, load_cluster_file, scale_groups
 from frenzy_scheduler.core import ClusterView, QueuedJob, RunningJob
-from frenzy_scheduler.policies import get_policy, policy_names
-from frenzy_scheduler.policies.sia import SiaPolicy
-from frenzy_scheduler.simulator import prepare_jobs, run_policy
+from frenzy_scheduler.policies import get_policy
+from frenzy_scheduler.policies.sia import SiaConfig, SiaPolicy
+from frenzy_scheduler.simulator import SimConfig, prepare_jobs, run_policy
 from frenzy_scheduler.simulator.trace import load_trace
+from frenzy_scheduler.simulator.workload import parity_menu
 
 ROOT = Path(__file__).resolve().parents[1]
 PHILLY = Path("/work/shared/data/traces/philly.csv")
@@ -34,29 +38,38 @@ if not PHILLY.exists():
     PHILLY = ROOT.parent / "shared/data/traces/philly.csv"
 CLUSTERS = {"frenzy-288": ROOT / "deploy/clusters/frenzy-288.yaml",
             "alibaba-2026-492": ROOT / "deploy/clusters/alibaba-2026-492.yaml"}
+POLICIES = ["fifo", "frenzy", "frenzy-narrow", "sia", "sia-static", "has"]
+PARITY = "@parity"  # suffix: the same policy on the parity menu (options <= trace GPUs)
 WINDOW_JOBS = 500
 WINDOW_STARTS = (5_000, 15_000, 25_000, 35_000, 45_000)  # trace job index of each window's start
-LOAD = 0.85  # offered GPU demand over capacity while jobs arrive
+LOADS = (0.0, 0.85)  # 0: the trace's own arrival times
 SIA_SWEEP_CAP_S = 10.0  # HiGHS time cap per sia decision in the overhead sweep
-SWEEP_BUDGET_S = 30.0  # timed calls per (point, policy): as many as fit, within the bounds below
+SWEEP_BUDGET_S = 20.0  # timed calls per (point, policy): as many as fit, within the bounds below
 SWEEP_MIN_SAMPLES, SWEEP_MAX_SAMPLES = 3, 200
+SUMMARY_KEYS = ("avg_jct_s", "p50_jct_s", "p99_jct_s", "avg_queue_s", "p99_queue_s", "makespan_s",
+                "utilization", "utilization_arrivals", "gpu_hours", "restarts", "decision_p50_s",
+                "decision_p99_s", "decision_total_s", "unschedulable", "sim_wall_s")
 
 console = Console(stderr=True)
 
 
-def window_runs(trace: list, groups: list[NodeGroup], starts: tuple[int, ...],
-                policies: list[str]) -> list[dict[str, Any]]:
+def window_runs(trace: list, groups: list[NodeGroup], starts: tuple[int, ...], load: float,
+                policies: list[str], config: SimConfig) -> list[dict[str, Any]]:
     runs = []
     for start_index in starts:
         start_s = trace[start_index].submit_time_s
-        jobs = prepare_jobs(trace, groups, start_s=start_s, count=WINDOW_JOBS, load=LOAD, seed=0)
-        window = {"start_index": start_index, "start_s": start_s, "policies": {}}
+        jobs = prepare_jobs(trace, groups, start_s=start_s, count=WINDOW_JOBS, load=load, seed=0)
+        parity = parity_menu(jobs)
+        window = {"start_index": start_index, "start_s": start_s,
+                  "span_h": (jobs[-1].submit_time_s - jobs[0].submit_time_s) / 3600,
+                  "policies": {}}
         for name in policies:
+            base, _, ablation = name.partition("@")
             tick = time.perf_counter()
-            window["policies"][name] = run_policy(name, jobs, groups)
-            console.log(f"window {start_index} {name}: avg JCT "
-                        f"{window['policies'][name]['avg_jct_s'] / 3600:.2f} h "
-                        f"({time.perf_counter() - tick:.1f} s)")
+            metrics = run_policy(base, parity if ablation else jobs, groups, config=config)
+            window["policies"][name] = metrics
+            console.log(f"load {load} window {start_index} {name}: avg JCT "
+                        f"{metrics['avg_jct_s'] / 3600:.2f} h ({time.perf_counter() - tick:.1f} s)")
         runs.append(window)
     return runs
 
@@ -67,39 +80,43 @@ def summarize_cluster(runs: list[dict[str, Any]], policies: list[str]) -> dict[s
 
     summary: dict[str, Any] = {"per_policy": {}, "has_vs": {}}
     for name in policies:
-        summary["per_policy"][name] = {key: mean(name, key) for key in (
-            "avg_jct_s", "p50_jct_s", "p99_jct_s", "avg_queue_s", "makespan_s", "utilization",
-            "utilization_arrivals", "decision_p50_s", "decision_p99_s", "decision_total_s",
-            "unschedulable")}
-    if "has" in policies:
+        summary["per_policy"][name] = {key: mean(name, key) for key in SUMMARY_KEYS}
+    for ours in ("has", "has" + PARITY):
+        if ours not in policies:
+            continue
         for name in policies:
-            if name == "has":
+            if name == ours:
                 continue
-            per_window = [r["policies"]["has"]["avg_jct_s"] / r["policies"][name]["avg_jct_s"]
+            per_window = [r["policies"][ours]["avg_jct_s"] / r["policies"][name]["avg_jct_s"]
                           for r in runs]
-            summary["has_vs"][name] = {
+            summary["has_vs" if ours == "has" else "has_parity_vs"] = summary.get(
+                "has_vs" if ours == "has" else "has_parity_vs", {})
+            summary["has_vs" if ours == "has" else "has_parity_vs"][name] = {
                 "avg_jct_ratio_mean_over_windows": statistics.fmean(per_window),
                 "avg_jct_ratio_per_window": per_window,
-                "p99_jct_ratio": mean("has", "p99_jct_s") / mean(name, "p99_jct_s"),
-                "decision_p50_ratio": mean("has", "decision_p50_s") / mean(name, "decision_p50_s"),
-                "decision_p99_ratio": mean("has", "decision_p99_s") / mean(name, "decision_p99_s"),
+                "p99_jct_ratio": mean(ours, "p99_jct_s") / mean(name, "p99_jct_s"),
+                "gpu_hours_ratio": mean(ours, "gpu_hours") / mean(name, "gpu_hours"),
+                "decision_p99_ratio": mean(ours, "decision_p99_s") / mean(name, "decision_p99_s"),
             }
     return summary
 
 
 def cluster_table(title: str, summary: dict[str, Any]) -> Table:
     table = Table(title=title)
-    for column in ("policy", "avg JCT h", "p99 JCT h", "makespan h", "util", "util (arrivals)",
-                   "dec p50 ms", "dec p99 ms", "has avg JCT ratio", "has p99 ratio"):
+    for column in ("policy", "avg JCT h", "p50 JCT h", "p99 JCT h", "avg queue h", "p99 queue h",
+                   "GPU-h", "util", "restarts", "dec p99 ms", "has / policy avg JCT",
+                   "has p99 / p99", "has GPU-h / GPU-h"):
         table.add_column(column, justify="left" if column == "policy" else "right")
     for name, m in summary["per_policy"].items():
         vs = summary["has_vs"].get(name, {})
-        table.add_row(name, f"{m['avg_jct_s'] / 3600:.2f}", f"{m['p99_jct_s'] / 3600:.1f}",
-                      f"{m['makespan_s'] / 3600:.1f}", f"{m['utilization']:.3f}",
-                      f"{m['utilization_arrivals']:.3f}", f"{m['decision_p50_s'] * 1e3:.3f}",
-                      f"{m['decision_p99_s'] * 1e3:.3f}",
+        table.add_row(name, f"{m['avg_jct_s'] / 3600:.2f}", f"{m['p50_jct_s'] / 3600:.2f}",
+                      f"{m['p99_jct_s'] / 3600:.1f}", f"{m['avg_queue_s'] / 3600:.2f}",
+                      f"{m['p99_queue_s'] / 3600:.1f}", f"{m['gpu_hours']:.0f}",
+                      f"{m['utilization']:.3f}", f"{m['restarts']:.0f}",
+                      f"{m['decision_p99_s'] * 1e3:.2f}",
                       f"{vs['avg_jct_ratio_mean_over_windows']:.3f}" if vs else "-",
-                      f"{vs['p99_jct_ratio']:.3f}" if vs else "-")
+                      f"{vs['p99_jct_ratio']:.3f}" if vs else "-",
+                      f"{vs['gpu_hours_ratio']:.3f}" if vs else "-")
     return table
 
 
@@ -157,9 +174,10 @@ def sweep_point(trace: list, gpus: int, queued: int, policies: list[str],
         busy = node.free_gpus[: rng.randint(0, node.total_gpus)]
         if busy:
             node.free_gpus = node.free_gpus[len(busy):]
-            running.append(RunningJob(f"r-{node.node_id}", _any_option(node.gpu_type, len(busy)),
+            option = _any_option(node.gpu_type, len(busy))
+            running.append(RunningJob(f"r-{node.node_id}", option,
                                       ((node.node_id, tuple(busy)),), 0.0,
-                                      rng.uniform(10.0, 1e5)))
+                                      rng.uniform(10.0, 1e5), (option,), submit_time_s=-1e4))
     start = rng.randrange(0, len(trace) - queued)
     jobs = prepare_jobs(trace[start:start + queued], groups, seed=rng.randrange(1 << 30))
     queue = [QueuedJob(j.job_id, -rng.uniform(0, 1e4), j.options, j.deadline_s) for j in jobs]
@@ -167,7 +185,9 @@ def sweep_point(trace: list, gpus: int, queued: int, policies: list[str],
                              "queued": queued, "policies": {}}
     for name in policies:
         policy = get_policy(name)
-        if isinstance(policy, SiaPolicy):
+        if isinstance(policy, SiaPolicy):  # every timed call solves the round
+            policy = SiaPolicy(SiaConfig(time_limit_s=SIA_SWEEP_CAP_S, reuse_unchanged_round=False))
+        elif hasattr(policy, "time_limit_s"):
             policy.time_limit_s = SIA_SWEEP_CAP_S
         timing = point["policies"][name] = time_decisions(policy, queue, cluster, running,
                                                           SWEEP_BUDGET_S)
@@ -194,58 +214,74 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", default=str(ROOT / "bench/results/scheduling.json"))
     args = parser.parse_args()
-    policies = policy_names()
+    policies = POLICIES + [name + PARITY for name in POLICIES]
     starts = WINDOW_STARTS[:2] if args.quick else WINDOW_STARTS
+    config = SimConfig.realistic()
     trace = load_trace(PHILLY)
-    results: dict[str, Any] = {"config": {"trace": str(PHILLY), "window_jobs": WINDOW_JOBS,
-                                          "window_starts": list(starts), "load": LOAD,
-                                          "policies": policies, "seed": 0}, "clusters": {}}
+    results: dict[str, Any] = {"config": {
+        "trace": str(PHILLY), "window_jobs": WINDOW_JOBS, "window_starts": list(starts),
+        "loads": list(LOADS), "policies": policies, "seed": 0,
+        "realism": {"launch_overhead_s": config.launch_overhead_s,
+                    "restart_overhead_s": "per model size (25-250 s)",
+                    "duration_error_sigma": config.duration_error_sigma,
+                    "checkpoint_interval_s": config.checkpoint_interval_s},
+        "machine": "2 shared CPU cores; other engineers' jobs running"}, "clusters": {}}
     for cluster_name, path in CLUSTERS.items():
         groups = load_cluster_file(path)
-        runs = window_runs(trace, groups, starts, policies)
-        summary = summarize_cluster(runs, policies)
-        results["clusters"][cluster_name] = {"windows": runs, "summary": summary}
-        Console().print(cluster_table(f"{cluster_name}: {len(starts)} windows x {WINDOW_JOBS} "
-                                      f"Philly jobs, offered load {LOAD}", summary))
+        results["clusters"][cluster_name] = {}
+        for load in LOADS:
+            runs = window_runs(trace, groups, starts, load, policies, config)
+            summary = summarize_cluster(runs, policies)
+            label = "trace" if load == 0 else f"load {load}"
+            results["clusters"][cluster_name][label] = {"windows": runs, "summary": summary}
+            Console().print(cluster_table(
+                f"{cluster_name}, {label}: {len(starts)} windows x {WINDOW_JOBS} Philly jobs, "
+                f"realism defaults; {PARITY} = options capped at the trace GPU count", summary))
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(json.dumps(results, indent=1))
 
     rng = random.Random(0)
+    sweep_policies = ["fifo", "frenzy", "frenzy-narrow", "sia", "sia-static", "has"]
     grid = [(100, 100), (1000, 500)] if args.quick else [
-        (100, 100), (100, 500), (1000, 100), (1000, 500), (1000, 5000), (10000, 500), (10000, 5000)]
+        (100, 100), (1000, 500), (1000, 5000), (10000, 500), (10000, 5000)]
     results["overhead_sweep"] = {
         "sia_time_cap_s": SIA_SWEEP_CAP_S, "budget_s_per_policy": SWEEP_BUDGET_S,
         "samples_bounds": [SWEEP_MIN_SAMPLES, SWEEP_MAX_SAMPLES],
         "harness": "same for every policy: one cold call, then steady-state calls on the same "
                    "input; inputs gc-frozen, gc.collect() before each call; wall clock and "
-                   "process CPU time per call; nearest-rank p50/p99",
-        "points": [sweep_point(trace, g, q, policies, rng) for g, q in grid]}
+                   "process CPU time per call; nearest-rank p50/p99; elastic sia re-solves "
+                   "queued and running jobs on every call (a round)",
+        "points": [sweep_point(trace, g, q, sweep_policies, rng) for g, q in grid]}
     sweep = Table(title="decision time, steady state, wall clock (ms): p50 / p99; sia capped "
                         f"at {SIA_SWEEP_CAP_S:.0f} s per decision")
     sweep.add_column("GPUs x queued")
-    for name in policies:
+    for name in sweep_policies:
         sweep.add_column(name, justify="right")
     for column in ("sia / has p50", "sia / has p99", "CPU time: sia / has p50", "p99"):
         sweep.add_column(column, justify="right")
     for point in results["overhead_sweep"]["points"]:
         cells = [f"{point['policies'][n]['p50_s'] * 1e3:.2f} / {point['policies'][n]['p99_s'] * 1e3:.2f}"
-                 + ("*" if point['policies'][n]['time_capped'] else "") for n in policies]
+                 + ("*" if point['policies'][n]['time_capped'] else "") for n in sweep_policies]
         ratios = point.get("sia_over_has", {})
         sweep.add_row(f"{point['gpus']} x {point['queued']}", *cells,
                       *(f"{ratios[q]:.0f}x" if ratios else "-"
                         for q in ("p50", "p99", "cpu_p50", "cpu_p99")))
     Console().print(sweep)
+    Path(args.out).write_text(json.dumps(results, indent=1))
 
-    tick = time.perf_counter()
-    groups = load_cluster_file(CLUSTERS["frenzy-288"])
-    jobs = prepare_jobs(trace, groups, start_s=trace[5_000].submit_time_s, count=10_000,
-                        load=LOAD, seed=0)
-    metrics = run_policy("has", jobs, groups)
-    total = time.perf_counter() - tick
-    results["trace_10k"] = {"policy": "has", "cluster": "frenzy-288", "jobs": 10_000,
-                            "wall_s_including_mapping": total, "sim_wall_s": metrics["sim_wall_s"],
-                            "metrics": metrics}
-    Console().print(f"10,000-job trace on frenzy-288 under has: {total:.1f} s "
-                    f"(simulation {metrics['sim_wall_s']:.1f} s)")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    if not args.quick:
+        tick = time.perf_counter()
+        groups = load_cluster_file(CLUSTERS["frenzy-288"])
+        jobs = prepare_jobs(trace, groups, seed=0)
+        mapped_s = time.perf_counter() - tick
+        metrics = run_policy("has", jobs, groups, config=config)
+        metrics.pop("utilization_over_time", None)
+        results["whole_trace"] = {"policy": "has", "cluster": "frenzy-288", "jobs": len(jobs),
+                                  "mapping_s": mapped_s, "sim_wall_s": metrics["sim_wall_s"],
+                                  "metrics": metrics}
+        Console().print(f"whole Philly trace ({len(jobs)} jobs) on frenzy-288 under has, trace "
+                        f"arrivals, realism defaults: simulation {metrics['sim_wall_s']:.1f} s "
+                        f"(+ {mapped_s:.1f} s trace-to-MARP mapping)")
     Path(args.out).write_text(json.dumps(results, indent=1))
     print(f"wrote {args.out}", file=sys.stderr)
 

@@ -28,7 +28,9 @@ class BusSettings(BaseSettings):
 class ServiceSettings(BusSettings):
     grpc_host: str = "127.0.0.1"
     grpc_port: int = 50051
-    policy: str = "fifo"
+    policy: str = Field("has", description="scheduling policy (frenzy_scheduler.policies)")
+    reshape_jobs: bool = Field(False, description="scheduler publishes ReshapeJob (resize, "
+                               "migrate, preempt); on once the orchestrator executes them")
     log_dir: str = ".frenzy/logs"
     heartbeat_interval_s: float = 1.0
     node_timeout_s: float = 10.0

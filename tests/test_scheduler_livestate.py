@@ -105,3 +105,29 @@ def test_restore_rebuilds_queue_running_jobs_and_nodes_from_latest_records():
     assert placement.job_id == "queued" and placement.assignments == (("n1", (2, 3)),)
     state.on_status(status("queued", types_pb2.QUEUED, 2))  # older than the restored record
     assert state.schedule(1001) == []
+
+
+def test_placement_carries_the_decision_record_and_bad_actions_are_dropped():
+    from frenzy_scheduler.core import Placement
+    from frenzy_scheduler.service import decision_to_proto
+
+    state = LiveState(get_policy("has", elastic=False))
+    state.on_availability(availability([0, 1, 2, 3], 1))
+    state.on_planned(events_pb2.JobPlanned(job_id="a", options=[option_to_proto(OPTION)]))
+    state.on_status(status("a", types_pb2.QUEUED, 3))
+    [(placement, _)] = state.schedule(0)
+    record = decision_to_proto(placement.decision, "has", 0.0, 0.001)
+    assert record.policy == "has" and record.reason
+    assert record.chosen.gpu_type == "A100-80GB" and record.alternatives[0].verdict == "chosen"
+
+    class DoubleBooker:  # places every queued job on GPU 0, whatever is free
+        name, round_s = "bad", 0.0
+
+        def schedule(self, queue, cluster, now_s, running=()):
+            return [Placement(j.job_id, OPTION, (("n1", (0, 1)),)) for j in queue]
+
+    bad = LiveState(DoubleBooker())
+    bad.on_availability(availability([2, 3], 1))
+    bad.on_planned(events_pb2.JobPlanned(job_id="b", options=[option_to_proto(OPTION)]))
+    bad.on_status(status("b", types_pb2.QUEUED, 3))
+    assert bad.schedule(0) == []  # the shared check refuses busy GPUs: nothing is published

@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 from frenzy.domain import ParallelPlan, PlanOption
 from frenzy_scheduler.core import ClusterView, NodeState, QueuedJob, RunningJob
 from frenzy_scheduler.policies import get_policy, policy_names
-from frenzy_scheduler.policies.frenzy import FrenzyPolicy
+from frenzy.placement_check import NodeFacts, placement_problem
+from frenzy_scheduler.policies.frenzy import FrenzyNarrowPolicy, FrenzyPolicy
 from frenzy_scheduler.policies.has import HasConfig, HasPolicy
 
 GIB = 1024**3
@@ -56,12 +57,14 @@ def test_no_policy_double_books_or_uses_busy_or_wrong_type_gpus(scenario) -> Non
         by_id = {j.job_id: j for j in queue}
         used: set[tuple[str, int]] = set()
         assert len({p.job_id for p in placements}) == len(placements), name
+        facts = {n: NodeFacts(s.gpu_type, set(before[n])) for n, s in cluster.nodes.items()}
         for p in placements:
-            assert p.option in by_id[p.job_id].options, name
-            assert sum(len(g) for _, g in p.assignments) == p.option.num_gpus, name
+            # frenzy may span memory tiers with the plan of one of the job's options
+            assert any(o.plan == p.option.plan for o in by_id[p.job_id].options), name
+            assert not placement_problem(p.option.gpu_type, p.option.num_gpus, p.option.plan.tp,
+                                         p.assignments, facts), name
+            assert p.decision is not None and p.decision.reason, name
             for node_id, gpus in p.assignments:
-                assert cluster.nodes[node_id].gpu_type == p.option.gpu_type, name
-                assert len(gpus) % p.option.plan.tp == 0, name  # tp groups stay on one node
                 for g in gpus:
                     assert g in before[node_id], name
                     assert (node_id, g) not in used, name
@@ -76,19 +79,53 @@ def test_fifo_serves_in_arrival_order_with_head_of_line_blocking() -> None:
     assert [p.job_id for p in placed] == ["early"]  # "big" blocks "late"
 
 
-def test_frenzy_takes_smallest_memory_tier_then_escalates() -> None:
+def test_frenzy_narrow_takes_smallest_memory_tier_then_escalates() -> None:
     plan_options = (option("T4", 2, 500.0), option("A100-80GB", 2, 60.0))
     cluster = nodes({"t": ("T4", 2, [0, 1]), "a": ("A100-80GB", 8, list(range(8)))})
-    first = FrenzyPolicy().schedule([job("x", 0, *plan_options)], cluster, 0.0)
+    first = FrenzyNarrowPolicy().schedule([job("x", 0, *plan_options)], cluster, 0.0)
     assert first[0].option.gpu_type == "T4"  # smallest tier that fits, although slower
     cluster.nodes["t"].free_gpus = [0]  # T4 tier ran out -> escalate to the 80 GB tier
-    second = FrenzyPolicy().schedule([job("x", 0, *plan_options)], cluster, 0.0)
+    second = FrenzyNarrowPolicy().schedule([job("x", 0, *plan_options)], cluster, 0.0)
     assert second[0].option.gpu_type == "A100-80GB"
     # fewer GPUs beats less memory: plans are sorted by (GPU count, memory per GPU)
-    three = FrenzyPolicy().schedule(
+    three = FrenzyNarrowPolicy().schedule(
         [job("y", 0, option("A100-80GB", 1, 90.0, peak_gib=60), option("T4", 2, 400.0))],
         nodes({"t": ("T4", 2, [0, 1]), "a": ("A100-80GB", 8, [0])}), 0.0)
     assert three[0].option.num_gpus == 1
+
+
+def test_frenzy_follows_the_public_codes_loop_on_a_hand_worked_instance() -> None:
+    """scheduler_Frenzy.py try_allocate_job_to_cluster, worked by hand.
+
+    Nodes (idle GPUs, type): t4-a (2, T4 16 GB), t4-b (1, T4), v100 (4, V100 32 GB),
+    a100 (8, A100 80 GB). The job's plans all need 10 GiB per GPU: tier 16 GB, and
+    free_gpu_ge[16 GB] = 15, so every plan fits and the loop (no break) ends on the widest,
+    8 GPUs. Node order (idle ascending, FLOPs descending): t4-b, t4-a, v100, a100.
+    16 GB tier: no node covers 8; take the last in order (t4-a, 2), then t4-b (1); tier empty:
+    escalate to 32 GB: v100 does not cover the 5 left, take it whole (4); escalate to 80 GB:
+    a100 covers the last 1. Mixed tiers: timed on the slowest node's type, T4."""
+    opts = [option(t, n, 1000.0 / n * TYPES[t]) for n in (1, 2, 4, 8) for t in TYPES]
+    cluster = nodes({"t4-a": ("T4", 2, [0, 1]), "t4-b": ("T4", 2, [1]),
+                     "v100": ("V100-32GB", 4, [0, 1, 2, 3]), "a100": ("A100-80GB", 8, list(range(8)))})
+    [placed] = FrenzyPolicy().schedule([job("x", 0, *opts)], cluster, 0.0)
+    assert placed.option.num_gpus == 8 and placed.option.gpu_type == "T4"
+    assert placed.option == option("T4", 8, 1000.0 / 8 * TYPES["T4"])
+    assert dict(placed.assignments) == {"t4-a": (0, 1), "t4-b": (1,), "v100": (0, 1, 2, 3),
+                                        "a100": (0,)}
+    # The narrow reading takes the fewest GPUs on the smallest tier instead.
+    [narrow] = FrenzyNarrowPolicy().schedule([job("x", 0, *opts)], cluster, 0.0)
+    assert narrow.option.num_gpus == 1 and narrow.option.gpu_type == "T4"
+    assert narrow.assignments == (("t4-b", (1,)),)
+
+
+def test_frenzy_widest_plan_is_bounded_by_its_tier() -> None:
+    """A 20 GiB plan needs the 32 GB tier: free_gpu_ge[32 GB] = 4 + 2 = 6, so the 8-GPU plan
+    does not fit and the loop's last fitting plan is the 4-GPU one; v100 covers it alone."""
+    opts = [option(t, n, 1000.0, peak_gib=20) for n in (1, 2, 4, 8) for t in ("V100-32GB", "A100-80GB")]
+    cluster = nodes({"t4": ("T4", 2, [0, 1]), "v100": ("V100-32GB", 4, [0, 1, 2, 3]),
+                     "a100": ("A100-80GB", 8, [0, 1])})
+    [placed] = FrenzyPolicy().schedule([job("x", 0, *opts)], cluster, 0.0)
+    assert placed.option.num_gpus == 4 and placed.assignments == (("v100", (0, 1, 2, 3)),)
 
 
 def test_has_picks_the_option_that_finishes_first() -> None:
@@ -126,13 +163,24 @@ def test_has_aging_lets_a_long_waiting_job_overtake_newcomers() -> None:
     assert pure_srtf[0].job_id == "new"  # the control: without aging the newcomer wins
 
 
-def test_sia_maximises_normalised_goodput() -> None:
-    # One A100 and one T4 free; both jobs 8x faster on the A100. Sia starts both jobs.
+def test_sia_static_maximises_normalised_goodput_per_gpu() -> None:
+    # One A100 and one T4 free; both jobs 8x faster on the A100. sia-static starts both jobs.
+    cluster = nodes({"a": ("A100-80GB", 1, [0]), "t": ("T4", 1, [0])})
+    queue = [job("x", 0, option("A100-80GB", 1, 100.0), option("T4", 1, 800.0)),
+             job("y", 1, option("A100-80GB", 1, 100.0))]
+    placed = {p.job_id: p.option.gpu_type for p in get_policy("sia-static").schedule(queue, cluster, 5.0)}
+    assert placed == {"x": "T4", "y": "A100-80GB"}
+
+
+def test_sia_objective_follows_the_artifact() -> None:
+    """Same instance under elastic Sia's objective (p = -0.5, lambda_n = 1.1, minimised):
+    x on the A100 and y left waiting costs 8^-0.5 + 1.1 = 1.45; x on the T4 and y on the
+    A100 costs 1 + 1 = 2. Sia gives the A100 to x, as the artifact's MILP would."""
     cluster = nodes({"a": ("A100-80GB", 1, [0]), "t": ("T4", 1, [0])})
     queue = [job("x", 0, option("A100-80GB", 1, 100.0), option("T4", 1, 800.0)),
              job("y", 1, option("A100-80GB", 1, 100.0))]
     placed = {p.job_id: p.option.gpu_type for p in get_policy("sia").schedule(queue, cluster, 5.0)}
-    assert placed == {"x": "T4", "y": "A100-80GB"}
+    assert placed == {"x": "A100-80GB"}
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -27,13 +27,25 @@ def test_json_has_the_documented_keys(tmp_path) -> None:
     assert set(REQUIRED_KEYS) <= set(data)
     assert data["input"]["jobs"] == 40 and abs(data["input"]["offered_load"] - 0.9) < 1e-3
     assert data["completed"] + data["unschedulable"] == 40
+    assert {"gpu_hours", "restarts", "p99_queue_s", "reshapes", "utilization_over_time"} <= set(data)
+    assert data["input"]["launch_overhead_s"] == 60.0  # realism defaults
+    assert data["input"]["duration_error_sigma"] == 0.3
+
+
+def test_trace_arrivals_by_default_and_overheads_cost_time(tmp_path) -> None:
+    args = ("--trace", TRACE, "--cluster", CLUSTER, "--policy", "fifo", "--jobs", "20", "--json")
+    free = json.loads(run(*args, "--launch-overhead-s", "0", "--restart-overhead-s", "0",
+                          "--duration-error-sigma", "0").stdout)
+    costly = json.loads(run(*args, "--launch-overhead-s", "600").stdout)
+    assert free["input"]["load"] == 0.0  # no --load: the trace's own arrival times
+    assert costly["avg_jct_s"] > free["avg_jct_s"] + 500.0
 
 
 def test_compare_runs_every_policy_on_the_same_input() -> None:
     result = run("--trace", TRACE, "--cluster", CLUSTER, "--jobs", "30", "--compare", "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert {"fifo", "frenzy", "sia", "has"} <= set(data["policies"])
+    assert {"fifo", "frenzy", "frenzy-narrow", "sia", "sia-static", "has"} <= set(data["policies"])
     assert data["ratios"]["best_baseline"] in data["policies"]
     table = run("--trace", TRACE, "--cluster", CLUSTER, "--jobs", "30", "--compare")
     assert table.exit_code == 0 and "against the best baseline" in table.output
@@ -49,6 +61,9 @@ def test_bad_input_exits_2_naming_the_field(tmp_path) -> None:
         (("--trace", TRACE, "--cluster", str(bad_yaml)), "node_groups[0].gpu_type"),
         (("--trace", TRACE, "--cluster", CLUSTER, "--jobs", "-1"), "--jobs"),
         (("--trace", TRACE, "--cluster", CLUSTER, "--start", "not-a-time"), "--start"),
+        (("--trace", TRACE, "--cluster", CLUSTER, "--launch-overhead-s", "-1"), "--launch-overhead-s"),
+        (("--trace", TRACE, "--cluster", CLUSTER, "--duration-error-sigma", "-0.1"),
+         "--duration-error-sigma"),
     ]
     for args, field in cases:
         result = run(*args)

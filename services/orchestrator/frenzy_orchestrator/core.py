@@ -13,6 +13,7 @@ from google.protobuf.message import Message
 from frenzy import topics
 from frenzy.jobspec import SpecError, resolve_spec
 from frenzy.outcomes import OOM_REASON, RENDEZVOUS_REASON
+from frenzy.placement_check import NodeFacts, placement_problem
 from frenzy.v1 import events_pb2, services_pb2, types_pb2
 from frenzy.v1.types_pb2 import (CANCELLED, FAILED, LAUNCHING, PLACED, PLANNED, QUEUED, RUNNING,
                                  SUBMITTED, SUCCEEDED)
@@ -222,24 +223,12 @@ class OrchestratorCore:
         return out
 
     def _placement_problem(self, placed: events_pb2.JobPlaced) -> str:
-        if not placed.assignments:
-            return "no GPUs assigned"
-        count = 0
-        for a in placed.assignments:
-            node = self.nodes.get(a.node_id)
-            if node is None:
-                return f"unknown node {a.node_id}"
-            if node.state != types_pb2.NODE_READY:
-                return f"node {a.node_id} is lost"
-            if node.gpu_type != placed.option.gpu_type:
-                return f"node {a.node_id} has {node.gpu_type}, plan wants {placed.option.gpu_type}"
-            busy = sorted(set(a.gpu_indices) - set(node.free_gpus))
-            if busy or len(set(a.gpu_indices)) != len(a.gpu_indices):
-                return f"GPUs {busy or list(a.gpu_indices)} on {a.node_id} are not free"
-            count += len(a.gpu_indices)
-        if count != placed.option.num_gpus:
-            return f"{count} GPUs assigned, plan needs {placed.option.num_gpus}"
-        return ""
+        """The shared check (frenzy.placement_check), against this core's nodes."""
+        nodes = {a.node_id: NodeFacts(n.gpu_type, set(n.free_gpus), n.state == types_pb2.NODE_READY)
+                 for a in placed.assignments if (n := self.nodes.get(a.node_id)) is not None}
+        return placement_problem(placed.option.gpu_type, placed.option.num_gpus,
+                                 placed.option.plan.tp,
+                                 [(a.node_id, list(a.gpu_indices)) for a in placed.assignments], nodes)
 
     def _launch_commands(self, rec: JobRecord) -> list[Outgoing]:
         job = rec.job

@@ -19,7 +19,7 @@ from rich.table import Table
 from frenzy.console import table_console
 from frenzy_scheduler.clusterfile import NodeGroup, build_cluster, load_cluster_file
 from frenzy_scheduler.policies import BASELINES, policy_names
-from frenzy_scheduler.simulator import offered_load, prepare_jobs, run_policy
+from frenzy_scheduler.simulator import SimConfig, offered_load, prepare_jobs, run_policy
 from frenzy_scheduler.simulator.trace import load_trace, parse_start
 from frenzy_scheduler.simulator.workload import DEFAULT_REFERENCE_GPU, SimJob
 
@@ -115,6 +115,13 @@ def _table(results: dict[str, dict[str, Any]], ratios: dict[str, Any], title: st
               help="Rescale inter-arrival times to this offered load (0: keep the trace's).")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seed of the trace-job -> model mapping.")
+@click.option("--launch-overhead-s", type=float, default=60.0, show_default=True,
+              help="Seconds per job start on one node, x (1 + log2(nodes spanned)).")
+@click.option("--restart-overhead-s", type=float, default=None,
+              help="Seconds per resume (resize, migration, preemption, node failure); "
+                   "default: per model size, 25-250 s as Sia measured.")
+@click.option("--duration-error-sigma", type=float, default=0.3, show_default=True,
+              help="Per-job lognormal error of predicted durations (same errors for every policy).")
 @click.option("--reference-gpu", default=DEFAULT_REFERENCE_GPU, show_default=True,
               help="GPU type the trace durations were measured on.")
 @click.option("--compare", is_flag=True, help="Run every policy on the same input.")
@@ -122,13 +129,18 @@ def _table(results: dict[str, dict[str, Any]], ratios: dict[str, Any], title: st
 @click.option("--progress/--no-progress", default=None,
               help=f"Progress bar on stderr (default: on from {PROGRESS_MIN_JOBS} jobs).")
 def simulate(trace: str, cluster: str, policy: str, num_jobs: int, start: str, load: float,
-             seed: int, reference_gpu: str, compare: bool, as_json: bool,
+             seed: int, launch_overhead_s: float, restart_overhead_s: float | None,
+             duration_error_sigma: float, reference_gpu: str, compare: bool, as_json: bool,
              progress: bool | None) -> None:
     """Replay a job trace on a cluster under a scheduling policy and print JCT and overhead."""
     if num_jobs < 0:
         raise click.BadParameter(f"must be >= 0, got {num_jobs}", param_hint="--jobs")
-    if load < 0:
-        raise click.BadParameter(f"must be >= 0, got {load}", param_hint="--load")
+    for hint, value in (("--load", load), ("--launch-overhead-s", launch_overhead_s),
+                        ("--restart-overhead-s", restart_overhead_s or 0.0),
+                        ("--duration-error-sigma", duration_error_sigma)):
+        if value < 0 or math.isnan(value):
+            raise click.BadParameter(f"must be >= 0, got {value}", param_hint=hint)
+    config = SimConfig.realistic(launch_overhead_s, restart_overhead_s, duration_error_sigma, seed)
     if not compare and policy not in policy_names():
         raise click.BadParameter(f"unknown policy {policy!r}; known: {', '.join(policy_names())}",
                                  param_hint="--policy")
@@ -152,10 +164,12 @@ def simulate(trace: str, cluster: str, policy: str, num_jobs: int, start: str, l
             if show:
                 task = bar.add_task(name, total=len(jobs))
                 on_progress = lambda done, task=task: bar.update(task, completed=done)  # noqa: E731
-            results[name] = run_policy(name, jobs, groups, on_progress=on_progress)
+            results[name] = run_policy(name, jobs, groups, on_progress=on_progress, config=config)
     inputs = {"trace": trace, "cluster": cluster, "jobs": len(jobs), "start_s": start_s,
               "load": load, "offered_load": offered_load(jobs, capacity), "seed": seed,
               "reference_gpu": reference_gpu, "gpus": sum(capacity.values()),
+              "launch_overhead_s": launch_overhead_s, "restart_overhead_s": restart_overhead_s,
+              "duration_error_sigma": duration_error_sigma,
               "gpus_by_type": capacity}
     if compare:
         ratios = _ratios(results)

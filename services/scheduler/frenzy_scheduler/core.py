@@ -1,10 +1,14 @@
 """The one interface every scheduling policy implements, and the cluster view it reads.
 
-A policy is pure: given the queue, a snapshot of free GPUs and the time, it returns placements.
-The live scheduler service and the trace simulator both call `Policy.schedule`.
+A policy is pure: given the queue, a snapshot of free GPUs, the running jobs and the time, it
+returns actions: placements of queued jobs and, for an elastic policy, reshapes of running ones
+(resize, migrate, preempt: `ReshapeJob` in the contract). Each action carries a decision record
+(the chosen option, the alternatives with their estimated completion, the reason). The live
+scheduler service and the trace simulator both call `Policy.schedule` and execute the result.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Protocol, Sequence
@@ -69,6 +73,9 @@ class QueuedJob:
     options: Sequence[PlanOption]  # MARP's feasible options, each with its estimated duration
     deadline_s: float = 0.0  # absolute time the job should finish by; 0: none
     attempt: int = 0
+    # A preempted job comes back with its options' durations already scaled to the work left;
+    # this says how much that is (1.0: a fresh job), for policies that report it.
+    remaining_fraction: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -78,29 +85,101 @@ class RunningJob:
     job_id: str
     option: PlanOption
     assignments: tuple[tuple[str, tuple[int, ...]], ...]
-    start_time_s: float
-    expected_end_s: float
+    start_time_s: float  # the latest (re)start: when it got these GPUs
+    expected_end_s: float  # predicted: start + overheads + predicted remaining work
+    # What an elastic policy needs (callers that do not know it leave the defaults; a job with
+    # no options is never reshaped): the job's full option menu (durations for all its work),
+    # the fraction of its work left at this start, when its restore ends (Sia pins restoring
+    # jobs), its submit time and deadline, and its progress rate if known (live: from the
+    # steps done; 0: assume the predicted rate).
+    options: tuple[PlanOption, ...] = ()
+    fraction_at_start: float = 1.0
+    restoring_until_s: float = 0.0
+    submit_time_s: float = 0.0
+    deadline_s: float = 0.0
+    fraction_per_s: float = 0.0
+    restarts: int = 0  # resumes so far (Sia's restart damping counts them)
+
+    @cached_property
+    def estimated_end_s(self) -> float:
+        """When it should end: extrapolated from its measured progress rate when known (live:
+        step times; the rate is steady once restored), else the predicted end."""
+        if self.fraction_per_s > 0:
+            return max(self.start_time_s, self.restoring_until_s) + \
+                self.fraction_at_start / self.fraction_per_s
+        return self.expected_end_s
+
+    def remaining_fraction(self, now_s: float) -> float:
+        """Fraction of the job's work left at `now_s`."""
+        begin_s = max(self.start_time_s, self.restoring_until_s)
+        rate = self.fraction_per_s
+        if rate <= 0:
+            span_s = self.expected_end_s - begin_s
+            rate = self.fraction_at_start / span_s if span_s > 0 else math.inf
+        done = rate * max(0.0, now_s - begin_s)
+        return max(0.0, self.fraction_at_start - done) if done < math.inf else 0.0
 
     @cached_property
     def num_gpus(self) -> int:  # cached: policies read it for every running job, every decision
         return sum(len(gpus) for _, gpus in self.assignments)
 
 
+PLACE, RESIZE, MIGRATE, PREEMPT = "place", "resize", "migrate", "preempt"
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """One option the policy considered, with its estimate (seconds after the decision)."""
+
+    option: PlanOption
+    start_s: float
+    completion_s: float
+    verdict: str  # "chosen", or why not
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Why a job got what it got: the DecisionRecord of the contract, without I/O."""
+
+    policy: str
+    reason: str
+    alternatives: tuple[Alternative, ...] = ()
+
+
+def option_alternatives(options: Sequence[PlanOption], chosen: PlanOption, limit: int = 6,
+                        verdict: str = "not chosen by the policy's rule") -> tuple[Alternative, ...]:
+    """The chosen option and the fastest others, each as if started now (for policies that do
+    not estimate start times; `has` records its own estimates)."""
+    others = sorted((o for o in options if o != chosen), key=lambda o: o.duration_s)[:limit - 1]
+    return (Alternative(chosen, 0.0, chosen.duration_s, "chosen"),
+            *(Alternative(o, 0.0, o.duration_s, verdict) for o in others))
+
+
 @dataclass(frozen=True)
 class Placement:
+    """An action: place a queued job (PLACE), or reshape a running one (RESIZE: same type,
+    other count; MIGRATE: other GPUs; PREEMPT: back to the queue, no assignments)."""
+
     job_id: str
     option: PlanOption
     assignments: tuple[tuple[str, tuple[int, ...]], ...]  # (node_id, GPU indices) per node
+    kind: str = PLACE
+    decision: Decision | None = None
 
 
 class Policy(Protocol):
     name: str
+    # > 0: a round-based policy (Sia), called every round_s while jobs are active, besides events.
+    round_s: float
 
     def schedule(self, queue: Sequence[QueuedJob], cluster: ClusterView, now_s: float,
                  running: Sequence[RunningJob] = ()) -> list[Placement]:
-        """Choose placements for some queued jobs; must not mutate `cluster`.
+        """Choose placements for some queued jobs (and reshapes of running ones, for an elastic
+        policy); must not mutate `cluster`.
 
         `running` is optional: callers that know the running jobs pass them so a policy can
-        estimate when GPUs free up; every policy must also work without it.
+        estimate when GPUs free up; every policy must also work without it. The caller applies
+        every reshape's release before any action's take, so a placement may use GPUs that a
+        reshape in the same answer frees.
         """
         ...

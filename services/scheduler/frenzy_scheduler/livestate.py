@@ -10,6 +10,12 @@ free up): from our own placements at once, then from the orchestrator's job reco
 LAUNCHING, RUNNING carry the option, the assignments and the placed/started times). The
 expected end is the start plus MARP's predicted duration; once that has passed, the end is
 unknown and the job is shown as ending never (so `has` does not hold jobs for its GPUs).
+
+Every action the policy returns is checked by the shared placement check
+(`frenzy.placement_check`, the one the orchestrator and the simulator use) against the free
+GPUs; a failing one is dropped, not published. Reshapes (resize, migrate, preempt) are kept
+only when `reshape_jobs` is on (FRENZY_RESHAPE_JOBS): the orchestrator executes ReshapeJob
+only then.
 """
 from __future__ import annotations
 
@@ -19,9 +25,13 @@ from dataclasses import dataclass, field, replace
 
 from frenzy.convert import option_from_proto
 from frenzy.domain import PlanOption
+from frenzy.logs import get_logger
+from frenzy.placement_check import NodeFacts, placement_problem
 from frenzy.v1 import events_pb2, types_pb2
-from frenzy_scheduler.core import (ClusterView, NodeState, Placement, Policy, QueuedJob,
-                                  RunningJob)
+from frenzy_scheduler.core import (PLACE, PREEMPT, ClusterView, NodeState, Placement, Policy,
+                                  QueuedJob, RunningJob)
+
+log = get_logger("scheduler")
 
 _TERMINAL = {types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED}
 _HOLDING = {types_pb2.PLACED, types_pb2.LAUNCHING, types_pb2.RUNNING}
@@ -44,6 +54,8 @@ class LiveState:
     jobs: dict[str, _Job] = field(default_factory=dict)
     pending: dict[str, dict[str, tuple[int, ...]]] = field(default_factory=dict)  # job -> node -> GPUs
     running: dict[str, RunningJob] = field(default_factory=dict)  # jobs holding GPUs
+    reshape_jobs: bool = False  # publish the policy's reshapes (the orchestrator executes them)
+    attempts: dict[str, int] = field(default_factory=dict)  # running job -> its attempt
 
     def on_planned(self, planned: events_pb2.JobPlanned) -> None:
         job = self.jobs.setdefault(planned.job_id, _Job(
@@ -65,9 +77,11 @@ class LiveState:
             return  # an older state, delivered late
         job.version = version
         if status.state in _HOLDING:
-            self._note_running(status.job)
+            self.attempts[status.job_id] = status.attempt
+            self._note_running(status.job, job)
         else:
             self.running.pop(status.job_id, None)
+            self.attempts.pop(status.job_id, None)
         if status.state in _TERMINAL:
             self.jobs.pop(status.job_id, None)
             self.pending.pop(status.job_id, None)
@@ -77,7 +91,7 @@ class LiveState:
         elif status.state == types_pb2.SUBMITTED:
             job.queued_attempt = -1  # re-planning; wait for the new options
 
-    def _note_running(self, record: types_pb2.Job) -> None:
+    def _note_running(self, record: types_pb2.Job, job: _Job) -> None:
         """Keep the orchestrator's view of a job holding GPUs (ours until it has one)."""
         if not record.HasField("option") or not record.assignments:
             return
@@ -88,8 +102,11 @@ class LiveState:
         if start_s is None:
             start_s = known.start_time_s if known is not None else time.time()
         assignments = tuple((a.node_id, tuple(a.gpu_indices)) for a in record.assignments)
+        menu = job.options.get(record.attempt) or job.options.get(max(job.options, default=-1), [])
         self.running[record.id] = RunningJob(record.id, option, assignments, start_s,
-                                             start_s + option.duration_s)
+                                             start_s + option.duration_s, tuple(menu),
+                                             submit_time_s=job.submit_time_s,
+                                             deadline_s=job.deadline_s)
 
     def on_availability(self, event: events_pb2.GpuAvailabilityChanged) -> None:
         if event.version and event.version <= self.node_versions.get(event.node_id, 0):
@@ -141,20 +158,46 @@ class LiveState:
         return view
 
     def schedule(self, now_s: float) -> list[tuple[Placement, int]]:
-        """Run the policy; returns each placement with the job attempt it is for."""
+        """Run the policy; returns each checked action with the job attempt it is for."""
         queue = self.waiting()
-        if not queue:
+        if not queue and not (self.reshape_jobs and self.running):
             return []
         # A job past its predicted end will end at some unknown time: no policy should hold
         # GPUs waiting for it, so it is shown as ending never.
         running = [r if r.expected_end_s > now_s else replace(r, expected_end_s=math.inf)
                    for r in self.running.values()]
+        view = self.effective_cluster()
+        actions = self.policy.schedule(queue, view, now_s, running)
+        if self.reshape_jobs:
+            for action in actions:  # releases first, as the orchestrator executes them
+                if action.kind != PLACE and action.job_id in self.running:
+                    view.give_back(self.running[action.job_id].assignments)
         placed = []
-        for p in self.policy.schedule(queue, self.effective_cluster(), now_s, running):
-            job = self.jobs[p.job_id]
-            placed.append((p, job.queued_attempt))
-            self.pending[p.job_id] = {node: gpus for node, gpus in p.assignments}
-            self.running[p.job_id] = RunningJob(p.job_id, p.option, p.assignments, now_s,
-                                                now_s + p.option.duration_s)
-            job.queued_attempt = -1
+        for p in actions:
+            if p.kind != PLACE:
+                if not self.reshape_jobs or p.job_id not in self.running:
+                    continue
+                attempt = self.attempts.get(p.job_id, 0)
+            else:
+                job = self.jobs.get(p.job_id)
+                if job is None or job.queued_attempt < 0:
+                    continue
+                attempt = job.queued_attempt
+            if p.kind != PREEMPT:
+                nodes = {n: NodeFacts(node.gpu_type, set(node.free_gpus))
+                         for n, _ in p.assignments if (node := view.nodes.get(n)) is not None}
+                problem = placement_problem(p.option.gpu_type, p.option.num_gpus, p.option.plan.tp,
+                                            p.assignments, nodes)
+                if problem:
+                    log.warning("action dropped", job_id=p.job_id, kind=p.kind, reason=problem)
+                    continue
+                view.take(p.assignments)
+                self.pending[p.job_id] = {node: gpus for node, gpus in p.assignments}
+                self.running[p.job_id] = RunningJob(p.job_id, p.option, p.assignments, now_s,
+                                                    now_s + p.option.duration_s)
+            else:
+                self.running.pop(p.job_id, None)
+            if p.kind == PLACE:
+                self.jobs[p.job_id].queued_attempt = -1
+            placed.append((p, attempt))
         return placed

@@ -147,3 +147,17 @@ class FreeIndex:
             buckets[len(rest)][node_id] = None
             self.free[node_id] = rest
             self.free_by_type[gpu_type] -= len(free) - len(rest)
+
+    def release(self, assignments: Assignments) -> None:
+        """Give GPUs back to this index (a reshape in the same decision frees them)."""
+        for node_id, gpus in assignments:
+            if node_id not in self.free:
+                continue  # the node left the cluster
+            free = self.free[node_id]
+            rest = sorted(set(free) | set(gpus))
+            gpu_type = self.node_type[node_id]
+            buckets = self.buckets[gpu_type]
+            del buckets[len(free)][node_id]
+            buckets[len(rest)][node_id] = None
+            self.free[node_id] = rest
+            self.free_by_type[gpu_type] += len(rest) - len(free)

@@ -1,4 +1,5 @@
-"""Scheduler service: JobPlanned, job states and GPU availability in; JobPlaced out.
+"""Scheduler service: JobPlanned, job states and GPU availability in; JobPlaced out, each with
+the policy's decision record (and ReshapeJob, when FRENZY_RESHAPE_JOBS is on).
 
 Event-driven: the policy runs after every event that can change a decision, never on a timer.
 """
@@ -15,6 +16,7 @@ from frenzy.logs import get_logger
 from frenzy.runtime import run_service, run_until_stopped
 from frenzy.statestore import read_state
 from frenzy.v1 import events_pb2, types_pb2
+from frenzy_scheduler.core import PLACE, PREEMPT, RESIZE, Decision, Placement
 from frenzy_scheduler.livestate import LiveState
 from frenzy_scheduler.policies import get_policy
 
@@ -23,23 +25,35 @@ log = get_logger("scheduler")
 
 
 class SchedulerService:
-    def __init__(self, bus: Bus, policy_name: str) -> None:
+    def __init__(self, bus: Bus, policy_name: str, reshape_jobs: bool = False) -> None:
         self.bus = bus
-        self.state = LiveState(get_policy(policy_name))
+        self.state = LiveState(get_policy(policy_name, elastic=reshape_jobs),
+                               reshape_jobs=reshape_jobs)
 
     async def _schedule(self) -> None:
         started = time.perf_counter()
-        placements = self.state.schedule(time.time())
+        now_s = time.time()
+        actions = self.state.schedule(now_s)
         elapsed_s = time.perf_counter() - started
-        for p, attempt in placements:
-            placed = events_pb2.JobPlaced(
-                job_id=p.job_id, option=option_to_proto(p.option), attempt=attempt,
-                placement_id=f"{p.job_id}:{time.time_ns()}",
-                assignments=[types_pb2.GpuAssignment(node_id=n, gpu_indices=g) for n, g in p.assignments])
-            await self.bus.publish(topics.JOBS_PLACED, p.job_id, placed, trace_id=p.job_id)
-            log.info("placed", job_id=p.job_id, gpu_type=p.option.gpu_type, num_gpus=p.option.num_gpus,
+        for p, attempt in actions:
+            record = decision_to_proto(p.decision, self.state.policy.name, now_s, elapsed_s)
+            assignments = [types_pb2.GpuAssignment(node_id=n, gpu_indices=g) for n, g in p.assignments]
+            placement_id = f"{p.job_id}:{time.time_ns()}"
+            if p.kind == PLACE:
+                message = events_pb2.JobPlaced(
+                    job_id=p.job_id, option=option_to_proto(p.option), attempt=attempt,
+                    placement_id=placement_id, assignments=assignments, decision=record)
+            else:
+                message = events_pb2.ReshapeJob(
+                    job_id=p.job_id, kind=_RESHAPE_KINDS[p.kind], attempt=attempt,
+                    placement_id=placement_id, decision=record,
+                    option=None if p.kind == PREEMPT else option_to_proto(p.option),
+                    assignments=[] if p.kind == PREEMPT else assignments)
+            await self.bus.publish(topics.JOBS_PLACED, p.job_id, message, trace_id=p.job_id)
+            log.info("placed" if p.kind == PLACE else p.kind, job_id=p.job_id,
+                     gpu_type=p.option.gpu_type, num_gpus=p.option.num_gpus,
                      plan=p.option.plan.describe(), nodes=[n for n, _ in p.assignments],
-                     decision_s=round(elapsed_s, 6))
+                     reason=record.reason, decision_s=round(elapsed_s, 6))
 
     async def on_planned(self, env: events_pb2.Envelope, key: str) -> None:
         self.state.on_planned(env.job_planned)
@@ -88,6 +102,26 @@ class SchedulerService:
             await self.bus.stop()
 
 
+_RESHAPE_KINDS = {RESIZE: events_pb2.RESIZE, "migrate": events_pb2.MIGRATE,
+                  PREEMPT: events_pb2.PREEMPT}
+
+
+def decision_to_proto(decision: Decision | None, policy: str, now_s: float,
+                      elapsed_s: float) -> types_pb2.DecisionRecord:
+    """The contract's DecisionRecord (alternatives' times are seconds after the decision)."""
+    record = types_pb2.DecisionRecord(policy=decision.policy if decision else policy,
+                                      reason=decision.reason if decision else "",
+                                      decision_time_s=elapsed_s)
+    record.decided_at.FromNanoseconds(int(now_s * 1e9))
+    for alt in decision.alternatives if decision else ():
+        record.alternatives.add(option=option_to_proto(alt.option), estimated_start_s=alt.start_s,
+                                estimated_completion_s=alt.completion_s, verdict=alt.verdict)
+        if alt.verdict == "chosen" and not record.HasField("chosen"):
+            record.chosen.CopyFrom(option_to_proto(alt.option))
+    return record
+
+
 def main() -> None:
     settings = ServiceSettings()
-    run_service(lambda stop: SchedulerService(Bus("scheduler", settings), settings.policy).run(stop))
+    run_service(lambda stop: SchedulerService(Bus("scheduler", settings), settings.policy,
+                                              settings.reshape_jobs).run(stop))

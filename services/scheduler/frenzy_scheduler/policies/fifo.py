@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from frenzy_scheduler.core import ClusterView, Placement, QueuedJob, RunningJob
+from frenzy_scheduler.core import (ClusterView, Decision, Placement, QueuedJob, RunningJob,
+                                  option_alternatives)
 from frenzy_scheduler.placement import first_fit
 
 
@@ -14,6 +15,7 @@ class FifoPolicy:
     """
 
     name = "fifo"
+    round_s = 0.0
 
     def schedule(self, queue: Sequence[QueuedJob], cluster: ClusterView, now_s: float,
                  running: Sequence[RunningJob] = ()) -> list[Placement]:
@@ -25,7 +27,9 @@ class FifoPolicy:
                 assignments = first_fit(view, option.gpu_type, option.num_gpus,
                                         granularity=max(1, option.plan.tp))
                 if assignments is not None:
-                    placed = Placement(job.job_id, option, assignments)
+                    placed = Placement(job.job_id, option, assignments, decision=Decision(
+                        "fifo", "oldest job; fewest GPUs on any type with room (first fit)",
+                        option_alternatives(job.options, option)))
                     break
             if placed is None:
                 break

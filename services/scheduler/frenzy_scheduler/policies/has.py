@@ -30,8 +30,10 @@ from operator import attrgetter
 from typing import Sequence
 
 from frenzy.domain import PlanOption
-from frenzy_scheduler.core import ClusterView, Placement, QueuedJob, RunningJob
+from frenzy_scheduler.core import (Alternative, ClusterView, Decision, Placement, QueuedJob,
+                                  RunningJob)
 from frenzy_scheduler.placement import Assignments, FreeIndex
+from frenzy_scheduler.policies.elastic import Menus, Shrinkable, grow, reclaim, shrinkable
 
 INF = math.inf
 _NO_WAITS: dict[int, float] = {}
@@ -47,6 +49,27 @@ class HasConfig:
     reserve_after_s: float = 6 * 3600.0  # a job blocked this long reserves GPUs (EASY backfill)
     deadline_urgency: float = 1.0  # urgent when slack < this x the job's best duration
     gpu_cost_weight: float = 1.0  # under queue pressure, weight of extra GPU-seconds an option burns
+    # ... and without pressure: GPUs taken now are GPUs the next arrivals cannot have
+    min_cost_exponent: float = 0.0
+    # Elastic moves (policies/elastic.py). Off for a live scheduler whose orchestrator does
+    # not execute ReshapeJob yet (FRENZY_RESHAPE_JOBS).
+    elastic: bool = True
+    min_gain_fraction: float = 0.3  # a move saves >= this share of the predicted time left ...
+    min_gain_s: float = 600.0  # ... and at least this, after its restart cost
+    restart_floor_s: float = 120.0  # what a move's checkpoint restore is expected to cost
+    reshape_interval_s: float = 1800.0  # hysteresis: at most one move per job per interval
+    grow_cost_limit: float = 2.0  # grow only to options at least 50 % as GPU-efficient as its cheapest
+    shrink_after_s: float = 60.0  # a job blocked this long reclaims GPUs that growth took (Sia's round)
+    max_moves: int = 4  # elastic moves per decision (keeps a decision sub-millisecond)
+    # A job that holds for a faster type reserves it at once (EASY backfill: later jobs may use
+    # it only if they end before the job's expected start), so the wait it counted on holds.
+    binding_holds: bool = True
+    # What HAS expects a start to cost: launch_overhead_s x (1 + log2(nodes)). A property of
+    # the cluster (measured live); the simulator charges every policy the same default.
+    launch_overhead_s: float = 60.0
+
+    def launch_s(self, nodes: int) -> float:
+        return self.launch_overhead_s * (1.0 + math.log2(max(1, nodes)))
 
 
 @dataclass(slots=True)
@@ -108,7 +131,7 @@ class _ReleaseProfile:
             releases = per_type.get(job.option.gpu_type)
             if releases is None:
                 releases = per_type[job.option.gpu_type] = []
-            releases.append((job.expected_end_s, job.num_gpus))
+            releases.append((job.estimated_end_s, job.num_gpus))
         self._ends = {}
         for gpu_type, releases in per_type.items():
             releases.sort()
@@ -175,9 +198,12 @@ class _Pass:
 
 class HasPolicy:
     name = "has"
+    round_s = 0.0
 
     def __init__(self, config: HasConfig = HasConfig()) -> None:
         self.config = config
+        self.elastic = config.elastic
+        self._menus = Menus()  # running jobs' option menus, derived once
         self._facts: dict[str, _JobFacts] = {}  # derived data by job id, across decisions
         self._capacity: dict[str, int] = {}  # the cluster shape the cached facts were built for
         self._need_ids: dict[tuple[tuple[str, int], ...], int] = {}
@@ -187,13 +213,22 @@ class HasPolicy:
     def schedule(self, queue: Sequence[QueuedJob], cluster: ClusterView, now_s: float,
                  running: Sequence[RunningJob] = ()) -> list[Placement]:
         index = FreeIndex(cluster)
-        total_free = index.total_free()
-        if not queue or total_free == 0:
+        elastic = self.config.elastic and bool(running)
+        if not queue and not elastic:
             return []
-        ordered, demand = self._sort(queue, index, now_s)
+        moves: list[Placement] = []
+        ordered: list[_JobFacts] = []
+        demand = 0
+        if queue:
+            ordered, demand = self._sort(queue, index, now_s)
+            if elastic:
+                moves = self._reclaim(ordered, running, index, now_s)
+        total_free = index.total_free()
+        if total_free == 0:
+            return moves
         pressure = min(1.0, max(0.0, demand / max(1, total_free) - 1.0))
         state = _Pass(index, _ReleaseProfile(running, now_s), now_s,
-                      pressure * self.config.gpu_cost_weight)
+                      max(self.config.min_cost_exponent, pressure * self.config.gpu_cost_weight))
         placements: list[Placement] = []
         reserve_after_s = self.config.reserve_after_s
         for facts in ordered:
@@ -207,16 +242,55 @@ class HasPolicy:
                 continue
             option, assignments = choice
             if assignments is None:  # hold for a faster type: later jobs see the claim
-                if not self._maybe_reserve(job, facts, state):
+                if not self._maybe_reserve(job, facts, state) and not (
+                        self.config.binding_holds and self._reserve(option, state)):
                     state.claimed[option.gpu_type] = state.claimed.get(option.gpu_type, 0) \
                         + option.num_gpus
                     state.changed(option.gpu_type)
                 continue
-            placements.append(self._bind(job, option, assignments, state))
+            placements.append(self._bind(job, facts, option, assignments, state))
             total_free -= option.num_gpus
             if total_free == 0:
                 break
-        return placements
+        if elastic and total_free > 0:
+            cfg = self.config
+            acted = {m.job_id for m in moves}
+            blocked = set(state.claimed) | set(state.reservations)
+            moves += grow([r for r in running if r.job_id not in acted], index, blocked, now_s,
+                          cfg.reshape_interval_s, cfg.min_gain_fraction, cfg.min_gain_s,
+                          cfg.restart_floor_s, cfg.grow_cost_limit, cfg.max_moves - len(moves),
+                          self.name, self._menus, cfg.launch_s)
+        return moves + placements
+
+    def _reclaim(self, ordered: list[_JobFacts], running: Sequence[RunningJob], index: FreeIndex,
+                 now_s: float) -> list[Placement]:
+        """Before the pass: the first blocked job that has waited `shrink_after_s` (or is an
+        urgent deadline job) takes back GPUs that growth gave running jobs; an urgent deadline
+        job may also preempt. One job per decision, on the type where it needs least."""
+        cfg = self.config
+        free = index.free_by_type
+        candidates: Shrinkable | None = None  # built once, on the first job that needs it
+        for facts in ordered[:8]:  # the head of the priority order
+            job = facts.job
+            urgent = facts.key[0] == 0
+            if not facts.entries or (now_s - job.submit_time_s < cfg.shrink_after_s and not urgent):
+                continue
+            _, fastest_type, fastest_gpus, _, _, _ = facts.entries[0]
+            if free.get(fastest_type, 0) >= fastest_gpus:
+                continue  # the pass can start it on its fastest option
+            # Its fastest option, else (when nothing can start at all) its fewest GPUs per type.
+            blocked = not any(free.get(t, 0) >= n for t, n in facts.need)
+            targets = [(fastest_type, fastest_gpus)] + (list(facts.need) if blocked else [])
+            if candidates is None:
+                candidates = shrinkable(running, now_s, self._menus)
+            for gpu_type, gpus in targets:
+                actions = reclaim(running, index, gpu_type, gpus - free.get(gpu_type, 0), now_s,
+                                  cfg.reshape_interval_s, urgent, self.name,
+                                  f"{job.job_id} waited {now_s - job.submit_time_s:.0f} s",
+                                  candidates)
+                if actions:
+                    return actions
+        return []
 
     # -- sort ------------------------------------------------------------------------------
 
@@ -225,19 +299,25 @@ class HasPolicy:
         usable = [o for o in job.options if o.gpu_type in index.node_size]
         if not usable:
             return None
-        ranked = sorted(usable, key=lambda o: (o.duration_s, o.num_gpus, o.gpu_type))
+        # A start costs its launch (more nodes, longer): time to completion is launch + run,
+        # and the GPUs are held for both. This is what keeps a 10-minute job off 64 GPUs.
+        launch = self.config.launch_s
+        node_size = index.node_size
+        timed = sorted(((o, launch(-(-o.num_gpus // node_size[o.gpu_type])) + o.duration_s)
+                        for o in usable), key=lambda x: (x[1], x[0].num_gpus, x[0].gpu_type))
+        ranked = [o for o, _ in timed]
         capacity = index.capacity
-        entries = tuple((o, o.gpu_type, o.num_gpus, o.duration_s, o.gpu_seconds, o.plan.tp)
-                        for o in ranked if o.num_gpus <= capacity.get(o.gpu_type, 0))
+        entries = tuple((o, o.gpu_type, o.num_gpus, total_s, total_s * o.num_gpus, o.plan.tp)
+                        for o, total_s in timed if o.num_gpus <= capacity.get(o.gpu_type, 0))
         fewest: dict[str, int] = {}
         for _, gpu_type, gpus, _, _, _ in entries:
             fewest[gpu_type] = min(gpus, fewest.get(gpu_type, gpus))
         need = tuple(sorted(fewest.items(), key=lambda item: (item[1], item[0])))
-        best_s = ranked[0].duration_s
+        best_s = timed[0][1]
         facts = _JobFacts(
             job.options, job.submit_time_s, entries, need,
             self._need_ids.setdefault(need, len(self._need_ids)), best_s,
-            min(o.gpu_seconds for o in ranked), min(o.num_gpus for o in ranked),
+            min(total_s * o.num_gpus for o, total_s in timed), min(o.num_gpus for o in ranked),
             (1, best_s + self.config.aging_rate * job.submit_time_s, job.submit_time_s, job.job_id))
         self._facts[job.job_id] = facts
         return facts
@@ -338,18 +418,37 @@ class HasPolicy:
 
     # -- reserve / bind --------------------------------------------------------------------
 
-    @staticmethod
-    def _bind(job: QueuedJob, option: PlanOption, assignments: Assignments,
-              state: _Pass) -> Placement:
+    def _bind(self, job: QueuedJob, facts: _JobFacts, option: PlanOption,
+              assignments: Assignments, state: _Pass) -> Placement:
         """Take the GPUs in the pass's index; a start that runs past a reservation's shadow
         time uses up that reservation's spare GPUs."""
+        decision = self._record(facts, option, state)
         state.index.take(assignments)
         state.fits.clear()
         state.changed(option.gpu_type)
         reservation = state.reservations.get(option.gpu_type)
         if reservation is not None and state.now_s + option.duration_s > reservation.shadow_s:
             reservation.spare_gpus -= option.num_gpus
-        return Placement(job.job_id, option, assignments)
+        return Placement(job.job_id, option, assignments, decision=decision)
+
+    def _record(self, facts: _JobFacts, chosen: PlanOption, state: _Pass) -> Decision:
+        """The record of a placement: the chosen option and the next cheapest (by HAS's score),
+        each with its estimated start and completion. Built only for placed jobs."""
+        costs, by_cost = facts.scored(state.exponent)
+        free = state.index.free_by_type
+        alternatives = [Alternative(chosen, 0.0, chosen.duration_s, "chosen")]
+        for rank in by_cost[:6]:
+            option, gpu_type, gpus, duration_s, _, _ = facts.entries[rank]
+            if option == chosen:
+                continue
+            start_s = 0.0 if free.get(gpu_type, 0) >= gpus else state.expected_wait_s(gpu_type, gpus)
+            verdict = ("costs more GPU-time" if start_s == 0.0 and duration_s < chosen.duration_s
+                       else "later completion")
+            alternatives.append(Alternative(option, start_s, start_s + duration_s, verdict))
+        reason = ("earliest estimated completion" if state.exponent == 0 else
+                  f"earliest completion weighted by GPU-time under queue pressure "
+                  f"(exponent {state.exponent:.2f})")
+        return Decision(self.name, reason, tuple(alternatives))
 
     def _maybe_reserve(self, job: QueuedJob, facts: _JobFacts, state: _Pass) -> bool:
         """Give a long-blocked job a reservation on the type where it would finish first."""
@@ -367,8 +466,17 @@ class HasPolicy:
                 best = (wait_s + duration_s, wait_s, option)
         if best is None:
             return False
-        _, wait_s, option = best
+        return self._reserve(best[2], state, best[1])
+
+    @staticmethod
+    def _reserve(option: PlanOption, state: _Pass, wait_s: float | None = None) -> bool:
+        """Reserve the option's type for it from its expected start (one reservation a type)."""
         gpu_type = option.gpu_type
+        reservations = state.reservations
+        if gpu_type in reservations:
+            return False
+        if wait_s is None:
+            wait_s = state.expected_wait_s(gpu_type, option.num_gpus)
         free_at_shadow = state.index.free_by_type.get(gpu_type, 0)
         if 0 < wait_s < INF:
             free_at_shadow += state.releases.released_by(gpu_type, state.now_s + wait_s)

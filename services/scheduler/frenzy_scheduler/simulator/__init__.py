@@ -13,12 +13,12 @@ from typing import Callable, Sequence
 
 from frenzy_scheduler.clusterfile import NodeGroup, build_cluster
 from frenzy_scheduler.policies import get_policy
-from frenzy_scheduler.simulator.engine import AvailabilityEvent, SimResult, simulate
+from frenzy_scheduler.simulator.engine import AvailabilityEvent, SimConfig, SimResult, simulate
 from frenzy_scheduler.simulator.metrics import offered_load, scale_arrivals, summarize
 from frenzy_scheduler.simulator.trace import TraceJob, load_trace, select_window
 from frenzy_scheduler.simulator.workload import DEFAULT_REFERENCE_GPU, SimJob, WorkloadMapper
 
-__all__ = ["AvailabilityEvent", "SimJob", "SimResult", "TraceJob", "WorkloadMapper",
+__all__ = ["AvailabilityEvent", "SimConfig", "SimJob", "SimResult", "TraceJob", "WorkloadMapper",
            "load_trace", "offered_load", "prepare_jobs", "run_policy", "scale_arrivals",
            "select_window", "simulate", "summarize"]
 
@@ -29,7 +29,10 @@ def prepare_jobs(trace: str | Path | Sequence[TraceJob], groups: Sequence[NodeGr
     """Trace window -> LLM jobs with MARP options for this cluster, optionally load-scaled."""
     trace_jobs = load_trace(trace) if isinstance(trace, (str, Path)) else list(trace)
     window = select_window(trace_jobs, start_s, count)
-    mapper = WorkloadMapper([g.gpu_type for g in groups], seed, reference_gpu)
+    node_sizes: dict[str, int] = {}
+    for group in groups:
+        node_sizes[group.gpu_type] = max(node_sizes.get(group.gpu_type, 0), group.gpus_per_node)
+    mapper = WorkloadMapper([g.gpu_type for g in groups], seed, reference_gpu, node_sizes)
     jobs = mapper.map_jobs(window)
     if load > 0:
         capacity = build_cluster(list(groups)).total_by_type()
@@ -39,8 +42,9 @@ def prepare_jobs(trace: str | Path | Sequence[TraceJob], groups: Sequence[NodeGr
 
 def run_policy(policy_name: str, jobs: Sequence[SimJob], groups: Sequence[NodeGroup], *,
                availability: Sequence[AvailabilityEvent] = (),
-               on_progress: Callable[[int], None] | None = None) -> dict[str, object]:
+               on_progress: Callable[[int], None] | None = None,
+               config: SimConfig = SimConfig()) -> dict[str, object]:
     """Simulate one policy on a fresh cluster and return the summary metrics."""
     result = simulate(jobs, build_cluster(list(groups)), get_policy(policy_name),
-                      availability=availability, on_progress=on_progress)
+                      availability=availability, on_progress=on_progress, config=config)
     return summarize(result)

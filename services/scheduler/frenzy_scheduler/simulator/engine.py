@@ -1,28 +1,78 @@
 """Discrete-event simulation over the same policy code the live scheduler runs.
 
-Events are job arrivals, job completions and node availability changes. All events at one
-instant are applied first (completions, then availability, then arrivals), and then the
-policy is asked once: the simulator never polls. Each placement is validated (the job is
-queued, GPUs are free and of the option's type), so a policy bug fails loudly.
+Events are job arrivals, run completions, node availability changes and, for a round-based
+policy (Sia), rounds every `policy.round_s`. All events at one instant are applied first, and
+then the policy is asked once: an event-driven policy after any change, a round-based one at
+its rounds. The simulator never polls.
+
+Every policy pays the same costs (`SimConfig`, docs/simulator.md):
+* a launch overhead per start, growing with the nodes spanned;
+* a restart overhead (checkpoint restore) on every resume: after a resize, migration or
+  preemption (the job checkpoints first and loses nothing) or a node failure (the job loses
+  the work since its last periodic checkpoint);
+* prediction error: a job's true duration is MARP's predicted one times a per-job lognormal
+  factor drawn from (seed, job id), so every policy meets the same errors. Policies see the
+  predicted durations and a running job's true progress (the live system counts steps).
+
+The policy's actions (placements and reshapes, `core.Placement`) are executed exactly as the
+live orchestrator executes JobPlaced and ReshapeJob: every reshape's GPUs are released first,
+then every action is checked by the shared `frenzy.placement_check` and takes its GPUs, so a
+policy bug (a double booking, a split tp group, a wrong type) fails loudly.
 """
 from __future__ import annotations
 
 import heapq
 import math
+import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
-from frenzy_scheduler.core import ClusterView, NodeState, Placement, Policy, QueuedJob, RunningJob
+from frenzy.domain import PlanOption
+from frenzy.placement_check import NodeFacts, placement_problem
+from frenzy_scheduler.core import (MIGRATE, PLACE, PREEMPT, RESIZE, ClusterView, NodeState,
+                                  Placement, Policy, QueuedJob, RunningJob)
 from frenzy_scheduler.placement import FreeIndex
 from frenzy_scheduler.simulator.workload import SimJob
 
-_COMPLETION, _AVAILABILITY, _ARRIVAL = 0, 1, 2
+_COMPLETION, _AVAILABILITY, _ARRIVAL, _ROUND = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """The costs every policy pays. The defaults are frictionless (unit tests reason about
+    exact times); `frenzy simulate` and the benchmark use `SimConfig.realistic()`."""
+
+    launch_overhead_s: float = 0.0  # per start on one node; x (1 + log2(nodes spanned))
+    restart_overhead_s: float | None = 0.0  # per resume; None: each job's own (model size)
+    duration_error_sigma: float = 0.0  # true duration = predicted x lognormal(0, sigma)
+    checkpoint_interval_s: float = 0.0  # a node failure loses the work since; 0: from scratch
+    seed: int = 0  # of the duration errors
+
+    @staticmethod
+    def realistic(launch_overhead_s: float = 60.0, restart_overhead_s: float | None = None,
+                  duration_error_sigma: float = 0.3, seed: int = 0) -> "SimConfig":
+        return SimConfig(launch_overhead_s, restart_overhead_s, duration_error_sigma,
+                         checkpoint_interval_s=1800.0, seed=seed)
+
+    def launch_s(self, nodes: int) -> float:
+        return self.launch_overhead_s * (1.0 + math.log2(max(1, nodes)))
+
+    def restart_s(self, job: SimJob) -> float:
+        return job.restart_overhead_s if self.restart_overhead_s is None else self.restart_overhead_s
+
+    def error_factor(self, job_id: str) -> float:
+        """The job's true / predicted duration: the same for every policy, from (seed, id)."""
+        if self.duration_error_sigma <= 0:
+            return 1.0
+        return math.exp(random.Random(f"duration-error:{self.seed}:{job_id}")
+                        .gauss(0.0, self.duration_error_sigma))
 
 
 @dataclass(frozen=True)
 class AvailabilityEvent:
-    """A node leaving (`up=False`; its jobs restart from scratch) or rejoining the cluster."""
+    """A node leaving (`up=False`; its jobs resume elsewhere from their last checkpoint) or
+    rejoining the cluster."""
 
     time_s: float
     node_id: str
@@ -33,12 +83,15 @@ class AvailabilityEvent:
 class JobRecord:
     job_id: str
     submit_time_s: float
-    start_time_s: float = math.nan  # latest start (a restart after a node failure resets it)
+    start_time_s: float = math.nan  # latest start
     first_start_s: float = math.nan
     end_time_s: float = math.nan
     gpu_type: str = ""
     num_gpus: int = 0
-    restarts: int = 0
+    restarts: int = 0  # resumes: reshapes plus node failures
+    gpu_seconds: float = 0.0  # GPUs held x time, overheads included
+    work_done: float = 0.0  # fractions of the job's work done, summed over runs (lost work too)
+    work_lost: float = 0.0  # done, then lost to a node failure
 
 
 @dataclass
@@ -53,15 +106,35 @@ class SimResult:
     wall_s: float = 0.0
     restarts: int = 0
     extras: dict[str, float] = field(default_factory=dict)
+    segments: list[tuple[float, float, int]] = field(default_factory=list)  # (start, end, GPUs)
+    reshapes: dict[str, int] = field(default_factory=dict)  # by kind
+
+
+@dataclass
+class _Run:
+    """A job holding GPUs: what the policy sees (`view`) and what only the engine knows."""
+
+    view: RunningJob
+    productive_from_s: float  # after the launch / restore overhead
+    true_end_s: float
+    fraction_at_start: float
+    fraction_per_s: float  # true progress rate, in fractions of the job's work per second
+    token: int  # matches the completion event of this run
 
 
 def fits_empty_cluster(job: SimJob, empty: FreeIndex) -> bool:
     return any(empty.best_fit(o.gpu_type, o.num_gpus, o.plan.tp) is not None for o in job.options)
 
 
+def _scaled(options: Sequence[PlanOption], fraction: float) -> tuple[PlanOption, ...]:
+    """The menu of a job with `fraction` of its work left: same plans, shorter durations."""
+    return tuple(replace(o, duration_s=o.duration_s * fraction) for o in options)
+
+
 def simulate(jobs: Sequence[SimJob], cluster: ClusterView, policy: Policy, *,
              availability: Sequence[AvailabilityEvent] = (),
-             on_progress: Callable[[int], None] | None = None) -> SimResult:
+             on_progress: Callable[[int], None] | None = None,
+             config: SimConfig = SimConfig()) -> SimResult:
     """Run `policy` over `jobs` on a copy of `cluster` (every GPU of which should start free)."""
     started_wall = time.perf_counter()
     view = cluster.copy()
@@ -73,6 +146,9 @@ def simulate(jobs: Sequence[SimJob], cluster: ClusterView, policy: Policy, *,
     by_id = {j.job_id: j for j in jobs}
     if len(by_id) != len(jobs):
         raise ValueError("jobs: job ids must be unique")
+    round_s = float(getattr(policy, "round_s", 0.0) or 0.0)
+    elastic = bool(getattr(policy, "elastic", False))
+    errors = {j.job_id: config.error_factor(j.job_id) for j in jobs}
 
     events: list[tuple[float, int, int, str]] = []
     seq = 0
@@ -89,32 +165,99 @@ def simulate(jobs: Sequence[SimJob], cluster: ClusterView, policy: Policy, *,
         push(event.time_s, _AVAILABILITY, key)
 
     records = {j.job_id: JobRecord(j.job_id, j.submit_time_s) for j in jobs}
+    fraction = {j.job_id: 1.0 for j in jobs}  # true work left, as of the end of its last run
+    resumed = set()  # jobs whose next start restores a checkpoint
     queue: dict[str, QueuedJob] = {}
-    running: dict[str, RunningJob] = {}
-    attempts: dict[str, int] = {}
+    runs: dict[str, _Run] = {}
+    running: dict[str, RunningJob] = {}  # the policy's view of `runs`
     unschedulable: list[str] = []
     decisions: list[float] = []
     busy: dict[str, float] = {t: 0.0 for t in capacity}
+    segments: list[tuple[float, float, int]] = []
+    reshapes = {RESIZE: 0, MIGRATE: 0, PREEMPT: 0}
     done = 0
     restarts = 0
+    round_armed = False
+    idle_round = False  # the last round changed nothing: do not arm another for a stuck queue
 
-    def stop(job_id: str, now_s: float) -> RunningJob:
-        run = running.pop(job_id)
-        busy[run.option.gpu_type] += run.num_gpus * (now_s - run.start_time_s)
-        view.give_back([(n, g) for n, g in run.assignments if n in view.nodes])
+    def stop(job_id: str, now_s: float, lose_since_checkpoint: bool = False) -> _Run:
+        """Release a run's GPUs and book its progress (a planned stop checkpoints first)."""
+        run = runs.pop(job_id)
+        del running[job_id]
+        record = records[job_id]
+        for node_id, gpus in run.view.assignments:
+            node_type = templates[node_id].gpu_type
+            busy[node_type] += len(gpus) * (now_s - run.view.start_time_s)
+        record.gpu_seconds += run.view.num_gpus * (now_s - run.view.start_time_s)
+        segments.append((run.view.start_time_s, now_s, run.view.num_gpus))
+        view.give_back([(n, g) for n, g in run.view.assignments if n in view.nodes])
+        productive_s = max(0.0, min(now_s, run.true_end_s) - run.productive_from_s)
+        progress = run.fraction_per_s * productive_s
+        record.work_done += progress
+        if lose_since_checkpoint:
+            interval = config.checkpoint_interval_s
+            kept_s = math.floor(productive_s / interval) * interval if interval > 0 else 0.0
+            record.work_lost += progress - run.fraction_per_s * kept_s
+            progress = run.fraction_per_s * kept_s
+        fraction[job_id] = max(0.0, run.fraction_at_start - progress)
         return run
+
+    def start(job_id: str, option: PlanOption, full_work: bool,
+              assignments: tuple[tuple[str, tuple[int, ...]], ...], now_s: float) -> None:
+        """Launch a run: `option.duration_s` is predicted for all the job's work (`full_work`,
+        a reshape picks from the full menu) or for the work left (a queued job's menu)."""
+        nonlocal restarts
+        job = by_id[job_id]
+        left = fraction[job_id]
+        predicted_s = option.duration_s * (left if full_work else 1.0)
+        true_s = predicted_s * errors[job_id]
+        overhead_s = config.launch_s(len(assignments))
+        record = records[job_id]
+        if job_id in resumed:
+            overhead_s += config.restart_s(job)
+            resumed.discard(job_id)
+            record.restarts += 1
+            restarts += 1
+        productive_from = now_s + overhead_s
+        end_s = productive_from + true_s
+        token = seq
+        runs[job_id] = _Run(
+            RunningJob(job_id, option if not full_work else replace(option, duration_s=predicted_s),
+                       assignments, now_s, productive_from + predicted_s, job.options,
+                       left, productive_from, job.submit_time_s, job.deadline_s,
+                       left / true_s if true_s > 0 else 0.0, record.restarts),
+            productive_from, end_s, left, left / true_s if true_s > 0 else 0.0, token)
+        running[job_id] = runs[job_id].view
+        if math.isnan(record.first_start_s):
+            record.first_start_s = now_s
+        record.start_time_s = now_s
+        record.gpu_type = option.gpu_type
+        record.num_gpus = option.num_gpus
+        push(end_s, _COMPLETION, f"{job_id}\x00{token}")
+
+    def requeue(job_id: str) -> None:
+        job = by_id[job_id]
+        left = fraction[job_id]
+        options = job.options if left >= 1.0 else _scaled(job.options, left)
+        queue[job_id] = QueuedJob(job_id, job.submit_time_s, options, job.deadline_s, 0, left)
+
+    def active() -> bool:
+        return bool(queue or runs)
 
     while events:
         now_s = events[0][0]
         changed = False
+        round_due = False
         while events and events[0][0] == now_s:
             _, kind, _, key = heapq.heappop(events)
             if kind == _COMPLETION:
-                run = running.get(key)
-                if run is None or run.expected_end_s != now_s:
-                    continue  # stale: the job was restarted after a node failure
-                stop(key, now_s)
-                records[key].end_time_s = now_s
+                job_id, _, token = key.partition("\x00")
+                run = runs.get(job_id)
+                if run is None or run.token != int(token):
+                    continue  # stale: the run was reshaped or lost its node
+                stop(job_id, now_s)
+                fraction[job_id] = 0.0
+                records[job_id].end_time_s = now_s
                 done += 1
                 changed = True
             elif kind == _AVAILABILITY:
@@ -125,18 +268,17 @@ def simulate(jobs: Sequence[SimJob], cluster: ClusterView, policy: Policy, *,
                                                           template.total_gpus,
                                                           list(range(template.total_gpus)))
                 elif not event.up and event.node_id in view.nodes:
-                    victims = [r.job_id for r in running.values()
-                               if any(n == event.node_id for n, _ in r.assignments)]
+                    victims = [job_id for job_id, r in runs.items()
+                               if any(n == event.node_id for n, _ in r.view.assignments)]
+                    for job_id in victims:
+                        stop(job_id, now_s, lose_since_checkpoint=True)
+                        resumed.add(job_id)
+                        requeue(job_id)
                     del view.nodes[event.node_id]
-                    for job_id in victims:  # restart from scratch: no checkpoint model
-                        stop(job_id, now_s)
-                        attempts[job_id] = attempts.get(job_id, 0) + 1
-                        records[job_id].restarts += 1
-                        restarts += 1
-                        job = by_id[job_id]
-                        queue[job_id] = QueuedJob(job_id, job.submit_time_s, job.options,
-                                                  job.deadline_s, attempts[job_id])
                 changed = True
+            elif kind == _ROUND:
+                round_armed = False
+                round_due = True
             else:
                 job = by_id[key]
                 if fits_empty_cluster(job, empty):
@@ -145,52 +287,76 @@ def simulate(jobs: Sequence[SimJob], cluster: ClusterView, policy: Policy, *,
                 else:
                     unschedulable.append(key)
                     done += 1
-        if not changed or not queue:
+        if round_s > 0:
+            if not round_armed and active() and (runs or changed or not idle_round):
+                # the next round boundary (this instant's round, if one just ran, is spent)
+                next_s = math.floor(now_s / round_s) * round_s + (round_s if round_due or
+                                                                  now_s % round_s else 0.0)
+                push(next_s, _ROUND, "")
+                round_armed = True
+            decide = round_due and active()
+        else:
+            decide = changed and (bool(queue) or (elastic and bool(runs)))
+        if not decide:
             if on_progress is not None:
                 on_progress(done)
             continue
-        ordered = list(queue.values())
         tick = time.perf_counter()
-        placements = policy.schedule(ordered, view, now_s, list(running.values()))
+        actions = policy.schedule(list(queue.values()), view, now_s, list(running.values()))
         decisions.append(time.perf_counter() - tick)
-        for placement in placements:
-            _bind(placement, queue, view)
-            job_id = placement.job_id
-            del queue[job_id]
-            end_s = now_s + placement.option.duration_s
-            running[job_id] = RunningJob(job_id, placement.option, placement.assignments,
-                                         now_s, end_s)
-            record = records[job_id]
-            record.start_time_s = now_s
-            if math.isnan(record.first_start_s):
-                record.first_start_s = now_s
-            record.gpu_type = placement.option.gpu_type
-            record.num_gpus = placement.option.num_gpus
-            push(end_s, _COMPLETION, job_id)
+        idle_round = not actions
+        _execute(actions, now_s, queue, runs, view, templates, by_id, stop, start, requeue,
+                 resumed, reshapes)
         if on_progress is not None:
             on_progress(done)
 
     return SimResult(getattr(policy, "name", type(policy).__name__), list(records.values()),
                      unschedulable, sorted(queue), decisions, busy, capacity,
-                     time.perf_counter() - started_wall, restarts)
+                     time.perf_counter() - started_wall, restarts, segments=segments,
+                     reshapes=reshapes)
 
 
-def _bind(placement: Placement, queue: dict[str, QueuedJob], view: ClusterView) -> None:
-    """Validate a placement against the live view, then take its GPUs."""
-    job = queue.get(placement.job_id)
-    if job is None:
-        raise ValueError(f"policy placed {placement.job_id!r}, which is not queued")
-    if placement.option not in job.options:
-        raise ValueError(f"policy placed {placement.job_id!r} with an option it does not have")
-    count = 0
-    for node_id, gpus in placement.assignments:
-        node = view.nodes.get(node_id)
-        if node is None or node.gpu_type != placement.option.gpu_type:
-            raise ValueError(f"{placement.job_id}: node {node_id} is not a "
-                             f"{placement.option.gpu_type} node")
-        if len(set(gpus)) != len(gpus):
-            raise ValueError(f"{placement.job_id}: GPU listed twice on {node_id}")
-        count += len(gpus)
-    if count != placement.option.num_gpus:
-        raise ValueError(f"{placement.job_id}: {count} GPUs for a {placement.option.num_gpus}-GPU plan")
-    view.take(placement.assignments)  # raises on a double booking
+def _execute(actions: Sequence[Placement], now_s: float, queue: dict[str, QueuedJob],
+             runs: dict[str, _Run], view: ClusterView, templates: dict[str, NodeState],
+             by_id: dict[str, SimJob], stop: Callable, start: Callable, requeue: Callable,
+             resumed: set[str], reshapes: dict[str, int]) -> None:
+    """Run a policy's answer as the orchestrator would: releases first, then checked takes."""
+    seen: set[str] = set()
+    for action in actions:
+        if action.job_id in seen:
+            raise ValueError(f"policy acted twice on {action.job_id!r} in one answer")
+        seen.add(action.job_id)
+        if action.kind == PLACE:
+            if action.job_id not in queue:
+                raise ValueError(f"policy placed {action.job_id!r}, which is not queued")
+        elif action.kind in (RESIZE, MIGRATE, PREEMPT):
+            if action.job_id not in runs:
+                raise ValueError(f"policy reshaped {action.job_id!r}, which is not running")
+        else:
+            raise ValueError(f"policy returned an unknown action kind {action.kind!r}")
+    for action in actions:  # releases first: a placement may use what a reshape frees
+        if action.kind != PLACE:
+            stop(action.job_id, now_s)
+            resumed.add(action.job_id)
+            reshapes[action.kind] += 1
+            if action.kind == PREEMPT:
+                requeue(action.job_id)
+    for action in actions:
+        if action.kind == PREEMPT:
+            continue
+        job = by_id[action.job_id]
+        menu = queue[action.job_id].options if action.kind == PLACE else job.options
+        option = action.option
+        if option not in menu and not any(o.plan == option.plan for o in menu):
+            raise ValueError(f"policy chose for {action.job_id!r} an option it does not have")
+        nodes = {node_id: NodeFacts(node.gpu_type, set(node.free_gpus))
+                 for node_id, _ in action.assignments
+                 if (node := view.nodes.get(node_id)) is not None}
+        problem = placement_problem(option.gpu_type, option.num_gpus, option.plan.tp,
+                                    action.assignments, nodes)
+        if problem:
+            raise ValueError(f"{action.job_id}: {problem}")
+        view.take(action.assignments)
+        if action.kind == PLACE:
+            del queue[action.job_id]
+        start(action.job_id, option, action.kind != PLACE, action.assignments, now_s)

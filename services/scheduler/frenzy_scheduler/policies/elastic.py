@@ -1,0 +1,216 @@
+"""HAS's elastic moves: grow, shrink, migrate and preempt running jobs (see docs/has.md).
+
+Event-driven (no rounds) and greedy: a few candidate moves per decision, each judged by its
+own predicted gain, so a decision stays sub-millisecond. What keeps it stable:
+
+* a move must save at least `min_gain_fraction` of the job's predicted remaining time *and*
+  `min_gain_s`, after paying the restart cost: a 30 % predicted saving survives a one-sigma
+  prediction error (the simulator's default sigma is 0.3);
+* hysteresis: a job grows or migrates at most once per `reshape_interval_s`, never while
+  restoring; shrinking back is always allowed (it only undoes growth);
+* growth only uses GPUs that no queued job wants now (the queue pass has already run, and
+  GPUs that held jobs wait for are claimed), and at most `grow_cost_limit` x the job's cheapest
+  GPU-seconds (MARP's wide options burn GPU-time; this bounds the waste);
+* shrinking gives back only what growth took (a job never goes below its cheapest option on its
+  type), so grow and shrink cannot chase each other;
+* preemption is only for urgent deadline jobs, and takes the non-deadline jobs with the most
+  work left first.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable, Sequence
+
+from frenzy.domain import PlanOption
+from frenzy_scheduler.core import (MIGRATE, PREEMPT, RESIZE, Alternative, Decision, Placement,
+                                  RunningJob)
+from frenzy_scheduler.placement import Assignments, FreeIndex
+
+
+class Menu:
+    """What a running job's option menu implies, derived once per menu (`Menus`)."""
+
+    __slots__ = ("entries", "cheapest_gpu_s", "cheapest_by_type")
+
+    def __init__(self, options: Sequence[PlanOption]) -> None:
+        # (option, type, GPUs, duration s, GPU-seconds), read without property calls
+        self.entries = [(o, o.gpu_type, o.num_gpus, o.duration_s, o.duration_s * o.num_gpus)
+                        for o in options]
+        self.cheapest_gpu_s = min((e[4] for e in self.entries), default=0.0)
+        cheapest: dict[str, tuple[float, int, PlanOption]] = {}
+        for option, gpu_type, gpus, _, gpu_s in self.entries:
+            if gpu_type not in cheapest or (gpu_s, gpus) < cheapest[gpu_type][:2]:
+                cheapest[gpu_type] = (gpu_s, gpus, option)
+        self.cheapest_by_type = {t: c[2] for t, c in cheapest.items()}
+
+
+class Menus:
+    """Menus by the identity of the options tuple (a policy's derived data, never shared)."""
+
+    def __init__(self) -> None:
+        self._menus: dict[int, tuple[Sequence[PlanOption], Menu]] = {}
+
+    def of(self, options: Sequence[PlanOption]) -> Menu:
+        entry = self._menus.get(id(options))
+        if entry is None or entry[0] is not options:
+            if len(self._menus) > 100_000:
+                self._menus.clear()
+            entry = self._menus[id(options)] = (options, Menu(options))
+        return entry[1]
+
+
+def full_duration_s(run: RunningJob) -> float:
+    """The running option's duration for all the job's work (as the menu's are)."""
+    fraction = run.fraction_at_start
+    return run.option.duration_s / fraction if 0 < fraction < 1.0 else run.option.duration_s
+
+
+def full_option(run: RunningJob) -> PlanOption:
+    if 0 < run.fraction_at_start < 1.0:
+        return replace(run.option, duration_s=full_duration_s(run))
+    return run.option
+
+
+def movable(run: RunningJob, now_s: float, interval_s: float) -> bool:
+    """Known menu, not restoring, and not moved in the last `interval_s` (hysteresis; a job
+    that was never moved started on what was best then, and may move when that changes)."""
+    return bool(run.options) and run.restoring_until_s <= now_s and \
+        (run.restarts == 0 or now_s - run.start_time_s >= interval_s)
+
+
+def shrink_in_place(run: RunningJob, option: PlanOption) -> Assignments | None:
+    """A subset of the job's own GPUs for a narrower option: whole tp groups per node, the
+    fullest nodes first (so the fewest nodes stay spanned)."""
+    step = max(1, option.plan.tp)
+    chosen: list[tuple[str, tuple[int, ...]]] = []
+    needed = option.num_gpus
+    for node_id, gpus in sorted(run.assignments, key=lambda a: -len(a[1])):
+        if needed == 0:
+            break
+        take = min(len(gpus), needed) // step * step
+        if take:
+            chosen.append((node_id, tuple(gpus[:take])))
+            needed -= take
+    return tuple(chosen) if needed == 0 else None
+
+
+Shrinkable = dict[str, list[tuple[int, RunningJob, PlanOption]]]
+
+
+def shrinkable(runs: Sequence[RunningJob], now_s: float, menus: Menus) -> Shrinkable:
+    """Per GPU type, the running jobs wider than their cheapest option there (what growth
+    gave them), widest excess first. Giving back is never thrashing (growth is what the
+    interval limits), so only a job restoring is left alone."""
+    out: Shrinkable = {}
+    for run in runs:
+        if not run.options or run.restoring_until_s > now_s:
+            continue
+        gpu_type = run.option.gpu_type
+        cheapest = menus.of(run.options).cheapest_by_type.get(gpu_type)
+        if cheapest is not None and cheapest.num_gpus < run.num_gpus:
+            out.setdefault(gpu_type, []).append((run.num_gpus - cheapest.num_gpus, run, cheapest))
+    for candidates in out.values():
+        candidates.sort(key=lambda c: (-c[0], c[1].job_id))
+    return out
+
+
+def reclaim(runs: Sequence[RunningJob], index: FreeIndex, gpu_type: str, deficit: int,
+            now_s: float, interval_s: float, allow_preempt: bool,
+            policy: str, reason: str, candidates: Shrinkable) -> list[Placement]:
+    """Free `deficit` GPUs of a type for a waiting job: shrink grown jobs back to their
+    cheapest option (widest excess first); if that is not enough and `allow_preempt`,
+    preempt non-deadline jobs with the most work left. All or nothing."""
+    actions: list[Placement] = []
+    freed = 0
+    if not allow_preempt and sum(c[0] for c in candidates.get(gpu_type, ())) < deficit:
+        return []
+    for excess, run, cheapest in candidates.get(gpu_type, ()):
+        if freed >= deficit:
+            break
+        kept = shrink_in_place(run, cheapest)
+        if kept is None:
+            continue
+        actions.append(Placement(run.job_id, cheapest, kept, RESIZE, Decision(
+            policy, f"shrink to its cheapest option: {reason}",
+            (Alternative(cheapest, 0.0, cheapest.duration_s * run.remaining_fraction(now_s),
+                         "chosen"),))))
+        freed += excess
+    if freed < deficit and allow_preempt:
+        victims = sorted((r for r in runs if r.option.gpu_type == gpu_type and not r.deadline_s
+                          and movable(r, now_s, interval_s)
+                          and all(a.job_id != r.job_id for a in actions)),
+                         key=lambda r: (-r.remaining_fraction(now_s) * full_duration_s(r),
+                                        r.job_id))
+        for run in victims:
+            if freed >= deficit:
+                break
+            actions.append(Placement(run.job_id, run.option, (), PREEMPT, Decision(
+                policy, f"preempted for a deadline job: {reason}")))
+            freed += run.num_gpus
+    if freed < deficit:
+        return []
+    by_id = {r.job_id: r for r in runs if r.option.gpu_type == gpu_type}
+    for action in actions:  # the pass may now use what these free
+        index.release(by_id[action.job_id].assignments)
+        if action.assignments:
+            index.take(action.assignments)
+    shrunk = {a.job_id for a in actions}
+    candidates[gpu_type] = [c for c in candidates.get(gpu_type, ()) if c[1].job_id not in shrunk]
+    return actions
+
+
+def grow(runs: Sequence[RunningJob], index: FreeIndex, blocked_types: set[str], now_s: float,
+         interval_s: float, min_gain_fraction: float, min_gain_s: float, restart_floor_s: float,
+         cost_limit: float, max_moves: int, policy: str, menus: Menus,
+         launch_s: Callable[[int], float] = lambda nodes: 0.0) -> list[Placement]:
+    """Move running jobs to faster options on GPUs nobody queued wants: resize on their type or
+    migrate to another, when the predicted gain clears the thresholds. Longest work first."""
+    free = index.free_by_type
+    if not any(n for t, n in free.items() if t not in blocked_types):
+        return []
+    actions: list[Placement] = []
+    work_left = []
+    for run in runs:
+        if movable(run, now_s, interval_s):
+            left = run.remaining_fraction(now_s)
+            work_left.append((-left * full_duration_s(run), run.job_id, left, run))
+    work_left.sort()
+    for minus_current_s, _, left, run in work_left:
+        if len(actions) >= max_moves or not any(n for t, n in free.items()
+                                                if t not in blocked_types):
+            break
+        current_s = -minus_current_s
+        menu = menus.of(run.options)
+        own_type = run.option.gpu_type
+        floor_gain_s = max(min_gain_s, min_gain_fraction * current_s)
+        limit_gpu_s = cost_limit * menu.cheapest_gpu_s
+        best: tuple[float, PlanOption, float] | None = None
+        for option, gpu_type, gpus, duration_s, gpu_s in menu.entries:
+            if gpu_s > limit_gpu_s or gpu_type in blocked_types:
+                continue
+            room = free.get(gpu_type, 0) + (run.num_gpus if gpu_type == own_type else 0)
+            if gpus > room or current_s - left * duration_s < floor_gain_s:
+                continue  # no room, or no gain even before the restart
+            nodes = -(-gpus // max(1, index.node_size.get(gpu_type, 1)))
+            restart_s = restart_floor_s + launch_s(nodes)  # restore, then a new launch
+            new_s = restart_s + left * duration_s
+            if current_s - new_s < floor_gain_s:
+                continue
+            if best is None or new_s < best[0]:
+                best = (new_s, option, restart_s)
+        if best is None:
+            continue
+        new_s, option, restart_s = best
+        index.release(run.assignments)
+        assignments = index.best_fit(option.gpu_type, option.num_gpus, option.plan.tp)
+        if assignments is None:
+            index.take(run.assignments)
+            continue
+        index.take(assignments)
+        kind = RESIZE if option.gpu_type == own_type else MIGRATE
+        actions.append(Placement(run.job_id, option, assignments, kind, Decision(
+            policy, f"{kind}: predicted {current_s:.0f} s left -> {new_s:.0f} s with the restart "
+                    f"({restart_s:.0f} s), on GPUs no queued job wants",
+            (Alternative(option, restart_s, new_s, "chosen"),
+             Alternative(run.option, 0.0, current_s, "current: slower")))))
+    return actions
