@@ -63,10 +63,22 @@ def test_heartbeat_loss_requeues_and_completes_on_another_node(cluster):
 
 def test_oom_fails_the_attempt_replans_and_succeeds(cluster):
     with FrenzyClient(cluster.grpc_address) as client:
-        # Over its memory limit on attempt 0: the trainer's OOM exit code (3).
-        script = "import os, sys; sys.exit(3 if os.environ['FRENZY_ATTEMPT'] == '0' else 0)"
+        # Over its memory limit on attempt 0: the trainer's OOM status file and exit code (3).
+        script = ("import os, sys; from frenzy.outcomes import write_status\n"
+                  "if os.environ['FRENZY_ATTEMPT'] == '0':\n"
+                  "    write_status('OOM', 'emulated'); sys.exit(3)")
         job_id = client.submit(spec("oom-then-ok", [sys.executable, "-c", script]))
         states = [(j.state, j.reason, j.attempt) for j in client.watch(job_id, timeout_s=60)]
         assert states[-1][0] == types_pb2.SUCCEEDED, states
         assert any(reason.startswith("OOM") for _, reason, _ in states), states
         assert states[-1][2] == 1
+
+
+@pytest.mark.parametrize("code", [3, 4])
+def test_a_user_programs_exit_code_3_or_4_fails_the_job_with_that_code(cluster, code):
+    """Not re-planned as OOM nor retried as a rendezvous failure: no status file said so."""
+    with FrenzyClient(cluster.grpc_address) as client:
+        job_id = client.submit(spec(f"exits-{code}", [sys.executable, "-c", f"raise SystemExit({code})"]))
+        done = wait_for(lambda: (j := client.get(job_id)).state in TERMINAL and j, 60, "terminal state")
+        assert (done.state, done.reason, done.exit_code, done.attempt) == \
+            (types_pb2.FAILED, f"exit code {code}", code, 0)

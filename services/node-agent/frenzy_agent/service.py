@@ -17,6 +17,7 @@ from frenzy.logs import get_logger
 from frenzy.runtime import run_service, run_until_stopped
 from frenzy.v1 import events_pb2, types_pb2
 from frenzy_agent import executor
+from frenzy_agent.classify import Outcome, classify
 from frenzy_agent.gpus import Gpu, NvmlMonitor, discover
 
 log = get_logger("node-agent")
@@ -25,7 +26,7 @@ log = get_logger("node-agent")
 class NodeAgent:
     def __init__(self, bus: Bus, node_id: str, gpus: list[Gpu], state_dir: Path,
                  settings: ServiceSettings, host: str = "127.0.0.1",
-                 monitor: NvmlMonitor | None = None) -> None:
+                 monitor: NvmlMonitor | None = None, cluster_id: str = "") -> None:
         self.bus = bus
         self.node_id = node_id
         self.gpus = gpus
@@ -34,6 +35,9 @@ class NodeAgent:
             else NvmlMonitor()
         self.settings = settings
         self.host = host
+        # The local cluster this agent belongs to ("" outside `frenzy up`): its job records carry
+        # it, and a restarted agent adopts only its own cluster's jobs.
+        self.cluster_id = cluster_id
         self.jobs_dir = state_dir / node_id
         self.running: dict[str, executor.RunningJob] = {}  # job id -> its processes here
         self.supervisors: dict[str, asyncio.Task] = {}
@@ -59,10 +63,15 @@ class NodeAgent:
             await self.report(job, types_pb2.RUNNING, "progress", progress=progress)
 
         try:
-            result = await executor.wait_for_exit(job, on_progress)
+            result = classify(await executor.wait_for_exit(job, on_progress))
         finally:
-            self.running.pop(job.job_id, None)
-            self.supervisors.pop(job.job_id, None)
+            if self.running.get(job.job_id) is job:
+                self.running.pop(job.job_id, None)
+                self.supervisors.pop(job.job_id, None)
+        await self.finish(job, result)
+
+    async def finish(self, job: executor.RunningJob, result: Outcome) -> None:
+        """Report how a job ended (supervised or found after a restart), then tidy its files."""
         log.info("job processes ended", job_id=job.job_id, attempt=job.attempt,
                  outcome=result.state, reason=result.reason, exit_code=result.exit_code)
         state = {"succeeded": types_pb2.SUCCEEDED, "failed": types_pb2.FAILED,
@@ -79,20 +88,24 @@ class NodeAgent:
         cmd = env.launch_job
         if cmd.node_id != self.node_id:
             return  # another node's command on a shared partition
+        try:
+            await self._launch(cmd)
+        except Exception as err:  # noqa: BLE001 - any input that breaks a launch ends its job
+            log.exception("launch failed", job_id=cmd.job_id, attempt=cmd.attempt)
+            failed = executor.RunningJob(cmd.job_id, cmd.attempt, self.jobs_dir, 0, [], 0, [])
+            await self.report(failed, types_pb2.FAILED,
+                              f"launch failed: {type(err).__name__}: {err}"[:300], exit_code=127)
+
+    async def _launch(self, cmd: events_pb2.LaunchJob) -> None:
         current = self.running.get(cmd.job_id)
         if current is not None and current.attempt >= cmd.attempt:
             return  # duplicate delivery
         if current is not None:
             await executor.stop(current, "superseded by a newer attempt", self.settings.stop_grace_s)
-        if (self.jobs_dir / f"{cmd.job_id}.{cmd.attempt}").exists():
+        if (self.jobs_dir / executor.job_dir_name(cmd.job_id, cmd.attempt)).exists():
             return  # this attempt already ran here (redelivered after it finished)
-        try:
-            job = executor.launch(cmd, self.jobs_dir, self.settings.time_scale,
-                                  self.visible_devices(cmd.gpu_indices))
-        except OSError as err:
-            failed = executor.RunningJob(cmd.job_id, cmd.attempt, self.jobs_dir, 0, [], 0, [])
-            await self.report(failed, types_pb2.FAILED, f"launch failed: {err}", exit_code=127)
-            return
+        job = executor.launch(cmd, self.jobs_dir, self.settings.time_scale,
+                              self.visible_devices(cmd.gpu_indices), self.cluster_id)
         self.running[cmd.job_id] = job
         log.info("launched", job_id=cmd.job_id, attempt=cmd.attempt, gpus=list(cmd.gpu_indices),
                  pgid=job.pgid, rank_offset=cmd.rank_offset, world_size=cmd.world_size)
@@ -113,20 +126,27 @@ class NodeAgent:
         if not self.jobs_dir.exists():
             return
         for workdir in sorted(self.jobs_dir.iterdir()):
-            if not (workdir / "state.json").exists():
+            if not (workdir / "state.json").exists() or (workdir / "reported").exists():
                 continue
-            job = executor.RunningJob.load(workdir)
-            if executor.group_alive(job.pgid):
+            try:
+                job = executor.RunningJob.load(workdir)
+            except (OSError, ValueError, KeyError, TypeError) as err:
+                log.error("unreadable job record skipped", path=str(workdir), error=str(err))
+                continue
+            if job.cluster_id != self.cluster_id:
+                # Another cluster's job (one that held this state directory before): its
+                # orchestrator is gone, so nobody will account for its GPUs. End it unreported.
+                log.warning("stranger's job stopped", job_id=job.job_id, pgid=job.pgid,
+                            cluster_id=job.cluster_id)
+                if executor.group_alive(job.pgid):
+                    await executor.stop(job, "another cluster's job", self.settings.stop_grace_s)
+                (workdir / "reported").touch()
+            elif executor.group_alive(job.pgid):
                 log.info("adopted running job", job_id=job.job_id, pgid=job.pgid)
                 self.running[job.job_id] = job
                 self.supervisors[job.job_id] = asyncio.create_task(self.supervise(job))
-            elif not (workdir / "reported").exists():
-                result = executor.outcome(job)
-                state = types_pb2.SUCCEEDED if result.state == "succeeded" else types_pb2.FAILED
-                # The reason keeps its prefix (OOM, RENDEZVOUS): the orchestrator acts on it.
-                await self.report(job, state, f"{result.reason} (ended while the agent was down)",
-                                  result.exit_code)
-                (workdir / "reported").touch()
+            else:
+                await self.finish(job, classify(executor.facts(job, agent_was_down=True)))
 
     def visible_devices(self, gpu_indices) -> str:
         """CUDA_VISIBLE_DEVICES for a job: UUIDs of real GPUs (CUDA and NVML may number them
@@ -201,6 +221,8 @@ def arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gpus", default="", help="simulated inventory, e.g. 8xA100-80GB")
     parser.add_argument("--state-dir", default=".frenzy/agents")
     parser.add_argument("--host", default="127.0.0.1", help="address other nodes reach this one at")
+    parser.add_argument("--cluster-id", default="",
+                        help="the local cluster's identity; only its job records are adopted")
     return parser
 
 
@@ -213,5 +235,6 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(str(err))
     settings = ServiceSettings()
     agent = NodeAgent(Bus(f"agent-{args.node_id}", settings), args.node_id, gpus,
-                      Path(args.state_dir), settings, args.host or socket.gethostname())
+                      Path(args.state_dir), settings, args.host or socket.gethostname(),
+                      cluster_id=args.cluster_id)
     run_service(agent.run)
