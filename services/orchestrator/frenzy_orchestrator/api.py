@@ -12,6 +12,7 @@ from frenzy.convert import option_to_proto
 from frenzy.jobspec import SpecError, resolve_spec
 from frenzy.v1 import services_pb2, services_pb2_grpc, types_pb2
 from frenzy_orchestrator import lifecycle
+from frenzy_orchestrator.core import MAX_SPEC_BYTES
 from frenzy_predictor.planner import plan_job
 
 if TYPE_CHECKING:
@@ -27,11 +28,16 @@ class JobApi(services_pb2_grpc.JobServiceServicer):
         self.service = service
 
     async def SubmitJob(self, request, context):
+        if request.spec.ByteSize() > MAX_SPEC_BYTES:
+            await _invalid(context, f"spec: {request.spec.ByteSize()} bytes, more than {MAX_SPEC_BYTES}")
         try:
             resolve_spec(request.spec)
         except SpecError as err:
             await _invalid(context, f"spec.{err}")
         job_id = request.job_id or f"job-{uuid.uuid4().hex[:10]}"
+        if self.service.core.conflicting_spec(job_id, request.spec):
+            await context.abort(grpc.StatusCode.ALREADY_EXISTS,
+                                f"job_id: {job_id!r} is taken by a job with another spec")
         await self.service.submit(job_id, request.spec)
         return services_pb2.SubmitJobResponse(job_id=job_id)
 
