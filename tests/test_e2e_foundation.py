@@ -18,6 +18,7 @@ from frenzy.client import FrenzyClient
 from frenzy.localcluster import start_cluster
 from frenzy.broker import free_port
 from frenzy.v1 import types_pb2
+from frenzy_agent.executor import job_dir_name
 
 pytestmark = pytest.mark.e2e
 DATA = Path(__file__).parent / "data"
@@ -151,7 +152,7 @@ def test_cancel_running_job_kills_its_processes(client, cluster):
     while client.get(job_id).state != types_pb2.RUNNING:
         assert time.monotonic() < deadline, client.get(job_id)
         time.sleep(0.1)
-    state_files = list(Path(cluster.workdir / "agents").glob(f"*/{job_id}.0/state.json"))
+    state_files = list(Path(cluster.workdir / "agents").glob(f"*/{job_dir_name(job_id, 0)}/state.json"))
     assert state_files
     pgids = [json.loads(f.read_text())["pgid"] for f in state_files]
     assert all(_pgid_alive(p) for p in pgids)
