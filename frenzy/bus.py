@@ -13,6 +13,7 @@ from typing import Awaitable, Callable, Iterable
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import CommitFailedError
 from google.protobuf.message import Message
 
 from frenzy import events, topics
@@ -197,7 +198,12 @@ class Bus:
                 if batch:
                     if before_commit is not None:
                         await before_commit()
-                    await consumer.commit()
+                    try:
+                        await consumer.commit()
+                    except CommitFailedError as err:  # e.g. the broker restarted: the group
+                        # rebalanced and these records come again (handlers are idempotent)
+                        log.warning("offset commit failed; records will be redelivered",
+                                    consumer=group, error=str(err))
         finally:
             await consumer.stop()
 

@@ -198,7 +198,8 @@ def test_cli_status_and_nodes_json(cluster, client, tmp_path):
     assert row["state"] == "SUCCEEDED" and row["num_gpus"] > 0
     nodes = json.loads(_cli(cluster, "nodes", "--json").stdout)
     assert {n["id"] for n in nodes} == set(cluster.node_ids)
-    assert all(set(n) == {"id", "gpu_type", "gpus_total", "gpus_free", "state", "agent_pid"} for n in nodes)
+    assert all(set(n) == {"id", "gpu_type", "gpus_total", "gpus_free", "state", "agent_pid",
+                          "agent_restarts"} for n in nodes)
     summary = json.loads(_cli(cluster, "cluster", "--json").stdout)
     assert {t["gpu_type"]: t["total"] for t in summary["gpu_types"]} == {"A100-80GB": 4, "T4": 8}
     # The synthetic workload reports MARP's prediction as its measured peak: zero error.

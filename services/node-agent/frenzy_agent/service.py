@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import shutil
 import socket
@@ -42,6 +43,7 @@ class NodeAgent:
         self.running: dict[str, executor.RunningJob] = {}  # job id -> its processes here
         self.supervisors: dict[str, asyncio.Task] = {}
         self.sequence = 0
+        self.restarts = 0  # counted in count_start()
 
     # ----- status ---------------------------------------------------------------------
     async def report(self, job: executor.RunningJob, state: int, reason: str = "",
@@ -121,6 +123,19 @@ class NodeAgent:
         await executor.stop(job, cmd.reason, self.settings.stop_grace_s)
 
     # ----- restart and heartbeats --------------------------------------------------------
+    def count_start(self) -> None:
+        """Count this start in the state directory (agent.json), per cluster: heartbeats carry
+        the restarts, which `frenzy nodes` shows."""
+        record = self.jobs_dir / "agent.json"
+        try:
+            saved = json.loads(record.read_text())
+        except (OSError, ValueError):
+            saved = {}
+        starts = saved.get("starts", 0) if saved.get("cluster_id") == self.cluster_id else 0
+        self.restarts = starts
+        self.jobs_dir.mkdir(parents=True, exist_ok=True)
+        record.write_text(json.dumps({"cluster_id": self.cluster_id, "starts": starts + 1}))
+
     async def adopt_survivors(self) -> None:
         """After an agent restart: supervise job processes that still run, report the rest."""
         if not self.jobs_dir.exists():
@@ -181,6 +196,7 @@ class NodeAgent:
         busy = {gpu: job for job in self.running.values() for gpu in job.gpu_indices}
         return events_pb2.NodeHeartbeat(
             node_id=self.node_id, host=self.host, agent_pid=os.getpid(), sequence=self.sequence,
+            agent_restarts=self.restarts,
             simulated=all(g.simulated for g in self.gpus),
             running_jobs=[f"{j.job_id}:{j.attempt}" for j in self.running.values()],
             gpus=[self.gpu_status(g, busy.get(g.index)) for g in self.gpus])
@@ -203,6 +219,7 @@ class NodeAgent:
             partitions = await self.bus.producer.partitions_for(commands_topic)
             mine = partition_for_key(self.node_id, len(partitions))
             consumer.assign([TopicPartition(commands_topic, mine)])
+            self.count_start()
             await self.adopt_survivors()
             commands = asyncio.create_task(self.bus.run_consumer(
                 consumer, group, {"launch_job": self.on_launch, "stop_job": self.on_stop}, started=True))

@@ -93,6 +93,7 @@ class ClusterApi(services_pb2_grpc.ClusterServiceServicer):
         for n in sorted(self.service.core.nodes.values(), key=lambda n: n.node_id):
             node = types_pb2.Node(id=n.node_id, gpu_type=n.gpu_type, gpus_total=n.gpus_total,
                                   gpus_free=len(n.free_gpus), state=n.state, agent_pid=n.agent_pid,
+                                  agent_restarts=n.agent_restarts,
                                   host=n.host, gpus=n.gpus, running_jobs=n.running_jobs)
             node.last_heartbeat.FromNanoseconds(int(n.last_heartbeat_s * 1e9))
             nodes.append(node)

@@ -41,6 +41,7 @@ class NodeRecord:
     gpus_total: int
     host: str = "127.0.0.1"
     agent_pid: int = 0
+    agent_restarts: int = 0
     state: int = types_pb2.NODE_READY
     last_heartbeat_s: float = 0.0
     gpus: list[types_pb2.GpuStatus] = field(default_factory=list)
@@ -417,6 +418,7 @@ class OrchestratorCore:
             cause = ""
         healthy_before = node.free_gpus
         node.host, node.agent_pid, node.last_heartbeat_s = hb.host or node.host, hb.agent_pid, now_s
+        node.agent_restarts = hb.agent_restarts
         node.gpus = list(hb.gpus)
         node.gpu_type, node.gpus_total = gpu_type or node.gpu_type, len(hb.gpus) or node.gpus_total
         node.running_jobs = list(hb.running_jobs)
@@ -557,7 +559,8 @@ class OrchestratorCore:
             worst_under_prediction=min([0.0, *errors]))
         return services_pb2.ClusterSummary(
             gpu_types=sorted(summary.values(), key=lambda s: s.gpu_type), nodes_ready=ready,
-            nodes_lost=len(self.nodes) - ready, memory_prediction=stats)
+            nodes_lost=len(self.nodes) - ready, memory_prediction=stats,
+            agent_restarts=sum(n.agent_restarts for n in self.nodes.values()))
 
     def queued_count(self) -> int:
         return sum(1 for r in self.jobs.values() if r.job.state in (SUBMITTED, PLANNED, QUEUED))
