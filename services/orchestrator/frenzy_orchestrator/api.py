@@ -117,7 +117,9 @@ class PredictorApi(services_pb2_grpc.PredictorServiceServicer):
 
 
 async def start_grpc(service: "OrchestratorService", host: str, port: int) -> grpc.aio.Server:
-    server = grpc.aio.server()
+    # No SO_REUSEPORT: a second orchestrator on a taken port must fail, not share it (clients
+    # would reach either one).
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
     services_pb2_grpc.add_JobServiceServicer_to_server(JobApi(service), server)
     services_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterApi(service), server)
     services_pb2_grpc.add_PredictorServiceServicer_to_server(PredictorApi(), server)
