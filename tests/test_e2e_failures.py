@@ -178,3 +178,35 @@ def test_a_reused_job_id_with_another_spec_is_refused_and_the_first_job_finishes
         assert client.submit(client.get(job_id).spec, job_id) == job_id  # the same spec: a retry
         done = _ends_with_a_reason(client, job_id)
         assert done.state == types_pb2.SUCCEEDED and done.spec.name == "first"
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def test_a_node_that_returns_after_being_declared_lost_is_fenced(cluster):
+    """Its agent is frozen past the node timeout while attempt 0 runs there; attempt 1 runs on
+    the other node. When the agent thaws, still running attempt 0, it is told to stop it."""
+    from frenzy_agent.executor import job_dir_name
+
+    with FrenzyClient(cluster.grpc_address) as client:
+        script = "import os, time; time.sleep(120 if os.environ['FRENZY_ATTEMPT'] == '0' else 4)"
+        job_id = client.submit(spec("fenced", [sys.executable, "-c", script]))
+        job = wait_for(lambda: (j := client.get(job_id)).state == types_pb2.RUNNING and j, 30, "RUNNING")
+        node = job.assignments[0].node_id
+        state = cluster.workdir / "agents" / node / job_dir_name(job_id, 0) / "state.json"
+        pgid = json.loads(state.read_text())["pgid"]
+        agent = cluster.processes[f"agent-{node}"]
+        agent.send_signal(signal.SIGSTOP)  # cut off: no heartbeats, its job runs on
+        try:
+            wait_for(lambda: client.get(job_id).attempt == 1, 30, "the retry")
+        finally:
+            agent.send_signal(signal.SIGCONT)
+        wait_for(lambda: not _group_alive(pgid), 30, "the stale attempt 0 to be stopped")
+        done = wait_for(lambda: (j := client.get(job_id)).state in TERMINAL and j, 60, "terminal")
+        assert done.state == types_pb2.SUCCEEDED and done.attempt == 1, done.reason
+        assert done.assignments[0].node_id != node
