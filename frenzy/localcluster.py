@@ -125,8 +125,12 @@ class LocalCluster:
         now_s = time.monotonic() if now_s is None else now_s
         restarted = []
         if self.broker is not None and self.broker.dead():
-            restarted += [f"{part} (restart {self.broker.restarts[part] + 1})"
-                          for part in self.broker.restart_dead()]
+            dead = self.broker.dead()
+            for part in dead:
+                _log_supervisor(self.workdir, "exited", part)
+            for part in self.broker.restart_dead():
+                _log_supervisor(self.workdir, "restarted", part, restarts=self.broker.restarts[part])
+                restarted.append(f"{part} (restart {self.broker.restarts[part]})")
             self.write_state()
         for name, proc in list(self.processes.items()):
             child = self.children[name]
