@@ -224,3 +224,23 @@ def test_a_restarted_agent_adopts_only_its_own_clusters_jobs(tmp_path):
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_a_reused_job_id_from_another_cluster_is_launched_not_mistaken_for_a_redelivery(tmp_path):
+    """A second cluster in the same state directory once left a reused job id LAUNCHING forever:
+    the agent took the first cluster's directory for "this attempt already ran here"."""
+    old = tmp_path / "node-0" / job_dir_name("job-1", 0)
+    old.mkdir(parents=True)
+    RunningJob("job-1", 0, old, 2**22 + 7, [2**22 + 7], 1, [0], "old-cluster").save()
+    (old / "reported").touch()
+    bus = _RecordingBus()
+    agent = NodeAgent(bus, "node-0", parse_inventory("1xT4"), tmp_path, ServiceSettings(),  # type: ignore[arg-type]
+                      cluster_id="new-cluster")
+
+    async def go():
+        await agent.on_launch(events_pb2.Envelope(launch_job=launch_cmd("job-1")), "node-0")
+        await asyncio.gather(*agent.supervisors.values())
+        await agent.on_launch(events_pb2.Envelope(launch_job=launch_cmd("job-1")), "node-0")  # redelivered
+
+    asyncio.run(go())
+    assert [s.state for s in bus.published] == [types_pb2.RUNNING, types_pb2.SUCCEEDED]

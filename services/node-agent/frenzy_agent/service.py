@@ -81,8 +81,15 @@ class NodeAgent:
         if state is not None:  # a stopped job was ended by the orchestrator; nothing to report
             await self.report(job, state, result.reason, result.exit_code)
         if state == types_pb2.SUCCEEDED:
-            shutil.rmtree(job.workdir, ignore_errors=True)
-        else:  # kept for post-mortems; a restarted agent must not report it again
+            # The logs go; the record stays, so a redelivered LaunchJob for this attempt is
+            # recognised and not run a second time.
+            for path in job.workdir.iterdir():
+                if path.is_dir():
+                    shutil.rmtree(path, ignore_errors=True)
+                elif path.name != "state.json":
+                    path.unlink(missing_ok=True)
+        # Failed ones keep their logs for post-mortems; a restarted agent must not report it again.
+        if job.workdir.exists():
             (job.workdir / "reported").touch()
 
     # ----- commands ----------------------------------------------------------------------
@@ -104,8 +111,12 @@ class NodeAgent:
             return  # duplicate delivery
         if current is not None:
             await executor.stop(current, "superseded by a newer attempt", self.settings.stop_grace_s)
-        if (self.jobs_dir / executor.job_dir_name(cmd.job_id, cmd.attempt)).exists():
-            return  # this attempt already ran here (redelivered after it finished)
+        previous = self.jobs_dir / executor.job_dir_name(cmd.job_id, cmd.attempt)
+        if previous.exists():
+            if self._ran_here(previous):
+                return  # this attempt already ran here (redelivered after it finished)
+            # Another cluster's leftovers under a reused job id (adopt_survivors stopped them).
+            shutil.rmtree(previous, ignore_errors=True)
         job = executor.launch(cmd, self.jobs_dir, self.settings.time_scale,
                               self.visible_devices(cmd.gpu_indices), self.cluster_id)
         self.running[cmd.job_id] = job
@@ -162,6 +173,14 @@ class NodeAgent:
                 self.supervisors[job.job_id] = asyncio.create_task(self.supervise(job))
             else:
                 await self.finish(job, classify(executor.facts(job, agent_was_down=True)))
+
+    def _ran_here(self, workdir: Path) -> bool:
+        """Whether this cluster launched the attempt in `workdir` (an unreadable record counts
+        as ours: launching twice is worse than a launch timeout)."""
+        try:
+            return executor.RunningJob.load(workdir).cluster_id == self.cluster_id
+        except (OSError, ValueError, KeyError, TypeError):
+            return True
 
     def visible_devices(self, gpu_indices) -> str:
         """CUDA_VISIBLE_DEVICES for a job: UUIDs of real GPUs (CUDA and NVML may number them
