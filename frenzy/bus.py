@@ -13,6 +13,7 @@ from typing import Awaitable, Callable, Iterable
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import CommitFailedError
 from google.protobuf.message import Message
 
 from frenzy import events, topics
@@ -22,6 +23,10 @@ from frenzy.v1 import events_pb2
 
 Handler = Callable[[events_pb2.Envelope, str], Awaitable[None]]
 TOPIC_EXISTS = 36
+
+
+class RecordTooLarge(ValueError):
+    """A record above BusSettings.max_record_bytes, refused before it reaches the broker."""
 
 log = get_logger("bus")
 
@@ -76,6 +81,12 @@ class Bus:
         """The topic's name on the broker, in this deployment's namespace."""
         return self.prefix + topic.name
 
+    def check_size(self, topic: topics.Topic, key: bytes, value: bytes | None, headers=()) -> None:
+        size = len(key) + len(value or b"") + sum(len(k) + len(v) for k, v in headers or ())
+        if size > self.settings.max_record_bytes:
+            raise RecordTooLarge(f"record for {topic.name} (key {key[:80]!r}) is {size} bytes, "
+                                 f"more than {self.settings.max_record_bytes}")
+
     async def start(self) -> None:
         """Create topics if needed and connect; must run inside the event loop."""
         await ensure_topics(self.bootstrap, prefix=self.prefix,
@@ -93,6 +104,7 @@ class Bus:
                       trace_id: str = "") -> events_pb2.Envelope:
         env = events.envelope(payload, trace_id=trace_id, producer=self.service)
         value, headers = events.encode(env)
+        self.check_size(topic, key.encode(), value, headers)
         await self.producer.send_and_wait(self.topic_name(topic), value, key=key.encode(),
                                           headers=headers)
         return env
@@ -103,11 +115,15 @@ class Bus:
         The producer keeps one request in flight per broker, so per-partition order holds. A
         None payload is a tombstone (deletes its key on a compacted topic).
         """
-        acks = []
-        for topic, key, payload in items:
+        records = []
+        for topic, key, payload in items:  # all checked before any is sent
             value, headers = None, None
             if payload is not None:
                 value, headers = events.encode(events.envelope(payload, producer=self.service))
+            self.check_size(topic, key.encode(), value, headers)
+            records.append((topic, key, value, headers))
+        acks = []
+        for topic, key, value, headers in records:
             acks.append(await self.producer.send(self.topic_name(topic), value, key=key.encode(),
                                                  headers=headers))
         if acks:
@@ -117,6 +133,7 @@ class Bus:
         """Enqueue without waiting for the broker's acknowledgement: for high-rate telemetry
         (heartbeats) where the next record supersedes a lost one."""
         value, headers = events.encode(events.envelope(payload, producer=self.service))
+        self.check_size(topic, key.encode(), value, headers)
         return await self.producer.send(self.topic_name(topic), value, key=key.encode(),
                                         headers=headers)
 
@@ -181,7 +198,12 @@ class Bus:
                 if batch:
                     if before_commit is not None:
                         await before_commit()
-                    await consumer.commit()
+                    try:
+                        await consumer.commit()
+                    except CommitFailedError as err:  # e.g. the broker restarted: the group
+                        # rebalanced and these records come again (handlers are idempotent)
+                        log.warning("offset commit failed; records will be redelivered",
+                                    consumer=group, error=str(err))
         finally:
             await consumer.stop()
 
@@ -227,4 +249,4 @@ def partition_for_key(key: str, num_partitions: int) -> int:
     return (murmur2(key.encode()) & 0x7FFFFFFF) % num_partitions
 
 
-__all__ = ["Bus", "Deduper", "ensure_topics", "partition_for_key", "TopicPartition"]
+__all__ = ["Bus", "Deduper", "RecordTooLarge", "ensure_topics", "partition_for_key", "TopicPartition"]

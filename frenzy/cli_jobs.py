@@ -113,7 +113,8 @@ def nodes(as_json: bool) -> None:
     except grpc.RpcError as err:
         _fail_rpc(err)
     rows = [{"id": n.id, "gpu_type": n.gpu_type, "gpus_total": n.gpus_total, "gpus_free": n.gpus_free,
-             "state": NODE_STATE.get(n.state, "unknown"), "agent_pid": n.agent_pid} for n in listed]
+             "state": NODE_STATE.get(n.state, "unknown"), "agent_pid": n.agent_pid,
+             "agent_restarts": n.agent_restarts} for n in listed]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -159,7 +160,8 @@ def cluster(as_json: bool) -> None:
                                                      t.running_jobs, t.queued_jobs)))
     table_console().print(table)
     memory = summary.memory_prediction
-    click.echo(f"nodes ready {summary.nodes_ready}, lost {summary.nodes_lost}; memory prediction over "
+    click.echo(f"nodes ready {summary.nodes_ready}, lost {summary.nodes_lost}, agent restarts "
+               f"{summary.agent_restarts}; memory prediction over "
                f"{memory.jobs} finished jobs: mean |error| {memory.mean_abs_error:.1%}, worst "
                f"under-prediction {memory.worst_under_prediction:.1%}")
     learned = {t: m for t, m in margins.items() if m[1]}

@@ -20,6 +20,9 @@ class BusSettings(BaseSettings):
     replication_factor: int = Field(1, description="for topics Frenzy creates; 3 on a production cluster")
     linger_ms: int = Field(2, description="producer batching delay; raise it for bulk producers")
     dedupe_window: int = Field(100_000, description="event ids remembered per consumer")
+    # Kafka's default message.max.bytes is 1,048,588; a record is checked before it is produced,
+    # so an oversized one fails with its topic and key named, not as a broker error later.
+    max_record_bytes: int = 1_000_000
     # Prefix of every topic and consumer group, so that several Frenzy deployments (or test
     # clusters) can share one Kafka cluster without seeing each other's events or state.
     namespace: str = ""
@@ -34,6 +37,8 @@ class ServiceSettings(BusSettings):
     log_dir: str = ".frenzy/logs"
     heartbeat_interval_s: float = 1.0
     node_timeout_s: float = 10.0
+    launch_timeout_s: float = Field(60.0, description="LAUNCHING without an agent's report: retried")
+    plan_timeout_s: float = Field(120.0, description="SUBMITTED without a plan: failed")
     max_retries: int = 3
     time_scale: float = Field(1.0, description="synthetic workload runs predicted duration x this")
     stop_grace_s: float = 5.0

@@ -14,7 +14,7 @@ from rich.table import Table
 from frenzy.client import FrenzyClient
 from frenzy.console import table_console
 from frenzy.convert import describe_plan
-from frenzy.localcluster import DEFAULT_CLUSTER, start_cluster
+from frenzy.localcluster import DEFAULT_CLUSTER, WorkdirInUse, start_cluster
 from frenzy.v1 import types_pb2
 
 STATE = types_pb2.JobState.Name
@@ -109,8 +109,11 @@ def demo_command(cluster_file: Path, grpc_port: int, policy: str, time_scale: fl
     console = table_console()
     console.print(f"starting the local cluster from {cluster_file} ...")
     started = time.monotonic()
-    cluster = start_cluster(cluster_file, grpc_port, workdir, policy,
-                            extra_env={"FRENZY_TIME_SCALE": str(time_scale)})
+    try:
+        cluster = start_cluster(cluster_file, grpc_port, workdir, policy,
+                                extra_env={"FRENZY_TIME_SCALE": str(time_scale)})
+    except WorkdirInUse as err:
+        raise click.UsageError(str(err)) from None
     try:
         console.print(f"cluster ready in {time.monotonic() - started:.1f}s; "
                       f"{len(cluster.node_ids)} nodes; gRPC {cluster.grpc_address}; logs in {workdir / 'logs'}")

@@ -5,6 +5,9 @@ We never ask the broker where a partition ends: end offsets are wrong on the emb
 after batched produces. Instead the reader writes a marker record of its own to every partition
 and reads each partition from the beginning until it meets that marker. Everything written before
 the marker was acknowledged, so it has been read by then. This works the same on Apache Kafka.
+
+Anyone with write access can put a record on a state topic. One that is not ours (a key that is
+not UTF-8, a value that does not decode) is logged and skipped, so it cannot crash every restart.
 """
 from __future__ import annotations
 
@@ -54,7 +57,12 @@ async def read_state(bootstrap_servers: str, producer: AIOKafkaProducer, topic_n
             batch = await consumer.getmany(*waiting, timeout_ms=200, max_records=5000)
             for tp, records in batch.items():
                 for record in records:
-                    key = record.key.decode() if record.key else ""
+                    try:
+                        key = record.key.decode() if record.key else ""
+                    except UnicodeDecodeError:  # a poison record: not one we wrote; skip it
+                        log.error("state record with a non-UTF-8 key skipped", key=repr(record.key[:64]),
+                                  partition=record.partition, offset=record.offset)
+                        continue
                     if key.startswith(MARKER_PREFIX):
                         if _marker_id(record) == marker_id:
                             waiting.discard(tp)

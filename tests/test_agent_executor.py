@@ -1,27 +1,41 @@
-"""How the agent reads a job's end (exit codes recorded per rank, the ranks' log tails, the
-progress file) and what it reports for one that ended while it was down."""
+"""How the agent reads a job's end (exit codes recorded per rank, the ranks' status files and
+log tails, the progress file) and what it reports for one that ended while it was down."""
 from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from frenzy.config import ServiceSettings
-from frenzy.outcomes import EXIT_OOM, EXIT_RENDEZVOUS
-from frenzy.v1 import types_pb2
-from frenzy_agent.executor import RunningJob, outcome, read_progress
+from hypothesis import given
+from hypothesis import strategies as st
+
+from frenzy.outcomes import (EXIT_OOM, EXIT_RENDEZVOUS, OOM_REASON, RENDEZVOUS_REASON, RankStatus,
+                             write_status)
+from frenzy.v1 import events_pb2, types_pb2
+from frenzy_agent.classify import JobFacts, classify
+from frenzy_agent.executor import RunningJob, facts, job_dir_name, read_progress
 from frenzy_agent.gpus import parse_inventory
 from frenzy_agent.service import NodeAgent
 
 
-def ended_job(tmp_path: Path, codes: list[int], logs: dict[int, str] | None = None) -> RunningJob:
+def ended_job(tmp_path: Path, codes: list[int], logs: dict[int, str] | None = None,
+              statuses: dict[int, tuple[str, str]] | None = None) -> RunningJob:
     for rank, code in enumerate(codes):
         (tmp_path / f"exit.{rank}").write_text(f"{code}\n")
     for rank, text in (logs or {}).items():
         (tmp_path / f"rank{rank}.log").write_text(text)
+    for rank, (said, detail) in (statuses or {}).items():
+        write_status(said, detail, tmp_path / f"status.{rank}.json")
     return RunningJob("job-1", 0, tmp_path, 0, list(range(len(codes))), 10 * 2**30, [0, 1])
+
+
+def outcome(job: RunningJob):
+    return classify(facts(job))
 
 
 def test_all_zero_succeeds(tmp_path):
@@ -29,15 +43,16 @@ def test_all_zero_succeeds(tmp_path):
 
 
 def test_rendezvous_failure_is_reported_with_the_trainers_reason(tmp_path):
-    log = "frenzy_trainer: rendezvous failed: DistNetworkError at 127.0.0.1:29811: EADDRINUSE\n"
+    detail = "DistNetworkError at 127.0.0.1:29811: EADDRINUSE"
     # rank 0 could not listen; rank 1 was stopped by the agent (143)
-    result = outcome(ended_job(tmp_path, [EXIT_RENDEZVOUS, 143], {0: log}))
+    result = outcome(ended_job(tmp_path, [EXIT_RENDEZVOUS, 143],
+                               statuses={0: (RENDEZVOUS_REASON, detail)}))
     assert (result.state, result.exit_code) == ("failed", EXIT_RENDEZVOUS)
     assert result.reason == "RENDEZVOUS: DistNetworkError at 127.0.0.1:29811: EADDRINUSE"
 
 
 def test_oom_wins_over_rendezvous_and_plain_failures(tmp_path):
-    result = outcome(ended_job(tmp_path, [1, EXIT_OOM]))
+    result = outcome(ended_job(tmp_path, [1, EXIT_OOM], statuses={1: (OOM_REASON, "")}))
     assert result.reason.startswith("OOM") and result.exit_code == EXIT_OOM
 
 
@@ -56,12 +71,16 @@ def test_plain_failure_names_the_first_nonzero_code(tmp_path):
 def test_a_ranks_own_failure_wins_over_what_it_caused_in_its_peers(tmp_path, codes):
     """Rank 1 crashed (exit 1); rank 0 was stopped by the agent, left waiting at the rendezvous,
     or recorded nothing. The job failed for rank 1's reason and is not retried as a rendezvous."""
-    result = outcome(ended_job(tmp_path, codes))
+    job = ended_job(tmp_path, codes, statuses={0: (RENDEZVOUS_REASON, "peer gone")}
+                    if codes[0] == EXIT_RENDEZVOUS else None)
+    if codes[0] == -1:
+        (tmp_path / "exit.0").unlink()
+    result = outcome(job)
     assert (result.state, result.reason, result.exit_code) == ("failed", "exit code 1", 1)
 
 
 def test_bad_configuration_is_not_retried_as_a_rendezvous_failure(tmp_path):
-    result = outcome(ended_job(tmp_path, [2, EXIT_RENDEZVOUS]))
+    result = outcome(ended_job(tmp_path, [2, EXIT_RENDEZVOUS], statuses={1: (RENDEZVOUS_REASON, "")}))
     assert result.exit_code == 2 and not result.reason.startswith("RENDEZVOUS")
 
 
@@ -103,6 +122,7 @@ def test_a_job_that_ended_while_the_agent_was_down_keeps_its_reason_prefix(tmp_p
     workdir = tmp_path / "node-0" / "job-1.0"
     workdir.mkdir(parents=True)
     (workdir / "exit.0").write_text(f"{EXIT_OOM}\n")
+    write_status(OOM_REASON, "over the limit", workdir / "status.0.json")
     (workdir / "state.json").write_text(json.dumps({
         "job_id": "job-1", "attempt": 0, "pgid": 2**22 + 7, "pids": [2**22 + 7],
         "predicted_peak_bytes": 1, "gpu_indices": [0]}))  # a process group long gone
@@ -113,3 +133,114 @@ def test_a_job_that_ended_while_the_agent_was_down_keeps_its_reason_prefix(tmp_p
     assert status.state == types_pb2.FAILED and status.reason.startswith("OOM")  # re-planned, not failed
     assert "ended while the agent was down" in status.reason
     assert (workdir / "reported").exists()
+
+
+@pytest.mark.parametrize("code", [EXIT_OOM, EXIT_RENDEZVOUS])
+def test_a_user_programs_exit_code_3_or_4_is_reported_as_that_exit_code(tmp_path, code):
+    """Only a status file makes an end OOM or RENDEZVOUS; a program's own exit 3 or 4 is not
+    re-planned or retried."""
+    result = outcome(ended_job(tmp_path, [code]))
+    assert (result.state, result.reason, result.exit_code) == ("failed", f"exit code {code}", code)
+
+
+def test_a_status_file_that_is_not_ours_is_ignored(tmp_path):
+    job = ended_job(tmp_path, [EXIT_OOM])
+    (tmp_path / "status.0.json").write_text('{"outcome": "SUCCEEDED"}')
+    assert outcome(job).reason == "exit code 3"
+    (tmp_path / "status.0.json").write_bytes(b"\xff" * 10_000)
+    assert outcome(job).reason == "exit code 3"
+
+
+def test_preempted_is_reported_with_its_prefix(tmp_path):
+    result = outcome(ended_job(tmp_path, [143, 143], statuses={0: ("PREEMPTED", "checkpoint at 40")}))
+    assert result.reason == "PREEMPTED: checkpoint at 40"
+
+
+_codes = st.lists(st.one_of(st.none(), st.integers(-1, 255)), min_size=1, max_size=4)
+_status = st.one_of(st.none(), st.builds(RankStatus, st.sampled_from(["OOM", "RENDEZVOUS", "PREEMPTED"])))
+
+
+@given(_codes, st.lists(_status, max_size=4), st.booleans())
+def test_classify_is_total_and_interprets_only_what_a_status_file_says(codes, statuses, down):
+    """Every combination of facts gets an outcome; an interpreted reason needs a status file
+    saying so (logs here say nothing about memory)."""
+    result = classify(JobFacts(tuple(codes), tuple(statuses[:len(codes)]), agent_was_down=down))
+    assert result.state in ("succeeded", "failed", "lost")
+    said = {s.outcome for s in statuses[:len(codes)] if s is not None}
+    prefix = result.reason.split(":")[0]
+    if prefix in ("OOM", "RENDEZVOUS", "PREEMPTED"):
+        assert prefix in said
+    if result.state == "succeeded":
+        assert all(c == 0 for c in codes)
+
+
+@pytest.mark.parametrize("job_id", ["a/b/../c", "x" * 256, "nul\x00byte", "dots..", "ünï"])
+def test_any_job_id_gets_one_flat_directory_per_attempt(job_id):
+    name = job_dir_name(job_id, 2)
+    assert "/" not in name and "\x00" not in name and len(name) < 100 and name.endswith(".2")
+    assert job_dir_name(job_id, 2) != job_dir_name(job_id + "_", 2)
+
+
+def launch_cmd(job_id: str, env: dict[str, str] | None = None) -> events_pb2.LaunchJob:
+    spec = types_pb2.JobSpec(name="x", model="gpt2", entrypoint=[sys.executable, "-c", "pass"],
+                             env=env or {})
+    return events_pb2.LaunchJob(job_id=job_id, node_id="node-0", attempt=0, gpu_indices=[0],
+                                world_size=1, master_addr="127.0.0.1", master_port=29500, spec=spec)
+
+
+@pytest.mark.parametrize("job_id,env", [("ok", {"A=B": "1"}), ("ok", {"A": "nul\x00"}),
+                                        ("x" * 256, None), ("a/b", None), ("nul\x00id", None)])
+def test_a_launch_that_breaks_ends_its_job_with_a_reason(tmp_path, job_id, env):
+    """Inputs that made the handler raise (and the job sit LAUNCHING forever) now either run or
+    end with a FAILED report naming the cause."""
+    bus = _RecordingBus()
+    agent = NodeAgent(bus, "node-0", parse_inventory("1xT4"), tmp_path, ServiceSettings())  # type: ignore[arg-type]
+
+    async def go():
+        await agent.on_launch(events_pb2.Envelope(launch_job=launch_cmd(job_id, env)), "node-0")
+        await asyncio.gather(*agent.supervisors.values())
+
+    asyncio.run(go())
+    states = [s.state for s in bus.published]
+    assert states[-1] in (types_pb2.SUCCEEDED, types_pb2.FAILED)
+    if states[-1] == types_pb2.FAILED:
+        assert bus.published[-1].reason.startswith("launch failed: ")
+    assert all(s.job_id == job_id for s in bus.published)
+
+
+def test_a_restarted_agent_adopts_only_its_own_clusters_jobs(tmp_path):
+    workdir = tmp_path / "node-0" / job_dir_name("a/b", 0)
+    workdir.mkdir(parents=True)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                               process_group=0)
+    try:
+        RunningJob("a/b", 0, workdir, sleeper.pid, [sleeper.pid], 1, [0], "old-cluster").save()
+        settings = ServiceSettings(stop_grace_s=2)
+        stranger = NodeAgent(_RecordingBus(), "node-0", parse_inventory("1xT4"), tmp_path, settings,
+                             cluster_id="new-cluster")  # type: ignore[arg-type]
+        asyncio.run(stranger.adopt_survivors())
+        assert stranger.running == {} and stranger.bus.published == []
+        sleeper.wait(5)  # stopped long before its 60 s, not adopted (TimeoutExpired otherwise)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_a_reused_job_id_from_another_cluster_is_launched_not_mistaken_for_a_redelivery(tmp_path):
+    """A second cluster in the same state directory once left a reused job id LAUNCHING forever:
+    the agent took the first cluster's directory for "this attempt already ran here"."""
+    old = tmp_path / "node-0" / job_dir_name("job-1", 0)
+    old.mkdir(parents=True)
+    RunningJob("job-1", 0, old, 2**22 + 7, [2**22 + 7], 1, [0], "old-cluster").save()
+    (old / "reported").touch()
+    bus = _RecordingBus()
+    agent = NodeAgent(bus, "node-0", parse_inventory("1xT4"), tmp_path, ServiceSettings(),  # type: ignore[arg-type]
+                      cluster_id="new-cluster")
+
+    async def go():
+        await agent.on_launch(events_pb2.Envelope(launch_job=launch_cmd("job-1")), "node-0")
+        await asyncio.gather(*agent.supervisors.values())
+        await agent.on_launch(events_pb2.Envelope(launch_job=launch_cmd("job-1")), "node-0")  # redelivered
+
+    asyncio.run(go())
+    assert [s.state for s in bus.published] == [types_pb2.RUNNING, types_pb2.SUCCEEDED]

@@ -18,6 +18,7 @@ from frenzy.client import FrenzyClient
 from frenzy.localcluster import start_cluster
 from frenzy.broker import free_port
 from frenzy.v1 import types_pb2
+from frenzy_agent.executor import job_dir_name
 
 pytestmark = pytest.mark.e2e
 DATA = Path(__file__).parent / "data"
@@ -151,7 +152,7 @@ def test_cancel_running_job_kills_its_processes(client, cluster):
     while client.get(job_id).state != types_pb2.RUNNING:
         assert time.monotonic() < deadline, client.get(job_id)
         time.sleep(0.1)
-    state_files = list(Path(cluster.workdir / "agents").glob(f"*/{job_id}.0/state.json"))
+    state_files = list(Path(cluster.workdir / "agents").glob(f"*/{job_dir_name(job_id, 0)}/state.json"))
     assert state_files
     pgids = [json.loads(f.read_text())["pgid"] for f in state_files]
     assert all(_pgid_alive(p) for p in pgids)
@@ -197,7 +198,8 @@ def test_cli_status_and_nodes_json(cluster, client, tmp_path):
     assert row["state"] == "SUCCEEDED" and row["num_gpus"] > 0
     nodes = json.loads(_cli(cluster, "nodes", "--json").stdout)
     assert {n["id"] for n in nodes} == set(cluster.node_ids)
-    assert all(set(n) == {"id", "gpu_type", "gpus_total", "gpus_free", "state", "agent_pid"} for n in nodes)
+    assert all(set(n) == {"id", "gpu_type", "gpus_total", "gpus_free", "state", "agent_pid",
+                          "agent_restarts"} for n in nodes)
     summary = json.loads(_cli(cluster, "cluster", "--json").stdout)
     assert {t["gpu_type"]: t["total"] for t in summary["gpu_types"]} == {"A100-80GB": 4, "T4": 8}
     # The synthetic workload reports MARP's prediction as its measured peak: zero error.

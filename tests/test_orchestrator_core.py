@@ -246,3 +246,153 @@ def test_state_records_mark_consumed_early_plans_deleted():
     records = {o.key: o.payload for o in core.drain_state_records()}
     assert records["early/e"] is None and records["job/e"].job.state == QUEUED
     assert core.drain_state_records() == []
+
+
+# ----- nothing stuck, nothing twice -------------------------------------------------------
+
+def busy_heartbeat(node_id: str, jobs: dict[int, tuple[str, int]], gpus: int = 4) -> events_pb2.NodeHeartbeat:
+    """A heartbeat whose agent runs `jobs` (GPU index -> (job id, attempt))."""
+    hb = heartbeat(node_id, gpus)
+    for index, (job_id, _) in jobs.items():
+        hb.gpus[index].job_id = job_id
+    hb.running_jobs.extend(sorted({f"{j}:{a}" for j, a in jobs.values()}))
+    return hb
+
+
+def stops(out) -> list[tuple[str, str, int]]:
+    return [(o.payload.node_id, o.payload.job_id, o.payload.attempt) for o in out
+            if isinstance(o.payload, events_pb2.StopJob)]
+
+
+def test_a_returning_lost_node_is_fenced_until_its_stale_attempt_is_gone():
+    """n1 is cut off while attempt 0 runs there; attempt 1 runs on n2. When n1 comes back still
+    running attempt 0, it is told to stop it, and its GPUs are not free until it has."""
+    core = queued_core("a")
+    core.on_placed(placed("a", "n1", [0, 1]), 1)
+    core.on_agent_status(agent_status("a", RUNNING), 2)
+    core.on_heartbeat(heartbeat("n2"), 12)
+    core.check_liveness(12)  # n1 silent since 0
+    assert core.nodes["n1"].state == types_pb2.NODE_LOST and core.jobs["a"].job.attempt == 1
+    core.on_placed(placed("a", "n2", [0, 1], attempt=1), 13)
+
+    out = core.on_heartbeat(busy_heartbeat("n1", {0: ("a", 0), 1: ("a", 0)}), 14)
+    assert core.nodes["n1"].state == types_pb2.NODE_READY
+    assert stops(out) == [("n1", "a", 0)]
+    assert core.nodes["n1"].free_gpus == [2, 3]  # 0 and 1 still run attempt 0
+    [availability] = [o.payload for o in out if o.topic == topics.CLUSTER_EVENTS]
+    assert list(availability.free_gpu_indices) == [2, 3]
+    # A placement onto the fenced GPUs is rejected.
+    core.submit("b", SPEC, 14)
+    core.on_planned(events_pb2.JobPlanned(job_id="b", options=[types_pb2.PlanOption(
+        gpu_type="A100-80GB", num_gpus=2)]), 14)
+    core.on_placed(placed("b", "n1", [0, 1]), 14)
+    assert core.jobs["b"].job.state == QUEUED and "not free" in core.jobs["b"].job.reason
+    # The stop is not repeated on every heartbeat, only after a while.
+    assert stops(core.on_heartbeat(busy_heartbeat("n1", {0: ("a", 0), 1: ("a", 0)}), 15)) == []
+    assert stops(core.on_heartbeat(busy_heartbeat("n1", {0: ("a", 0), 1: ("a", 0)}), 25)) == [("n1", "a", 0)]
+    core.on_heartbeat(heartbeat("n1"), 26)  # attempt 0 is gone
+    assert core.nodes["n1"].free_gpus == [0, 1, 2, 3]
+
+
+def test_an_agent_running_a_finished_or_unknown_job_is_told_to_stop_it():
+    core = queued_core("a")
+    core.on_placed(placed("a", "n1", [0]), 1)
+    core.on_agent_status(agent_status("a", RUNNING), 2)
+    core.cancel("a", 3)
+    out = core.on_heartbeat(busy_heartbeat("n1", {0: ("a", 0), 1: ("ghost", 5)}), 4)
+    assert sorted(stops(out)) == [("n1", "a", 0), ("n1", "ghost", 5)]
+    assert core.nodes["n1"].free_gpus == [2, 3]
+
+
+def test_a_running_attempt_its_agent_stops_reporting_is_retried():
+    core = queued_core("a")
+    core.on_placed(placed("a", "n1", [0, 1]), 1)
+    core.on_agent_status(agent_status("a", RUNNING), 2)
+    core.on_heartbeat(busy_heartbeat("n1", {0: ("a", 0), 1: ("a", 0)}), 3)
+    core.on_heartbeat(heartbeat("n1"), 4)  # e.g. a new agent that did not adopt it
+    assert core.jobs["a"].job.state == RUNNING  # a status may still be on its way
+    core.on_heartbeat(heartbeat("n1"), 14.5)
+    job = core.jobs["a"].job
+    assert job.state == QUEUED and job.attempt == 1 and "no longer runs on node n1" in job.reason
+    assert core.nodes["n1"].free_gpus == [0, 1, 2, 3]
+
+
+def test_a_launch_nobody_confirms_is_retried_then_fails_with_a_reason():
+    core = queued_core("a")
+    core.launch_timeout_s = 30
+    core.on_placed(placed("a", "n1", [0, 1]), 1)
+    core.on_heartbeat(heartbeat("n1"), 20)
+    core.on_heartbeat(heartbeat("n2"), 20)
+    assert core.check_deadlines(20) == []
+    out = core.check_deadlines(32)
+    job = core.jobs["a"].job
+    assert job.state == QUEUED and job.attempt == 1 and job.reason.startswith("launch timeout")
+    assert stops(out) == [("n1", "a", 0)] and not core.nodes["n1"].allocations
+    for attempt in (1, 2):
+        core.on_placed(placed("a", "n1", [0, 1], attempt=attempt), 40 * attempt)
+        core.on_heartbeat(heartbeat("n1"), 40 * attempt + 31)
+        core.on_heartbeat(heartbeat("n2"), 40 * attempt + 31)
+        core.check_deadlines(40 * attempt + 31)
+    assert job.state == FAILED and "launch timeout" in job.reason and "retries exhausted" in job.reason
+
+
+def test_a_job_without_a_plan_fails_after_the_plan_timeout():
+    core = OrchestratorCore(plan_timeout_s=60)
+    core.submit("a", SPEC, 0)
+    assert core.check_deadlines(59) == []
+    core.check_deadlines(61)
+    assert core.jobs["a"].job.state == FAILED and "no plan within 60 s" in core.jobs["a"].job.reason
+
+
+@given(st.sampled_from([("A100-80GB", 9), ("H100-80GB", 1), ("A100-80GB", 64)]))
+def test_a_job_no_plan_of_which_fits_the_cluster_is_unschedulable(need):
+    core = queued_core()  # two nodes of 4 A100s
+    core.submit("big", SPEC, 0)
+    core.on_planned(events_pb2.JobPlanned(job_id="big", options=[types_pb2.PlanOption(
+        gpu_type=need[0], num_gpus=need[1])]), 0)
+    core.check_deadlines(0)
+    assert core.jobs["big"].job.state == QUEUED  # nodes may still be joining
+    core.on_heartbeat(heartbeat("n1"), 11)
+    core.check_deadlines(11)
+    job = core.jobs["big"].job
+    assert job.state == FAILED and job.reason.startswith("unschedulable") and "8xA100-80GB" in job.reason
+
+
+def test_a_job_that_fits_across_nodes_or_on_a_lost_node_keeps_waiting():
+    core = queued_core("fits")  # needs 2; 8 A100s in all
+    core.submit("wide", SPEC, 0)
+    core.on_planned(events_pb2.JobPlanned(job_id="wide", options=[types_pb2.PlanOption(
+        gpu_type="H100-80GB", num_gpus=16), types_pb2.PlanOption(gpu_type="A100-80GB", num_gpus=8)]), 0)
+    core.check_deadlines(0)
+    core.check_liveness(20)  # both nodes lost: they may come back
+    core.check_deadlines(20)
+    assert core.jobs["wide"].job.state == QUEUED and core.jobs["fits"].job.state == QUEUED
+
+
+def test_a_handler_error_ends_the_job_with_the_reason_and_frees_its_gpus():
+    core = queued_core("a")
+    core.on_placed(placed("a", "n1", [0, 1]), 1)
+    out = core.fail("a", "internal error: KeyError 'x'", 2)
+    assert core.jobs["a"].job.state == FAILED and core.jobs["a"].job.reason == "internal error: KeyError 'x'"
+    assert stops(out) == [("n1", "a", 0)] and not core.nodes["n1"].allocations
+    assert core.fail("a", "again", 3) == []
+
+
+def test_an_oversized_spec_fails_and_is_not_carried_on_status_records():
+    spec = types_pb2.JobSpec()
+    spec.CopyFrom(SPEC)
+    spec.env["BIG"] = "x" * 100_000
+    core = OrchestratorCore()
+    out = core.submit("big", spec, 0)
+    job = core.jobs["big"].job
+    assert job.state == FAILED and "more than" in job.reason
+    assert all(o.payload.ByteSize() < 10_000 for o in out)
+
+
+def test_a_reused_job_id_with_another_spec_is_a_conflict():
+    core = queued_core("a")
+    other = types_pb2.JobSpec()
+    other.CopyFrom(SPEC)
+    other.name = "another"
+    assert core.conflicting_spec("a", other) and not core.conflicting_spec("a", SPEC)
+    assert core.submit("a", other, 5) == [] and core.jobs["a"].job.spec == SPEC

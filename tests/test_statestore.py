@@ -45,3 +45,28 @@ def test_latest_record_per_key_wins_and_tombstones_delete(kafka_bootstrap):
     expected = {f"job/j{i}": types_pb2.RUNNING if i % 2 == 0 else types_pb2.QUEUED
                 for i in range(40) if i != 1}
     assert {k: v.job_record_state.job.state for k, v in second.items()} == expected
+
+
+def test_poison_records_are_skipped_not_fatal(kafka_bootstrap):
+    """A non-UTF-8 key or an undecodable value on a state topic used to crash the orchestrator
+    and the scheduler on every restart; now the good records around it are read back."""
+    async def go() -> dict:
+        bus = Bus("statestore-test", BusSettings(kafka_bootstrap=kafka_bootstrap,
+                                                 namespace=f"poison{uuid.uuid4().hex[:8]}"))
+        await bus.start()
+        try:
+            name = bus.topic_name(topics.ORCHESTRATOR_STATE)
+            await bus.publish_many([(topics.ORCHESTRATOR_STATE, f"job/a{i}", job_record(f"a{i}", types_pb2.QUEUED))
+                                    for i in range(8)])
+            for partition in range(topics.ORCHESTRATOR_STATE.partitions):
+                await bus.producer.send_and_wait(name, b"x", key=b"\xff\xfejob", partition=partition)
+                await bus.producer.send_and_wait(name, b"\xff not protobuf", key=b"job/bad",
+                                                 partition=partition)
+            await bus.publish_many([(topics.ORCHESTRATOR_STATE, f"job/b{i}", job_record(f"b{i}", types_pb2.QUEUED))
+                                    for i in range(8)])
+            return await read_state(bus.bootstrap, bus.producer, name, topics.ORCHESTRATOR_STATE.partitions)
+        finally:
+            await bus.stop()
+
+    state = asyncio.run(go())
+    assert set(state) == {f"job/a{i}" for i in range(8)} | {f"job/b{i}" for i in range(8)}

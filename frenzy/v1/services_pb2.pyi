@@ -90,16 +90,18 @@ class GpuTypeSummary(_message.Message):
     def __init__(self, gpu_type: _Optional[str] = ..., total: _Optional[int] = ..., free: _Optional[int] = ..., allocated: _Optional[int] = ..., running_jobs: _Optional[int] = ..., queued_jobs: _Optional[int] = ..., nodes: _Optional[int] = ...) -> None: ...
 
 class ClusterSummary(_message.Message):
-    __slots__ = ("gpu_types", "nodes_ready", "nodes_lost", "memory_prediction")
+    __slots__ = ("gpu_types", "nodes_ready", "nodes_lost", "memory_prediction", "agent_restarts")
     GPU_TYPES_FIELD_NUMBER: _ClassVar[int]
     NODES_READY_FIELD_NUMBER: _ClassVar[int]
     NODES_LOST_FIELD_NUMBER: _ClassVar[int]
     MEMORY_PREDICTION_FIELD_NUMBER: _ClassVar[int]
+    AGENT_RESTARTS_FIELD_NUMBER: _ClassVar[int]
     gpu_types: _containers.RepeatedCompositeFieldContainer[GpuTypeSummary]
     nodes_ready: int
     nodes_lost: int
     memory_prediction: MemoryPredictionStats
-    def __init__(self, gpu_types: _Optional[_Iterable[_Union[GpuTypeSummary, _Mapping]]] = ..., nodes_ready: _Optional[int] = ..., nodes_lost: _Optional[int] = ..., memory_prediction: _Optional[_Union[MemoryPredictionStats, _Mapping]] = ...) -> None: ...
+    agent_restarts: int
+    def __init__(self, gpu_types: _Optional[_Iterable[_Union[GpuTypeSummary, _Mapping]]] = ..., nodes_ready: _Optional[int] = ..., nodes_lost: _Optional[int] = ..., memory_prediction: _Optional[_Union[MemoryPredictionStats, _Mapping]] = ..., agent_restarts: _Optional[int] = ...) -> None: ...
 
 class MemoryPredictionStats(_message.Message):
     __slots__ = ("jobs", "mean_abs_error", "worst_under_prediction")

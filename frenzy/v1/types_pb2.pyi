@@ -275,7 +275,7 @@ class GpuStatus(_message.Message):
     def __init__(self, index: _Optional[int] = ..., gpu_type: _Optional[str] = ..., memory_total_bytes: _Optional[int] = ..., memory_used_bytes: _Optional[int] = ..., health: _Optional[_Union[GpuHealth, str]] = ..., job_id: _Optional[str] = ...) -> None: ...
 
 class Node(_message.Message):
-    __slots__ = ("id", "gpu_type", "gpus_total", "gpus_free", "state", "agent_pid", "host", "gpus", "running_jobs", "last_heartbeat")
+    __slots__ = ("id", "gpu_type", "gpus_total", "gpus_free", "state", "agent_pid", "host", "gpus", "running_jobs", "last_heartbeat", "agent_restarts")
     ID_FIELD_NUMBER: _ClassVar[int]
     GPU_TYPE_FIELD_NUMBER: _ClassVar[int]
     GPUS_TOTAL_FIELD_NUMBER: _ClassVar[int]
@@ -286,6 +286,7 @@ class Node(_message.Message):
     GPUS_FIELD_NUMBER: _ClassVar[int]
     RUNNING_JOBS_FIELD_NUMBER: _ClassVar[int]
     LAST_HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    AGENT_RESTARTS_FIELD_NUMBER: _ClassVar[int]
     id: str
     gpu_type: str
     gpus_total: int
@@ -296,4 +297,5 @@ class Node(_message.Message):
     gpus: _containers.RepeatedCompositeFieldContainer[GpuStatus]
     running_jobs: _containers.RepeatedScalarFieldContainer[str]
     last_heartbeat: _timestamp_pb2.Timestamp
-    def __init__(self, id: _Optional[str] = ..., gpu_type: _Optional[str] = ..., gpus_total: _Optional[int] = ..., gpus_free: _Optional[int] = ..., state: _Optional[_Union[NodeState, str]] = ..., agent_pid: _Optional[int] = ..., host: _Optional[str] = ..., gpus: _Optional[_Iterable[_Union[GpuStatus, _Mapping]]] = ..., running_jobs: _Optional[_Iterable[str]] = ..., last_heartbeat: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    agent_restarts: int
+    def __init__(self, id: _Optional[str] = ..., gpu_type: _Optional[str] = ..., gpus_total: _Optional[int] = ..., gpus_free: _Optional[int] = ..., state: _Optional[_Union[NodeState, str]] = ..., agent_pid: _Optional[int] = ..., host: _Optional[str] = ..., gpus: _Optional[_Iterable[_Union[GpuStatus, _Mapping]]] = ..., running_jobs: _Optional[_Iterable[str]] = ..., last_heartbeat: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., agent_restarts: _Optional[int] = ...) -> None: ...

@@ -2,13 +2,16 @@
 
 The processes of a job share one OS process group, so stop and cancel reach the whole tree.
 Each process runs under `sh`, which records its exit code in a file: an agent that restarts can
-still learn how an adopted (not its own child) process ended.
+still learn how an adopted (not its own child) process ended. This module gathers facts
+(`facts`); what they mean is decided in one place, `frenzy_agent.classify`.
 """
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,19 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from frenzy.convert import plan_json
-from frenzy.outcomes import (EXIT_OOM, EXIT_RENDEZVOUS, EXIT_SIGTERM, OOM_REASON,
-                             RENDEZVOUS_REASON)
+from frenzy.outcomes import STATUS_FILE_ENV, read_status
 from frenzy.v1 import events_pb2
+from frenzy_agent.classify import JobFacts
 
-OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "out of memory")
 _RECORD_EXIT = '"$@"; rc=$?; echo $rc > "$FRENZY_EXIT_FILE"; exit $rc'
-
-
-@dataclass
-class Outcome:
-    state: str  # "succeeded" | "failed" | "stopped" | "lost"
-    reason: str
-    exit_code: int
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
 @dataclass
@@ -41,6 +37,7 @@ class RunningJob:
     pids: list[int]
     predicted_peak_bytes: int
     gpu_indices: list[int]
+    cluster_id: str = ""  # the local cluster that launched it; another cluster never adopts it
     stopping: bool = False
     stop_reason: str = ""
     last_progress: dict = field(default_factory=dict)
@@ -53,13 +50,21 @@ class RunningJob:
     def save(self) -> None:
         (self.workdir / "state.json").write_text(json.dumps({
             "job_id": self.job_id, "attempt": self.attempt, "pgid": self.pgid, "pids": self.pids,
-            "predicted_peak_bytes": self.predicted_peak_bytes, "gpu_indices": self.gpu_indices}))
+            "predicted_peak_bytes": self.predicted_peak_bytes, "gpu_indices": self.gpu_indices,
+            "cluster_id": self.cluster_id}))
 
     @classmethod
     def load(cls, workdir: Path) -> "RunningJob":
         data = json.loads((workdir / "state.json").read_text())
         return cls(data["job_id"], data["attempt"], workdir, data["pgid"], data["pids"],
-                   data["predicted_peak_bytes"], data["gpu_indices"])
+                   data["predicted_peak_bytes"], data["gpu_indices"], data.get("cluster_id", ""))
+
+
+def job_dir_name(job_id: str, attempt: int) -> str:
+    """One directory per attempt, whatever the job id holds ("/", NUL, 256 characters): a
+    readable prefix plus a hash of the whole id. The real id lives in state.json."""
+    digest = hashlib.sha1(job_id.encode(errors="surrogatepass")).hexdigest()[:12]
+    return f"{_UNSAFE.sub('_', job_id)[:64]}-{digest}.{attempt}"
 
 
 def job_command(launch: events_pb2.LaunchJob) -> list[str]:
@@ -109,14 +114,15 @@ def job_environment(launch: events_pb2.LaunchJob, local_rank: int, workdir: Path
         "FRENZY_TIME_SCALE": str(time_scale),
         "FRENZY_PROGRESS_FILE": str(workdir / "progress.jsonl"),
         "FRENZY_EXIT_FILE": str(workdir / f"exit.{local_rank}"),
+        STATUS_FILE_ENV: str(workdir / f"status.{local_rank}.json"),
         "PYTHONUNBUFFERED": "1",
     }
 
 
 def launch(launch_cmd: events_pb2.LaunchJob, jobs_dir: Path, time_scale: float,
-           visible_devices: str | None = None) -> RunningJob:
+           visible_devices: str | None = None, cluster_id: str = "") -> RunningJob:
     # Absolute: the job runs with this as its cwd, and its environment names files in it.
-    workdir = (jobs_dir / f"{launch_cmd.job_id}.{launch_cmd.attempt}").resolve()
+    workdir = (jobs_dir / job_dir_name(launch_cmd.job_id, launch_cmd.attempt)).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     command = ["/bin/sh", "-c", _RECORD_EXIT, "sh", *job_command(launch_cmd)]
     pids: list[int] = []
@@ -133,7 +139,7 @@ def launch(launch_cmd: events_pb2.LaunchJob, jobs_dir: Path, time_scale: float,
         pgid = pgid or proc.pid
         pids.append(proc.pid)
     job = RunningJob(launch_cmd.job_id, launch_cmd.attempt, workdir, pgid, pids,
-                     launch_cmd.option.peak_bytes_per_gpu, list(launch_cmd.gpu_indices))
+                     launch_cmd.option.peak_bytes_per_gpu, list(launch_cmd.gpu_indices), cluster_id)
     job.save()
     return job
 
@@ -189,34 +195,23 @@ def read_progress(job: RunningJob) -> dict:
     return job.last_progress
 
 
-def outcome(job: RunningJob) -> Outcome:
-    """How the job's processes ended, from their recorded exit codes and logs."""
-    if job.stopping:
-        return Outcome("stopped", job.stop_reason, EXIT_SIGTERM)
-    codes = []
+def facts(job: RunningJob, agent_was_down: bool = False) -> JobFacts:
+    """What the job left behind: each rank's recorded exit code and status file, the tails of
+    its logs and its last measured memory peak. `classify` decides what they mean."""
+    codes: list[int | None] = []
     for rank in range(len(job.pids)):
         try:
             codes.append(int((job.workdir / f"exit.{rank}").read_text().strip()))
         except (OSError, ValueError):
-            codes.append(-1)
-    if all(code == 0 for code in codes):
-        return Outcome("succeeded", "all processes exited 0", 0)
-    tails = _log_tails(job)
-    if EXIT_OOM in codes or any(marker in tail for tail in tails for marker in OOM_MARKERS):
-        peak = read_progress(job).get("peak_memory_bytes", 0)
-        return Outcome("failed", f"{OOM_REASON}: out of memory (peak {peak} bytes, predicted "
-                                 f"{job.predicted_peak_bytes})", EXIT_OOM)
-    # A rank's own failure comes before what it caused in its peers: ranks the agent stopped
-    # (143), peers left waiting at the rendezvous (4), processes that recorded nothing (-1).
-    own = [code for code in codes if code not in (0, EXIT_SIGTERM, EXIT_RENDEZVOUS, -1)]
-    if own:
-        return Outcome("failed", f"exit code {own[0]}", own[0])
-    if EXIT_RENDEZVOUS in codes:  # the group did not form: not the job's fault, so retryable
-        detail = _text_after(tails, "rendezvous failed: ") or "the process group did not form"
-        return Outcome("failed", f"{RENDEZVOUS_REASON}: {detail}"[:300], EXIT_RENDEZVOUS)
-    if -1 in codes:
-        return Outcome("lost", "process ended without recording an exit code", -1)
-    return Outcome("failed", f"exit code {EXIT_SIGTERM}", EXIT_SIGTERM)  # terminated from outside
+            codes.append(None)
+    statuses = tuple(read_status(job.workdir / f"status.{rank}.json") for rank in range(len(job.pids)))
+    failed = any(code != 0 for code in codes)
+    return JobFacts(
+        exit_codes=tuple(codes), statuses=statuses,
+        log_tails=tuple(_log_tails(job)) if failed else (),
+        peak_memory_bytes=int(read_progress(job).get("peak_memory_bytes", 0) or 0),
+        predicted_peak_bytes=job.predicted_peak_bytes,
+        stop_reason=job.stop_reason if job.stopping else None, agent_was_down=agent_was_down)
 
 
 def _log_tails(job: RunningJob) -> list[str]:
@@ -232,16 +227,7 @@ def _log_tails(job: RunningJob) -> list[str]:
     return tails
 
 
-def _text_after(tails: list[str], marker: str) -> str:
-    """The text after `marker` on the first log line that has it, or ""."""
-    for tail in tails:
-        for line in tail.splitlines():
-            if marker in line:
-                return line.split(marker, 1)[1].strip()
-    return ""
-
-
-async def wait_for_exit(job: RunningJob, on_progress, poll_s: float = 0.05) -> Outcome:
+async def wait_for_exit(job: RunningJob, on_progress, poll_s: float = 0.05) -> JobFacts:
     """Poll until every process of the job is gone, reporting progress as it changes.
 
     When one process fails the others are stopped, so a job never half-runs.
@@ -254,7 +240,7 @@ async def wait_for_exit(job: RunningJob, on_progress, poll_s: float = 0.05) -> O
             last_step = progress.get("step")
             await on_progress(progress)
         if not alive:
-            return outcome(job)
+            return facts(job)
         if len(alive) < len(job.pids) and not job.stopping and _any_failed(job):
             await stop(job, "a process of the job failed", grace_s=2.0)
             job.stopping = False  # report the failure, not a stop

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import shutil
 import socket
@@ -17,6 +18,7 @@ from frenzy.logs import get_logger
 from frenzy.runtime import run_service, run_until_stopped
 from frenzy.v1 import events_pb2, types_pb2
 from frenzy_agent import executor
+from frenzy_agent.classify import Outcome, classify
 from frenzy_agent.gpus import Gpu, NvmlMonitor, discover
 
 log = get_logger("node-agent")
@@ -25,7 +27,7 @@ log = get_logger("node-agent")
 class NodeAgent:
     def __init__(self, bus: Bus, node_id: str, gpus: list[Gpu], state_dir: Path,
                  settings: ServiceSettings, host: str = "127.0.0.1",
-                 monitor: NvmlMonitor | None = None) -> None:
+                 monitor: NvmlMonitor | None = None, cluster_id: str = "") -> None:
         self.bus = bus
         self.node_id = node_id
         self.gpus = gpus
@@ -34,10 +36,14 @@ class NodeAgent:
             else NvmlMonitor()
         self.settings = settings
         self.host = host
+        # The local cluster this agent belongs to ("" outside `frenzy up`): its job records carry
+        # it, and a restarted agent adopts only its own cluster's jobs.
+        self.cluster_id = cluster_id
         self.jobs_dir = state_dir / node_id
         self.running: dict[str, executor.RunningJob] = {}  # job id -> its processes here
         self.supervisors: dict[str, asyncio.Task] = {}
         self.sequence = 0
+        self.restarts = 0  # counted in count_start()
 
     # ----- status ---------------------------------------------------------------------
     async def report(self, job: executor.RunningJob, state: int, reason: str = "",
@@ -59,10 +65,15 @@ class NodeAgent:
             await self.report(job, types_pb2.RUNNING, "progress", progress=progress)
 
         try:
-            result = await executor.wait_for_exit(job, on_progress)
+            result = classify(await executor.wait_for_exit(job, on_progress))
         finally:
-            self.running.pop(job.job_id, None)
-            self.supervisors.pop(job.job_id, None)
+            if self.running.get(job.job_id) is job:
+                self.running.pop(job.job_id, None)
+                self.supervisors.pop(job.job_id, None)
+        await self.finish(job, result)
+
+    async def finish(self, job: executor.RunningJob, result: Outcome) -> None:
+        """Report how a job ended (supervised or found after a restart), then tidy its files."""
         log.info("job processes ended", job_id=job.job_id, attempt=job.attempt,
                  outcome=result.state, reason=result.reason, exit_code=result.exit_code)
         state = {"succeeded": types_pb2.SUCCEEDED, "failed": types_pb2.FAILED,
@@ -70,8 +81,15 @@ class NodeAgent:
         if state is not None:  # a stopped job was ended by the orchestrator; nothing to report
             await self.report(job, state, result.reason, result.exit_code)
         if state == types_pb2.SUCCEEDED:
-            shutil.rmtree(job.workdir, ignore_errors=True)
-        else:  # kept for post-mortems; a restarted agent must not report it again
+            # The logs go; the record stays, so a redelivered LaunchJob for this attempt is
+            # recognised and not run a second time.
+            for path in job.workdir.iterdir():
+                if path.is_dir():
+                    shutil.rmtree(path, ignore_errors=True)
+                elif path.name != "state.json":
+                    path.unlink(missing_ok=True)
+        # Failed ones keep their logs for post-mortems; a restarted agent must not report it again.
+        if job.workdir.exists():
             (job.workdir / "reported").touch()
 
     # ----- commands ----------------------------------------------------------------------
@@ -79,20 +97,28 @@ class NodeAgent:
         cmd = env.launch_job
         if cmd.node_id != self.node_id:
             return  # another node's command on a shared partition
+        try:
+            await self._launch(cmd)
+        except Exception as err:  # noqa: BLE001 - any input that breaks a launch ends its job
+            log.exception("launch failed", job_id=cmd.job_id, attempt=cmd.attempt)
+            failed = executor.RunningJob(cmd.job_id, cmd.attempt, self.jobs_dir, 0, [], 0, [])
+            await self.report(failed, types_pb2.FAILED,
+                              f"launch failed: {type(err).__name__}: {err}"[:300], exit_code=127)
+
+    async def _launch(self, cmd: events_pb2.LaunchJob) -> None:
         current = self.running.get(cmd.job_id)
         if current is not None and current.attempt >= cmd.attempt:
             return  # duplicate delivery
         if current is not None:
             await executor.stop(current, "superseded by a newer attempt", self.settings.stop_grace_s)
-        if (self.jobs_dir / f"{cmd.job_id}.{cmd.attempt}").exists():
-            return  # this attempt already ran here (redelivered after it finished)
-        try:
-            job = executor.launch(cmd, self.jobs_dir, self.settings.time_scale,
-                                  self.visible_devices(cmd.gpu_indices))
-        except OSError as err:
-            failed = executor.RunningJob(cmd.job_id, cmd.attempt, self.jobs_dir, 0, [], 0, [])
-            await self.report(failed, types_pb2.FAILED, f"launch failed: {err}", exit_code=127)
-            return
+        previous = self.jobs_dir / executor.job_dir_name(cmd.job_id, cmd.attempt)
+        if previous.exists():
+            if self._ran_here(previous):
+                return  # this attempt already ran here (redelivered after it finished)
+            # Another cluster's leftovers under a reused job id (adopt_survivors stopped them).
+            shutil.rmtree(previous, ignore_errors=True)
+        job = executor.launch(cmd, self.jobs_dir, self.settings.time_scale,
+                              self.visible_devices(cmd.gpu_indices), self.cluster_id)
         self.running[cmd.job_id] = job
         log.info("launched", job_id=cmd.job_id, attempt=cmd.attempt, gpus=list(cmd.gpu_indices),
                  pgid=job.pgid, rank_offset=cmd.rank_offset, world_size=cmd.world_size)
@@ -108,25 +134,53 @@ class NodeAgent:
         await executor.stop(job, cmd.reason, self.settings.stop_grace_s)
 
     # ----- restart and heartbeats --------------------------------------------------------
+    def count_start(self) -> None:
+        """Count this start in the state directory (agent.json), per cluster: heartbeats carry
+        the restarts, which `frenzy nodes` shows."""
+        record = self.jobs_dir / "agent.json"
+        try:
+            saved = json.loads(record.read_text())
+        except (OSError, ValueError):
+            saved = {}
+        starts = saved.get("starts", 0) if saved.get("cluster_id") == self.cluster_id else 0
+        self.restarts = starts
+        self.jobs_dir.mkdir(parents=True, exist_ok=True)
+        record.write_text(json.dumps({"cluster_id": self.cluster_id, "starts": starts + 1}))
+
     async def adopt_survivors(self) -> None:
         """After an agent restart: supervise job processes that still run, report the rest."""
         if not self.jobs_dir.exists():
             return
         for workdir in sorted(self.jobs_dir.iterdir()):
-            if not (workdir / "state.json").exists():
+            if not (workdir / "state.json").exists() or (workdir / "reported").exists():
                 continue
-            job = executor.RunningJob.load(workdir)
-            if executor.group_alive(job.pgid):
+            try:
+                job = executor.RunningJob.load(workdir)
+            except (OSError, ValueError, KeyError, TypeError) as err:
+                log.error("unreadable job record skipped", path=str(workdir), error=str(err))
+                continue
+            if job.cluster_id != self.cluster_id:
+                # Another cluster's job (one that held this state directory before): its
+                # orchestrator is gone, so nobody will account for its GPUs. End it unreported.
+                log.warning("stranger's job stopped", job_id=job.job_id, pgid=job.pgid,
+                            cluster_id=job.cluster_id)
+                if executor.group_alive(job.pgid):
+                    await executor.stop(job, "another cluster's job", self.settings.stop_grace_s)
+                (workdir / "reported").touch()
+            elif executor.group_alive(job.pgid):
                 log.info("adopted running job", job_id=job.job_id, pgid=job.pgid)
                 self.running[job.job_id] = job
                 self.supervisors[job.job_id] = asyncio.create_task(self.supervise(job))
-            elif not (workdir / "reported").exists():
-                result = executor.outcome(job)
-                state = types_pb2.SUCCEEDED if result.state == "succeeded" else types_pb2.FAILED
-                # The reason keeps its prefix (OOM, RENDEZVOUS): the orchestrator acts on it.
-                await self.report(job, state, f"{result.reason} (ended while the agent was down)",
-                                  result.exit_code)
-                (workdir / "reported").touch()
+            else:
+                await self.finish(job, classify(executor.facts(job, agent_was_down=True)))
+
+    def _ran_here(self, workdir: Path) -> bool:
+        """Whether this cluster launched the attempt in `workdir` (an unreadable record counts
+        as ours: launching twice is worse than a launch timeout)."""
+        try:
+            return executor.RunningJob.load(workdir).cluster_id == self.cluster_id
+        except (OSError, ValueError, KeyError, TypeError):
+            return True
 
     def visible_devices(self, gpu_indices) -> str:
         """CUDA_VISIBLE_DEVICES for a job: UUIDs of real GPUs (CUDA and NVML may number them
@@ -161,6 +215,7 @@ class NodeAgent:
         busy = {gpu: job for job in self.running.values() for gpu in job.gpu_indices}
         return events_pb2.NodeHeartbeat(
             node_id=self.node_id, host=self.host, agent_pid=os.getpid(), sequence=self.sequence,
+            agent_restarts=self.restarts,
             simulated=all(g.simulated for g in self.gpus),
             running_jobs=[f"{j.job_id}:{j.attempt}" for j in self.running.values()],
             gpus=[self.gpu_status(g, busy.get(g.index)) for g in self.gpus])
@@ -183,6 +238,7 @@ class NodeAgent:
             partitions = await self.bus.producer.partitions_for(commands_topic)
             mine = partition_for_key(self.node_id, len(partitions))
             consumer.assign([TopicPartition(commands_topic, mine)])
+            self.count_start()
             await self.adopt_survivors()
             commands = asyncio.create_task(self.bus.run_consumer(
                 consumer, group, {"launch_job": self.on_launch, "stop_job": self.on_stop}, started=True))
@@ -201,6 +257,8 @@ def arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gpus", default="", help="simulated inventory, e.g. 8xA100-80GB")
     parser.add_argument("--state-dir", default=".frenzy/agents")
     parser.add_argument("--host", default="127.0.0.1", help="address other nodes reach this one at")
+    parser.add_argument("--cluster-id", default="",
+                        help="the local cluster's identity; only its job records are adopted")
     return parser
 
 
@@ -213,5 +271,6 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(str(err))
     settings = ServiceSettings()
     agent = NodeAgent(Bus(f"agent-{args.node_id}", settings), args.node_id, gpus,
-                      Path(args.state_dir), settings, args.host or socket.gethostname())
+                      Path(args.state_dir), settings, args.host or socket.gethostname(),
+                      cluster_id=args.cluster_id)
     run_service(agent.run)

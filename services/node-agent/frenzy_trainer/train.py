@@ -39,7 +39,8 @@ from frenzy.broker import free_port
 from frenzy.domain import (ATTENTIONS, GRAD_DTYPES, OPTIMIZERS, PRECISIONS,
                            ParallelPlan, Recipe)
 from frenzy.outcomes import (EXIT_BAD_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_OOM,
-                             EXIT_RENDEZVOUS, EXIT_SIGTERM)
+                             EXIT_RENDEZVOUS, EXIT_SIGTERM, OOM_REASON, RENDEZVOUS_REASON,
+                             write_status)
 
 from .data import make_source, rank_micro_batches
 from .progress import MemoryLimitExceeded, PeakMemory, ProgressWriter
@@ -406,10 +407,12 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         return EXIT_SIGTERM
     except RendezvousError as err:
         print(f"frenzy_trainer: rendezvous failed: {err}", file=sys.stderr)
+        write_status(RENDEZVOUS_REASON, str(err), environ.get("FRENZY_STATUS_FILE"))
         return EXIT_RENDEZVOUS
     except (ConfigError, ValueError) as err:
         if _is_oom(err):
             print(f"frenzy_trainer: out of memory: {err}", file=sys.stderr)
+            write_status(OOM_REASON, str(err), environ.get("FRENZY_STATUS_FILE"))
             return EXIT_OOM
         print(f"frenzy_trainer: bad configuration: {err}", file=sys.stderr)
         return EXIT_BAD_CONFIG
@@ -420,6 +423,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             return EXIT_SIGTERM
         if _is_oom(err):
             print(f"frenzy_trainer: out of memory: {err}", file=sys.stderr)
+            write_status(OOM_REASON, str(err), environ.get("FRENZY_STATUS_FILE"))
             return EXIT_OOM
         traceback.print_exc()
         return EXIT_FAILED

@@ -12,6 +12,7 @@ from frenzy.convert import option_to_proto
 from frenzy.jobspec import SpecError, resolve_spec
 from frenzy.v1 import services_pb2, services_pb2_grpc, types_pb2
 from frenzy_orchestrator import lifecycle
+from frenzy_orchestrator.core import MAX_SPEC_BYTES
 from frenzy_predictor.planner import plan_job
 
 if TYPE_CHECKING:
@@ -27,11 +28,16 @@ class JobApi(services_pb2_grpc.JobServiceServicer):
         self.service = service
 
     async def SubmitJob(self, request, context):
+        if request.spec.ByteSize() > MAX_SPEC_BYTES:
+            await _invalid(context, f"spec: {request.spec.ByteSize()} bytes, more than {MAX_SPEC_BYTES}")
         try:
             resolve_spec(request.spec)
         except SpecError as err:
             await _invalid(context, f"spec.{err}")
         job_id = request.job_id or f"job-{uuid.uuid4().hex[:10]}"
+        if self.service.core.conflicting_spec(job_id, request.spec):
+            await context.abort(grpc.StatusCode.ALREADY_EXISTS,
+                                f"job_id: {job_id!r} is taken by a job with another spec")
         await self.service.submit(job_id, request.spec)
         return services_pb2.SubmitJobResponse(job_id=job_id)
 
@@ -87,6 +93,7 @@ class ClusterApi(services_pb2_grpc.ClusterServiceServicer):
         for n in sorted(self.service.core.nodes.values(), key=lambda n: n.node_id):
             node = types_pb2.Node(id=n.node_id, gpu_type=n.gpu_type, gpus_total=n.gpus_total,
                                   gpus_free=len(n.free_gpus), state=n.state, agent_pid=n.agent_pid,
+                                  agent_restarts=n.agent_restarts,
                                   host=n.host, gpus=n.gpus, running_jobs=n.running_jobs)
             node.last_heartbeat.FromNanoseconds(int(n.last_heartbeat_s * 1e9))
             nodes.append(node)
@@ -110,7 +117,9 @@ class PredictorApi(services_pb2_grpc.PredictorServiceServicer):
 
 
 async def start_grpc(service: "OrchestratorService", host: str, port: int) -> grpc.aio.Server:
-    server = grpc.aio.server()
+    # No SO_REUSEPORT: a second orchestrator on a taken port must fail, not share it (clients
+    # would reach either one).
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
     services_pb2_grpc.add_JobServiceServicer_to_server(JobApi(service), server)
     services_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterApi(service), server)
     services_pb2_grpc.add_PredictorServiceServicer_to_server(PredictorApi(), server)

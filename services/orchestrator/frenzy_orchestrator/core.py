@@ -2,6 +2,14 @@
 
 No I/O here. Each handler takes an event and the time, updates state, and returns the events
 to publish (`Outgoing`). The Kafka shell publishes them; tests call the handlers directly.
+
+Nothing stuck, nothing twice (docs/architecture.md, "Recovery guarantees"):
+- every non-terminal state has a way out: SUBMITTED ends after `plan_timeout_s` without a plan,
+  QUEUED ends when no option fits the cluster's GPUs (unschedulable), LAUNCHING is retried after
+  `launch_timeout_s`, RUNNING is retried when its node is lost or stops reporting it;
+- each heartbeat is reconciled against these records: a process running for an attempt that is
+  not current is stopped, and until it is gone its GPUs are fenced (never counted free). That is
+  what keeps a node that returns after being declared lost from running two attempts at once.
 """
 from __future__ import annotations
 
@@ -34,6 +42,7 @@ class NodeRecord:
     gpus_total: int
     host: str = "127.0.0.1"
     agent_pid: int = 0
+    agent_restarts: int = 0
     state: int = types_pb2.NODE_READY
     last_heartbeat_s: float = 0.0
     gpus: list[types_pb2.GpuStatus] = field(default_factory=list)
@@ -41,6 +50,10 @@ class NodeRecord:
     running_jobs: list[str] = field(default_factory=list)
     version: int = 0
     heard: bool = True  # False for a node known only from recovered jobs, until it heartbeats
+    # GPUs the agent says a job uses that these records do not allocate to it there: a stale
+    # attempt still running. Never free until a heartbeat shows them released.
+    fenced_gpus: set[int] = field(default_factory=set)
+    stops_sent_s: dict[str, float] = field(default_factory=dict)  # "job:attempt" -> last StopJob
 
     @property
     def free_gpus(self) -> list[int]:
@@ -48,7 +61,7 @@ class NodeRecord:
             return []
         healthy = {g.index for g in self.gpus if g.health != types_pb2.UNHEALTHY} if self.gpus \
             else set(range(self.gpus_total))
-        return sorted(healthy - set(self.allocations))
+        return sorted(healthy - set(self.allocations) - self.fenced_gpus)
 
 
 @dataclass
@@ -57,12 +70,17 @@ class JobRecord:
     node_outcomes: dict[str, int] = field(default_factory=dict)  # node -> agent-reported state
     oom_replans: int = 0
     history: list[tuple[int, str]] = field(default_factory=list)
+    since_s: float = 0.0  # when the job entered its current state (or was restored)
+    needs: list[tuple[str, int]] = field(default_factory=list)  # (GPU type, GPUs) per plan option
+    missing_since_s: dict[str, float] = field(default_factory=dict)  # node -> first heartbeat without it
 
     @property
     def id(self) -> str:
         return self.job.id
 
 
+MAX_SPEC_BYTES = 64 * 1024  # a job spec; status records carry it, and Kafka's default limit is 1 MB
+STOP_RESEND_S = 10.0  # how often a stale attempt seen in heartbeats is told to stop again
 MASTER_PORT_BASE, MASTER_PORT_SPAN = 29500, 3000  # torch's default port and up: 29500-32499
 
 
@@ -76,8 +94,12 @@ def master_port(job_id: str, attempt: int) -> int:
 
 class OrchestratorCore:
     def __init__(self, node_timeout_s: float = 10.0, max_retries: int = 3,
-                 max_oom_replans: int = 1, epoch: int = 0) -> None:
+                 max_oom_replans: int = 1, epoch: int = 0, launch_timeout_s: float = 60.0,
+                 plan_timeout_s: float = 120.0) -> None:
         self.node_timeout_s = node_timeout_s
+        self.launch_timeout_s = launch_timeout_s
+        self.plan_timeout_s = plan_timeout_s
+        self.first_tick_s: float | None = None  # nodes have had a timeout to join after this
         self.max_retries = max_retries
         self.max_oom_replans = max_oom_replans
         self.epoch = epoch  # orchestrator incarnation; keeps node versions growing over restarts
@@ -124,7 +146,7 @@ class OrchestratorCore:
             job = types_pb2.Job()
             job.CopyFrom(saved.job)
             rec = JobRecord(job, dict(saved.node_outcomes), saved.oom_replans,
-                            history=[(job.state, "restored")])
+                            history=[(job.state, "restored")], since_s=now_s)
             self.jobs[job.id] = rec
             if job.state == SUCCEEDED:
                 self._record_memory_error(job)
@@ -155,6 +177,8 @@ class OrchestratorCore:
         if target in lifecycle.TERMINAL:
             job.finished_at.FromNanoseconds(int(now_s * 1e9))
         rec.history.append((target, reason))
+        rec.since_s = now_s
+        rec.missing_since_s.clear()
         self._dirty_jobs.add(job.id)
         status = events_pb2.JobStatusChanged(
             job_id=job.id, state=target, reason=reason, source=events_pb2.ORCHESTRATOR,
@@ -163,18 +187,28 @@ class OrchestratorCore:
         status.job.CopyFrom(job)
         return [Outgoing(topics.JOBS_STATUS, job.id, status)]
 
+    def conflicting_spec(self, job_id: str, spec: types_pb2.JobSpec) -> bool:
+        """A known job id submitted again with another spec (the same spec is a retry)."""
+        rec = self.jobs.get(job_id)
+        return rec is not None and rec.job.spec != spec
+
     def submit(self, job_id: str, spec: types_pb2.JobSpec, now_s: float) -> list[Outgoing]:
-        """Register a job from JobSubmitted (idempotent: a known job id is left alone)."""
+        """Register a job from JobSubmitted (idempotent: a known job id is left alone, whatever
+        spec comes with it; the gRPC edge refuses a different one with ALREADY_EXISTS)."""
         if job_id in self.jobs:
             return []
         job = types_pb2.Job(id=job_id, spec=spec, state=SUBMITTED, reason="submitted", version=1)
         job.submitted_at.FromNanoseconds(int(now_s * 1e9))
-        rec = JobRecord(job, history=[(SUBMITTED, "submitted")])
+        rec = JobRecord(job, history=[(SUBMITTED, "submitted")], since_s=now_s)
         self.jobs[job_id] = rec
         self._dirty_jobs.add(job_id)
         try:
+            if spec.ByteSize() > MAX_SPEC_BYTES:
+                raise SpecError("spec", f"{spec.ByteSize()} bytes, more than {MAX_SPEC_BYTES}")
             resolve_spec(spec)
         except SpecError as err:
+            job.ClearField("spec")  # an oversized spec must not ride on every status record
+            job.spec.name = spec.name[:200]
             return self._transition(rec, FAILED, f"invalid spec: {err}", now_s)
         status = events_pb2.JobStatusChanged(job_id=job_id, state=SUBMITTED, reason="submitted",
                                              source=events_pb2.ORCHESTRATOR, job=job)
@@ -194,6 +228,7 @@ class OrchestratorCore:
             return []
         if not planned.options:
             return self._transition(rec, FAILED, planned.reason or "unschedulable", now_s)
+        rec.needs = [(o.gpu_type, o.num_gpus) for o in planned.options]
         out = self._transition(rec, PLANNED, f"{len(planned.options)} options", now_s)
         return out + self._transition(rec, QUEUED, "waiting for GPUs", now_s)
 
@@ -329,6 +364,15 @@ class OrchestratorCore:
         resubmit.submitted_at.CopyFrom(job.submitted_at)
         return out + [Outgoing(topics.JOBS_SUBMITTED, job.id, resubmit)]
 
+    def fail(self, job_id: str, reason: str, now_s: float) -> list[Outgoing]:
+        """End a live job with a reason: the shell calls this when handling one of its events
+        raised, so a bug or an input nobody foresaw ends the job instead of parking it."""
+        rec = self.jobs.get(job_id)
+        if rec is None or rec.job.state in lifecycle.TERMINAL:
+            return []
+        out = self._stop_commands(rec, reason) + self._release(rec, f"job {job_id} failed")
+        return self._transition(rec, FAILED, reason, now_s) + out
+
     def cancel(self, job_id: str, now_s: float, reason: str = "cancelled by user") -> list[Outgoing]:
         rec = self.jobs.get(job_id)
         if rec is None or rec.job.state in lifecycle.TERMINAL:
@@ -363,11 +407,61 @@ class OrchestratorCore:
             cause = ""
         healthy_before = node.free_gpus
         node.host, node.agent_pid, node.last_heartbeat_s = hb.host or node.host, hb.agent_pid, now_s
+        node.agent_restarts = hb.agent_restarts
         node.gpus = list(hb.gpus)
         node.gpu_type, node.gpus_total = gpu_type or node.gpu_type, len(hb.gpus) or node.gpus_total
         node.running_jobs = list(hb.running_jobs)
+        out += self._reconcile(node, hb, now_s)
         if cause or node.free_gpus != healthy_before:
-            out.append(self._availability(node, cause or "GPU health changed"))
+            if not cause:
+                cause = "stale attempt fenced" if node.fenced_gpus else "GPU health changed"
+            out.append(self._availability(node, cause))
+        return out
+
+    def _current_here(self, job_id: str, attempt: int, node_id: str) -> bool:
+        rec = self.jobs.get(job_id)
+        return (rec is not None and rec.job.state in (PLACED, LAUNCHING, RUNNING)
+                and rec.job.attempt == attempt and node_id in rec.node_outcomes)
+
+    def _reconcile(self, node: NodeRecord, hb: events_pb2.NodeHeartbeat, now_s: float) -> list[Outgoing]:
+        """Compare what the agent runs with what these records say runs there.
+
+        A process of an attempt that is not current is stopped (again every STOP_RESEND_S while
+        it shows), and the GPUs it holds are fenced. A confirmed running attempt that the agent
+        has not listed for a node timeout is lost: it is retried like a job on a lost node.
+        """
+        out: list[Outgoing] = []
+        reported: set[tuple[str, int]] = set()
+        for entry in hb.running_jobs:
+            job_id, _, attempt_text = entry.rpartition(":")
+            try:
+                attempt = int(attempt_text)
+            except ValueError:
+                continue
+            reported.add((job_id, attempt))
+            if self._current_here(job_id, attempt, node.node_id):
+                node.stops_sent_s.pop(entry, None)
+                continue
+            if now_s - node.stops_sent_s.get(entry, float("-inf")) >= STOP_RESEND_S:
+                node.stops_sent_s[entry] = now_s
+                out.append(Outgoing(topics.AGENT_COMMANDS, node.node_id, events_pb2.StopJob(
+                    job_id=job_id, node_id=node.node_id, attempt=attempt,
+                    reason=f"attempt {attempt} is not current (reconciliation)")))
+        node.fenced_gpus = {g.index for g in hb.gpus
+                            if g.job_id and node.allocations.get(g.index) != g.job_id}
+        for job_id in sorted(set(node.allocations.values())):
+            rec = self.jobs[job_id]
+            if rec.job.state != RUNNING or rec.node_outcomes.get(node.node_id) != RUNNING:
+                continue
+            if (job_id, rec.job.attempt) in reported:
+                rec.missing_since_s.pop(node.node_id, None)
+                continue
+            since = rec.missing_since_s.setdefault(node.node_id, now_s)
+            if now_s - since > self.node_timeout_s:
+                cause = f"attempt {rec.job.attempt} no longer runs on node {node.node_id}"
+                out += self._stop_commands(rec, cause)
+                out += self._release(rec, f"job {job_id} re-queued")
+                out = self._requeue(rec, cause, now_s) + out
         return out
 
     def check_liveness(self, now_s: float) -> list[Outgoing]:
@@ -380,6 +474,35 @@ class OrchestratorCore:
                     out += self._requeue_lost(self.jobs[job_id], node.node_id, now_s)
                 node.allocations.clear()
                 out.append(self._availability(node, "node lost"))
+        return out
+
+    def check_deadlines(self, now_s: float) -> list[Outgoing]:
+        """End or retry every job that has sat in a state longer than that state allows."""
+        if self.first_tick_s is None:
+            self.first_tick_s = now_s
+        nodes_settled = now_s - self.first_tick_s > self.node_timeout_s
+        capacity: dict[str, int] = {}
+        for node in self.nodes.values():  # lost nodes count: they may come back
+            capacity[node.gpu_type] = capacity.get(node.gpu_type, 0) + node.gpus_total
+        out: list[Outgoing] = []
+        for rec in list(self.jobs.values()):
+            state, age_s = rec.job.state, now_s - rec.since_s
+            if state == SUBMITTED and age_s > self.plan_timeout_s:
+                out += self._transition(rec, FAILED, f"no plan within {self.plan_timeout_s:g} s "
+                                                     "(the predictor could not plan this spec)", now_s)
+            elif state == QUEUED and rec.needs and nodes_settled and not any(
+                    capacity.get(gpu_type, 0) >= gpus for gpu_type, gpus in rec.needs):
+                wanted = ", ".join(f"{gpus}x{gpu_type}" for gpu_type, gpus in rec.needs[:5])
+                have = ", ".join(f"{n}x{t}" for t, n in sorted(capacity.items())) or "no GPUs"
+                out += self._transition(rec, FAILED, f"unschedulable: every plan needs more GPUs "
+                                                     f"than the cluster has (wants {wanted}; "
+                                                     f"cluster has {have})", now_s)
+            elif state in (PLACED, LAUNCHING) and age_s > self.launch_timeout_s:
+                silent = sorted(n for n, s in rec.node_outcomes.items() if s == LAUNCHING)
+                cause = f"launch timeout: no report from {', '.join(silent) or 'its nodes'} " \
+                        f"within {self.launch_timeout_s:g} s"
+                stops = self._stop_commands(rec, cause) + self._release(rec, f"job {rec.id} re-queued")
+                out += self._requeue(rec, cause, now_s) + stops
         return out
 
     def _requeue_lost(self, rec: JobRecord, node_id: str, now_s: float) -> list[Outgoing]:
@@ -425,7 +548,8 @@ class OrchestratorCore:
             worst_under_prediction=min([0.0, *errors]))
         return services_pb2.ClusterSummary(
             gpu_types=sorted(summary.values(), key=lambda s: s.gpu_type), nodes_ready=ready,
-            nodes_lost=len(self.nodes) - ready, memory_prediction=stats)
+            nodes_lost=len(self.nodes) - ready, memory_prediction=stats,
+            agent_restarts=sum(n.agent_restarts for n in self.nodes.values()))
 
     def queued_count(self) -> int:
         return sum(1 for r in self.jobs.values() if r.job.state in (SUBMITTED, PLANNED, QUEUED))

@@ -25,7 +25,9 @@ class OrchestratorService:
     def __init__(self, bus: Bus, settings: ServiceSettings) -> None:
         self.bus = bus
         self.settings = settings
-        self.core = OrchestratorCore(settings.node_timeout_s, settings.max_retries)
+        self.core = OrchestratorCore(settings.node_timeout_s, settings.max_retries,
+                                     launch_timeout_s=settings.launch_timeout_s,
+                                     plan_timeout_s=settings.plan_timeout_s)
         self.metrics = OrchestratorMetrics(self.core)
         self._errors_observed = 0  # memory prediction errors already in the histogram
         self.watchers: dict[str, list[asyncio.Queue]] = {}
@@ -52,9 +54,21 @@ class OrchestratorService:
         log.info("state recovered", epoch=epoch, jobs=len(jobs), active_jobs=active,
                  early_plans=len(early), took_s=round(time.monotonic() - started_s, 3))
 
-    async def _run(self, handler, *args) -> None:
-        """Apply one event to the core. Its outgoing events wait for the next flush()."""
-        self._pending.extend(handler(*args, time.time()))
+    async def _run(self, handler, *args, job_id: str = "") -> None:
+        """Apply one event to the core. Its outgoing events wait for the next flush().
+
+        If the handler raises on a job's event, the job ends FAILED with the error as its reason
+        (the record still goes to the dead-letter topic when even that fails): an input nobody
+        foresaw must not park a job, and its GPUs, forever.
+        """
+        try:
+            self._pending.extend(handler(*args, time.time()))
+        except Exception as err:
+            if not job_id:
+                raise
+            log.exception("handler failed; ending the job", job_id=job_id, handler=handler.__name__)
+            reason = f"internal error in {handler.__name__}: {type(err).__name__}: {err}"[:300]
+            self._pending.extend(self.core.fail(job_id, reason, time.time()))
 
     async def flush(self) -> None:
         """Publish what the handled events produced, and only then their state records.
@@ -100,17 +114,19 @@ class OrchestratorService:
     async def on_submitted(self, env: events_pb2.Envelope, key: str) -> None:
         submitted = env.job_submitted
         if submitted.attempt == 0:  # attempts > 0 are this service's own re-plan requests
-            await self._run(self.core.submit, submitted_job_id(env), submitted.spec)
+            job_id = submitted_job_id(env)
+            await self._run(self.core.submit, job_id, submitted.spec, job_id=job_id)
 
     async def on_planned(self, env: events_pb2.Envelope, key: str) -> None:
-        await self._run(self.core.on_planned, env.job_planned)
+        await self._run(self.core.on_planned, env.job_planned, job_id=env.job_planned.job_id)
 
     async def on_placed(self, env: events_pb2.Envelope, key: str) -> None:
-        await self._run(self.core.on_placed, env.job_placed)
+        await self._run(self.core.on_placed, env.job_placed, job_id=env.job_placed.job_id)
 
     async def on_status(self, env: events_pb2.Envelope, key: str) -> None:
         if env.job_status_changed.source == events_pb2.AGENT:
-            await self._run(self.core.on_agent_status, env.job_status_changed)
+            await self._run(self.core.on_agent_status, env.job_status_changed,
+                            job_id=env.job_status_changed.job_id)
 
     async def on_heartbeat(self, env: events_pb2.Envelope, key: str) -> None:
         await self._run(self.core.on_heartbeat, env.node_heartbeat)
@@ -121,6 +137,7 @@ class OrchestratorService:
         while True:
             await asyncio.sleep(min(1.0, self.settings.node_timeout_s / 4))
             await self._run(self.core.check_liveness)
+            await self._run(self.core.check_deadlines)
             await self.flush()
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -34,6 +34,10 @@ class PredictorService:
             # The orchestrator validates the same spec and fails the job with this reason.
             log.info("invalid spec, not planned", job_id=submitted.job_id, error=str(err))
             return
+        except (ValueError, ArithmeticError) as err:  # e.g. sizes past int64 in a config.json
+            log.warning("cannot plan", job_id=submitted.job_id, error=str(err))
+            planned = events_pb2.JobPlanned(job_id=submitted.job_id, attempt=submitted.attempt,
+                                            reason=f"unschedulable: cannot plan this model: {err}"[:300])
         await self.bus.publish(topics.JOBS_PLANNED, submitted.job_id, planned, trace_id=env.trace_id)
         log.info("planned", job_id=submitted.job_id, options=len(planned.options),
                  best=planned.options[0].gpu_type if planned.options else None)
