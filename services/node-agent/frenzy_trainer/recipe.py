@@ -165,7 +165,7 @@ class FSDPTrainer:
         compute = DTYPES[recipe.precision]
         reduce = torch.float32 if recipe.grad_dtype == "fp32" else compute
         policy = MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=reduce)
-        for block in model.blocks:
+        for block in model.blocks.values():
             fully_shard(block, mesh=mesh, reshard_after_forward=zero == 3, mp_policy=policy)
         fully_shard(model, mesh=mesh, reshard_after_forward=zero == 3, mp_policy=policy)
         self.model, self.recipe = model, recipe

@@ -8,9 +8,9 @@ reference recipe (frenzy_trainer.recipe):
 * data parallel with ZeRO 0/1: Megatron-style flat fp32 grad buffer, one all-reduce per step
   (gloo on CPU, nccl on GPU);
 * ZeRO 2/3: FSDP2 `fully_shard` with a MixedPrecisionPolicy;
-* recompute none/selective/full: activation checkpointing in the model.
-
-Tensor and pipeline parallelism are not supported here and fail as bad configuration.
+* recompute none/selective/full: activation checkpointing in the model;
+* tp > 1 or pp > 1: DTensor tensor (and sequence) parallelism, pipeline stages with 1F1B and
+  FSDP2 data parallelism on one device mesh (frenzy_trainer.parallelize).
 
 Exit codes: 0 done, 2 bad configuration, 3 out of memory (CUDA OOM, allocator OOM, or tracked
 peak over FRENZY_MEMORY_LIMIT_BYTES), 4 the process group could not form (retryable), 143
@@ -246,17 +246,23 @@ def dist_env(environ: Mapping[str, str]) -> DistEnv:
 
 
 def check_plan(arch: ModelArch, config: JobConfig, plan: ParallelPlan, env: DistEnv) -> None:
-    if plan.tp > 1 or plan.pp > 1:
-        raise ConfigError(f"plan: tp={plan.tp}, pp={plan.pp}: tensor and pipeline parallelism are "
-                          "not supported by the reference trainer (use tp=1, pp=1)")
-    if plan.num_gpus != env.world_size:
-        raise ConfigError(f"plan: dp x tp x pp = {plan.num_gpus} but WORLD_SIZE = {env.world_size}")
     if config.global_batch % (plan.dp * plan.micro_batch):
         raise ConfigError(f"plan.micro_batch: global batch {config.global_batch} is not a multiple "
                           f"of dp x micro_batch = {plan.dp * plan.micro_batch}")
     if arch.family == "gpt2" and config.seq_len > arch.max_position_embeddings:
         raise ConfigError(f"seq_len: {config.seq_len} exceeds {arch.name}'s learned positions "
                           f"({arch.max_position_embeddings})")
+    for what, count in (("num_kv_heads", arch.num_kv_heads), ("vocab_size", arch.vocab_size),
+                        ("ffn_hidden_size", arch.ffn_hidden_size)):
+        if count % plan.tp:
+            raise ConfigError(f"plan.tp: {plan.tp} does not divide {arch.name}'s {what} ({count})")
+    if plan.sequence_parallel and plan.tp > 1 and config.seq_len % plan.tp:
+        raise ConfigError(f"plan.sequence_parallel: seq_len {config.seq_len} is not a multiple of "
+                          f"tp = {plan.tp}")
+    if plan.pp > arch.num_layers:
+        raise ConfigError(f"plan.pp: {plan.pp} stages but {arch.name} has {arch.num_layers} layers")
+    if plan.num_gpus != env.world_size:
+        raise ConfigError(f"plan: dp x tp x pp = {plan.num_gpus} but WORLD_SIZE = {env.world_size}")
 
 
 # ---------------------------------------------------------------------------- training
@@ -292,6 +298,11 @@ def _init_distributed(env: DistEnv, device: torch.device, plan: ParallelPlan,
 
 
 def _build_trainer(arch: ModelArch, config: JobConfig, plan: ParallelPlan, device: torch.device):
+    """tp = pp = 1: the flat-buffer (ZeRO-0/1) or FSDP2 (ZeRO-2/3) trainer MARP models;
+    otherwise TP x PP x DP on a device mesh (frenzy_trainer.parallelize)."""
+    if plan.tp > 1 or plan.pp > 1:
+        from .parallelize import ParallelTrainer
+        return ParallelTrainer(arch, config.recipe, plan, config.lr, device, config.seed)
     from .recipe import build_trainer
 
     mesh = None
@@ -300,6 +311,11 @@ def _build_trainer(arch: ModelArch, config: JobConfig, plan: ParallelPlan, devic
         mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     return build_trainer(arch, config.recipe, zero=plan.zero, recompute=plan.recompute,
                          lr=config.lr, device=device, mesh=mesh)
+
+
+def data_parallel_rank(rank: int, plan: ParallelPlan) -> int:
+    """Ranks are laid out (pp, dp, tp), row-major, as the device mesh is."""
+    return (rank // plan.tp) % plan.dp
 
 
 def _reduce(loss: torch.Tensor, peak_bytes: int, device: torch.device) -> tuple[float, int]:
@@ -331,8 +347,8 @@ def train(config: JobConfig, plan: ParallelPlan, env: DistEnv, device: torch.dev
     loss = math.nan
     peak = 0
     for step in range(1, config.steps + 1):
-        batches = rank_micro_batches(source, step, config.global_batch, plan.dp, env.rank,
-                                     plan.micro_batch, device)
+        batches = rank_micro_batches(source, step, config.global_batch, plan.dp,
+                                     data_parallel_rank(env.rank, plan), plan.micro_batch, device)
         step_loss = trainer.train_step(batches)
         memory.check()
         if step % config.log_every == 0 or step == config.steps:
