@@ -15,3 +15,9 @@ EXIT_SIGTERM = 143
 
 OOM_REASON = "OOM"
 RENDEZVOUS_REASON = "RENDEZVOUS"
+PREEMPTED_REASON = "PREEMPTED"
+# The trainer writes this file (JSON: step, checkpoint_step) next to its progress file when it
+# saved and exited on a checkpoint-now request (SIGUSR1); the agent reports PREEMPTED only when
+# it is there, so no exit code a user program returns is read as a preemption.
+PREEMPTED_MARKER_FILE = "preempted.json"
+CHECKPOINT_NOW_SIGNAL = "SIGUSR1"

@@ -89,11 +89,12 @@ def _main_in_process(tmp_path: Path, args: list[str], plan: dict, **extra: str) 
     """Run one rank in this process (no rendezvous happens for one rank without FSDP)."""
     from frenzy_trainer.train import main
 
-    previous = signal.getsignal(signal.SIGTERM)
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR1)}
     try:
         return main(args, _env(tmp_path, 0, 1, 0, plan, **extra))
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 @pytest.mark.parametrize("args, plan, field", [

@@ -35,7 +35,7 @@ from frenzy.catalog.models import ModelArch
 from frenzy.domain import ParallelPlan, Recipe
 
 from .model import DTYPES, Transformer, build_model, next_token_loss
-from .recipe import MicroBatch, _forward_backward, _optimizer
+from .recipe import MicroBatch, _forward_backward, _optimizer, dcp_state, load_dcp_state
 
 MESH_DIMS = ("pp", "dp_replicate", "dp_shard", "tp")
 
@@ -179,6 +179,12 @@ class ParallelTrainer:
             self.pp_stage = PipelineStage(model, self.stage, plan.pp, device,
                                           group=self.mesh["pp"].get_group())
             self.schedule_cls = Schedule1F1B
+
+    def checkpoint_state(self) -> dict:
+        return dcp_state(self.model, self.optimizer)
+
+    def load_checkpoint_state(self, state: dict) -> None:
+        load_dcp_state(self.model, self.optimizer, state)
 
     def train_step(self, micro_batches: Sequence[MicroBatch]) -> torch.Tensor:
         if self.plan.pp > 1:
