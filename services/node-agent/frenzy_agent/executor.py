@@ -18,7 +18,7 @@ from pathlib import Path
 
 from frenzy.convert import plan_json
 from frenzy.outcomes import (EXIT_OOM, EXIT_RENDEZVOUS, EXIT_SIGTERM, OOM_REASON,
-                             RENDEZVOUS_REASON)
+                             PREEMPTED_MARKER_FILE, PREEMPTED_REASON, RENDEZVOUS_REASON)
 from frenzy.v1 import events_pb2
 
 OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "out of memory")
@@ -27,7 +27,7 @@ _RECORD_EXIT = '"$@"; rc=$?; echo $rc > "$FRENZY_EXIT_FILE"; exit $rc'
 
 @dataclass
 class Outcome:
-    state: str  # "succeeded" | "failed" | "stopped" | "lost"
+    state: str  # "succeeded" | "failed" | "stopped" | "lost" | "preempted"
     reason: str
     exit_code: int
 
@@ -43,8 +43,10 @@ class RunningJob:
     gpu_indices: list[int]
     stopping: bool = False
     stop_reason: str = ""
+    checkpoint_first: bool = False  # the stop asked for a checkpoint (SIGUSR1) first
     last_progress: dict = field(default_factory=dict)
     progress_offset: int = 0  # bytes of the progress file already read
+    checkpoint_step: int | None = None  # the newest committed checkpoint the trainer reported
 
     @property
     def progress_file(self) -> Path:
@@ -69,7 +71,8 @@ def job_command(launch: events_pb2.LaunchJob) -> list[str]:
 
 
 def job_environment(launch: events_pb2.LaunchJob, local_rank: int, workdir: Path,
-                    time_scale: float, visible_devices: str | None = None) -> dict[str, str]:
+                    time_scale: float, visible_devices: str | None = None,
+                    checkpoint_root: Path | None = None) -> dict[str, str]:
     """The torchrun-compatible rendezvous environment plus Frenzy's own contract.
 
     `visible_devices` is CUDA_VISIBLE_DEVICES: the node's GPU UUIDs or indices for real GPUs,
@@ -110,11 +113,29 @@ def job_environment(launch: events_pb2.LaunchJob, local_rank: int, workdir: Path
         "FRENZY_PROGRESS_FILE": str(workdir / "progress.jsonl"),
         "FRENZY_EXIT_FILE": str(workdir / f"exit.{local_rank}"),
         "PYTHONUNBUFFERED": "1",
+        **checkpoint_environment(launch, checkpoint_root or workdir.parent / "checkpoints"),
     }
 
 
+def checkpoint_environment(launch: events_pb2.LaunchJob, root: Path) -> dict[str, str]:
+    """Where the job's checkpoints live (one directory per job, shared by its attempts, so a
+    new attempt finds the last one) and the spec's checkpoint policy (docs/trainer.md)."""
+    t = launch.spec.training
+    uri = launch.checkpoint_uri or t.checkpoint_uri or str((root / launch.job_id).resolve())
+    env = {"FRENZY_CHECKPOINT_URI": uri, "FRENZY_RESUME_FROM_STEP": str(launch.resume_from_step)}
+    if t.checkpoint_every_steps:
+        env["FRENZY_CHECKPOINT_EVERY_STEPS"] = str(t.checkpoint_every_steps)
+    if t.checkpoint_every_s:
+        env["FRENZY_CHECKPOINT_EVERY_S"] = str(t.checkpoint_every_s)
+    if t.checkpoint_keep:
+        env["FRENZY_CHECKPOINT_KEEP"] = str(t.checkpoint_keep)
+    if t.keep_checkpoints:
+        env["FRENZY_KEEP_CHECKPOINTS"] = "1"
+    return env
+
+
 def launch(launch_cmd: events_pb2.LaunchJob, jobs_dir: Path, time_scale: float,
-           visible_devices: str | None = None) -> RunningJob:
+           visible_devices: str | None = None, checkpoint_root: Path | None = None) -> RunningJob:
     # Absolute: the job runs with this as its cwd, and its environment names files in it.
     workdir = (jobs_dir / f"{launch_cmd.job_id}.{launch_cmd.attempt}").resolve()
     workdir.mkdir(parents=True, exist_ok=True)
@@ -127,7 +148,8 @@ def launch(launch_cmd: events_pb2.LaunchJob, jobs_dir: Path, time_scale: float,
         # Plain Popen, not asyncio's: the agent reaps its children itself (see _alive), which
         # also works for processes it adopts after a restart.
         proc = subprocess.Popen(
-            command, env=job_environment(launch_cmd, local_rank, workdir, time_scale, visible_devices),
+            command, env=job_environment(launch_cmd, local_rank, workdir, time_scale, visible_devices,
+                                         checkpoint_root),
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=workdir, **group)
         log.close()
         pgid = pgid or proc.pid
@@ -168,8 +190,9 @@ def group_alive(pgid: int) -> bool:
 
 
 def read_progress(job: RunningJob) -> dict:
-    """The last complete JSON line of the job's progress file. Polled every few tens of ms, so
-    it reads only the lines written since the last call: a long job's file grows by a line a step."""
+    """The last complete progress line of the job's progress file. Polled every few tens of ms,
+    so it reads only the lines written since the last call: a long job's file grows by a line a
+    step. Checkpoint commits (`{"event": "checkpoint", "step": N}`) go to `job.checkpoint_step`."""
     try:
         with open(job.progress_file, "rb") as f:
             f.seek(job.progress_offset)
@@ -178,19 +201,34 @@ def read_progress(job: RunningJob) -> dict:
         return job.last_progress
     complete = new_bytes[:new_bytes.rfind(b"\n") + 1]  # a line still being written waits
     job.progress_offset += len(complete)
-    for line in reversed(complete.splitlines()):
+    for line in complete.splitlines():
         try:
             data = json.loads(line)
         except ValueError:
             continue
-        if isinstance(data, dict) and "step" in data:
+        if not isinstance(data, dict) or not isinstance(data.get("step"), int):
+            continue
+        if data.get("event") == "checkpoint":
+            job.checkpoint_step = max(job.checkpoint_step or 0, data["step"])
+        elif data.get("event") != "resumed":
             job.last_progress = data
-            break
     return job.last_progress
 
 
 def outcome(job: RunningJob) -> Outcome:
     """How the job's processes ended, from their recorded exit codes and logs."""
+    marker = job.workdir / PREEMPTED_MARKER_FILE
+    if marker.is_file():  # the trainer saved and exited on a checkpoint-now request
+        try:
+            step = json.loads(marker.read_text()).get("checkpoint_step")
+        except (OSError, ValueError, AttributeError):
+            step = None
+        if isinstance(step, int):
+            job.checkpoint_step = max(job.checkpoint_step or 0, step)
+        return Outcome("preempted", f"{PREEMPTED_REASON}: checkpoint at step {step}", 0)
+    if job.checkpoint_first:  # no checkpoint-now support, or past the grace period
+        return Outcome("preempted", f"{PREEMPTED_REASON}: stopped without a new checkpoint "
+                                    f"({job.stop_reason})", EXIT_SIGTERM)
     if job.stopping:
         return Outcome("stopped", job.stop_reason, EXIT_SIGTERM)
     codes = []
@@ -246,12 +284,12 @@ async def wait_for_exit(job: RunningJob, on_progress, poll_s: float = 0.05) -> O
 
     When one process fails the others are stopped, so a job never half-runs.
     """
-    last_step = None
+    last_seen = None
     while True:
         alive = [pid for pid in job.pids if _alive(pid)]
         progress = read_progress(job)
-        if progress and progress.get("step") != last_step:
-            last_step = progress.get("step")
+        if progress and (progress.get("step"), job.checkpoint_step) != last_seen:
+            last_seen = (progress.get("step"), job.checkpoint_step)
             await on_progress(progress)
         if not alive:
             return outcome(job)
@@ -289,3 +327,22 @@ async def stop(job: RunningJob, reason: str, grace_s: float) -> None:
         pass
     for pid in job.pids:
         _alive(pid)  # reap
+
+
+async def checkpoint_and_stop(job: RunningJob, reason: str, checkpoint_grace_s: float,
+                              stop_grace_s: float) -> None:
+    """Checkpoint-now: SIGUSR1 to the job's processes (the trainer saves at its next step
+    boundary and exits, leaving PREEMPTED_MARKER_FILE); if they are still there after the
+    grace period, stop them. Either way the outcome is PREEMPTED and the last committed
+    checkpoint stands."""
+    job.checkpoint_first, job.stop_reason = True, reason
+    try:
+        os.killpg(job.pgid, signal.SIGUSR1)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + checkpoint_grace_s
+    while time.monotonic() < deadline:
+        if not any(_alive(pid) for pid in job.pids):
+            return
+        await asyncio.sleep(0.05)
+    await stop(job, f"{reason}: no checkpoint within {checkpoint_grace_s:g} s", stop_grace_s)

@@ -35,8 +35,13 @@ class NodeAgent:
         self.settings = settings
         self.host = host
         self.jobs_dir = state_dir / node_id
+        # One directory per job, shared by the agents of a state dir (or FRENZY_CHECKPOINT_ROOT,
+        # shared storage on a real cluster), so an attempt on another node finds the checkpoint.
+        self.checkpoint_root = Path(settings.checkpoint_root) if settings.checkpoint_root \
+            else state_dir / "checkpoints"
         self.running: dict[str, executor.RunningJob] = {}  # job id -> its processes here
         self.supervisors: dict[str, asyncio.Task] = {}
+        self.stoppers: set[asyncio.Task] = set()  # checkpoint-now stops in flight
         self.sequence = 0
 
     # ----- status ---------------------------------------------------------------------
@@ -52,6 +57,8 @@ class NodeAgent:
                 step=int(p.get("step", 0)), steps=steps, tokens=int(p.get("tokens", 0)),
                 loss=float(p.get("loss", 0.0)), peak_memory_bytes=int(p.get("peak_memory_bytes", 0)),
                 fraction=min(1.0, int(p.get("step", 0)) / steps) if steps else 0.0))
+        if job.checkpoint_step is not None:
+            status.checkpoint_step = job.checkpoint_step
         await self.bus.publish(topics.JOBS_STATUS, job.job_id, status, trace_id=job.job_id)
 
     async def supervise(self, job: executor.RunningJob) -> None:
@@ -65,8 +72,10 @@ class NodeAgent:
             self.supervisors.pop(job.job_id, None)
         log.info("job processes ended", job_id=job.job_id, attempt=job.attempt,
                  outcome=result.state, reason=result.reason, exit_code=result.exit_code)
+        # A preemption is reported as FAILED with the PREEMPTED reason prefix, as OOM and
+        # RENDEZVOUS are: the orchestrator reads the prefix and resumes the job from its checkpoint.
         state = {"succeeded": types_pb2.SUCCEEDED, "failed": types_pb2.FAILED,
-                 "lost": types_pb2.FAILED}.get(result.state)
+                 "lost": types_pb2.FAILED, "preempted": types_pb2.FAILED}.get(result.state)
         if state is not None:  # a stopped job was ended by the orchestrator; nothing to report
             await self.report(job, state, result.reason, result.exit_code)
         if state == types_pb2.SUCCEEDED:
@@ -88,7 +97,7 @@ class NodeAgent:
             return  # this attempt already ran here (redelivered after it finished)
         try:
             job = executor.launch(cmd, self.jobs_dir, self.settings.time_scale,
-                                  self.visible_devices(cmd.gpu_indices))
+                                  self.visible_devices(cmd.gpu_indices), self.checkpoint_root)
         except OSError as err:
             failed = executor.RunningJob(cmd.job_id, cmd.attempt, self.jobs_dir, 0, [], 0, [])
             await self.report(failed, types_pb2.FAILED, f"launch failed: {err}", exit_code=127)
@@ -104,8 +113,14 @@ class NodeAgent:
         job = self.running.get(cmd.job_id)
         if cmd.node_id != self.node_id or job is None or job.attempt > cmd.attempt:
             return
-        log.info("stopping", job_id=cmd.job_id, reason=cmd.reason)
-        await executor.stop(job, cmd.reason, self.settings.stop_grace_s)
+        log.info("stopping", job_id=cmd.job_id, reason=cmd.reason, checkpoint_first=cmd.checkpoint_first)
+        if cmd.checkpoint_first:  # may take the checkpoint grace: other commands go on meanwhile
+            task = asyncio.create_task(executor.checkpoint_and_stop(
+                job, cmd.reason, self.settings.checkpoint_grace_s, self.settings.stop_grace_s))
+            self.stoppers.add(task)
+            task.add_done_callback(self.stoppers.discard)
+        else:
+            await executor.stop(job, cmd.reason, self.settings.stop_grace_s)
 
     # ----- restart and heartbeats --------------------------------------------------------
     async def adopt_survivors(self) -> None:
