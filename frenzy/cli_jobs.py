@@ -36,7 +36,10 @@ def _fail_rpc(err: grpc.RpcError) -> None:
 def job_row(job: types_pb2.Job) -> dict:
     """The `frenzy status --json` record."""
     return {"id": job.id, "name": job.spec.name, "state": STATE(job.state), "reason": job.reason,
-            "gpu_type": job.option.gpu_type, "num_gpus": job.option.num_gpus}
+            "gpu_type": job.option.gpu_type, "num_gpus": job.option.num_gpus,
+            "attempt": job.attempt, "step": job.progress.step,
+            "checkpoint_step": job.checkpoint_step if job.HasField("checkpoint_step") else None,
+            "resumed_from_step": job.resumed_from_step}
 
 
 @click.command()

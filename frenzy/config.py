@@ -42,6 +42,12 @@ class ServiceSettings(BusSettings):
     max_retries: int = 3
     time_scale: float = Field(1.0, description="synthetic workload runs predicted duration x this")
     stop_grace_s: float = 5.0
+    # Checkpoint-now (preemption, resize, migration): how long the agent waits for the job to
+    # save and exit after SIGUSR1 before it stops it; the last committed checkpoint stands.
+    checkpoint_grace_s: float = 60.0
+    checkpoint_root: str = Field("", description="node agent: per-job checkpoint directories "
+                                 "when the spec names none (shared storage for multi-node jobs "
+                                 "and resume on another node); empty: <state dir>/checkpoints")
     # Heartbeats are fetched in batches: up to this wait, or until this many bytes are ready.
     heartbeat_fetch_max_wait_ms: int = 200
     heartbeat_fetch_min_bytes: int = 65536

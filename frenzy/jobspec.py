@@ -39,6 +39,12 @@ class TrainingModel(BaseModel):
     attention: str = "flash"
     dropout: float = 0.0
     framework: str = "frenzy"  # the training stack whose recipe MARP predicts (docs/marp-stacks.md)
+    # Checkpoints (docs/trainer.md, "Checkpoint and resume"): every N steps and/or T seconds.
+    checkpoint_every_steps: int = 0
+    checkpoint_every_s: float = 0.0
+    checkpoint_keep: int = 0         # committed checkpoints kept; 0 = the default
+    checkpoint_uri: str = ""         # empty: a per-job directory under the agent's root
+    keep_checkpoints: bool = False   # keep them after the job ends
 
 
 class ConstraintsModel(BaseModel):
@@ -73,7 +79,10 @@ class JobSpecModel(BaseModel):
                 seq_len=t.seq_len, global_batch_size=t.global_batch_size, tokens=t.tokens or 0,
                 steps=t.steps or 0, precision=t.precision, optimizer=t.optimizer,
                 grad_dtype=t.grad_dtype, attention=t.attention, dropout=t.dropout,
-                framework=t.framework),
+                framework=t.framework,
+                checkpoint_every_steps=t.checkpoint_every_steps,
+                checkpoint_every_s=t.checkpoint_every_s, checkpoint_keep=t.checkpoint_keep,
+                checkpoint_uri=t.checkpoint_uri, keep_checkpoints=t.keep_checkpoints),
             constraints=types_pb2.Constraints(gpu_types=self.constraints.gpu_types,
                                               max_gpus=self.constraints.max_gpus,
                                               min_gpus=self.constraints.min_gpus))
@@ -136,6 +145,9 @@ def resolve_spec(spec: types_pb2.JobSpec) -> ResolvedJob:
     if bool(t.tokens) == bool(t.steps):
         raise SpecError("training.tokens", "give exactly one of training.tokens or training.steps")
     total_tokens = t.tokens or t.steps * t.seq_len * t.global_batch_size
+    for name in ("checkpoint_every_steps", "checkpoint_every_s", "checkpoint_keep"):
+        if getattr(t, name) < 0:
+            raise SpecError(f"training.{name}", f"must not be negative, got {getattr(t, name)}")
     recipe = Recipe(precision=t.precision or "bf16", grad_dtype=t.grad_dtype or "fp32",
                     optimizer=t.optimizer or "adamw", attention=t.attention or "flash",
                     dropout=t.dropout, framework=t.framework or "frenzy")

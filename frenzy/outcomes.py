@@ -33,6 +33,9 @@ PREEMPTED_REASON = "PREEMPTED"
 INTERPRETED = (OOM_REASON, RENDEZVOUS_REASON, PREEMPTED_REASON)
 
 STATUS_FILE_ENV = "FRENZY_STATUS_FILE"
+# Checkpoint-now (preemption, resize, migration): the agent sends this signal; the trainer saves
+# at its next step boundary, writes a PREEMPTED status (with the checkpoint step) and exits 0.
+CHECKPOINT_NOW_SIGNAL = "SIGUSR1"
 MAX_STATUS_BYTES = 4096  # a status file is a line; a bigger one is not ours
 
 
@@ -42,18 +45,24 @@ class RankStatus:
 
     outcome: str  # one of INTERPRETED
     detail: str = ""
+    checkpoint_step: int | None = None  # PREEMPTED: the committed checkpoint it saved before exiting
 
 
-def write_status(outcome: str, detail: str = "", path: str | os.PathLike | None = None) -> None:
+def write_status(outcome: str, detail: str = "", path: str | os.PathLike | None = None,
+                 checkpoint_step: int | None = None) -> None:
     """Record an interpreted outcome before exiting. A no-op outside an agent (no path given and
-    no FRENZY_STATUS_FILE): a trainer run by hand still exits with its code."""
+    no FRENZY_STATUS_FILE): a trainer run by hand still exits with its code. A PREEMPTED rank
+    names the checkpoint it committed (`checkpoint_step`), which the agent reports."""
     if outcome not in INTERPRETED:
         raise ValueError(f"outcome must be one of {INTERPRETED}, not {outcome!r}")
     target = path or os.environ.get(STATUS_FILE_ENV, "")
     if not target:
         return
     tmp = Path(f"{target}.tmp")
-    tmp.write_text(json.dumps({"outcome": outcome, "detail": detail[:1000]}) + "\n")
+    record: dict = {"outcome": outcome, "detail": detail[:1000]}
+    if checkpoint_step is not None:
+        record["checkpoint_step"] = int(checkpoint_step)
+    tmp.write_text(json.dumps(record) + "\n")
     tmp.replace(target)  # a reader never sees half a file
 
 
@@ -67,4 +76,6 @@ def read_status(path: Path) -> RankStatus | None:
         return None
     if not isinstance(data, dict) or data.get("outcome") not in INTERPRETED:
         return None
-    return RankStatus(data["outcome"], str(data.get("detail", "")))
+    step = data.get("checkpoint_step")
+    return RankStatus(data["outcome"], str(data.get("detail", "")),
+                      step if isinstance(step, int) and not isinstance(step, bool) else None)

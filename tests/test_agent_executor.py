@@ -244,3 +244,54 @@ def test_a_reused_job_id_from_another_cluster_is_launched_not_mistaken_for_a_red
 
     asyncio.run(go())
     assert [s.state for s in bus.published] == [types_pb2.RUNNING, types_pb2.SUCCEEDED]
+
+
+def test_checkpoint_commits_are_tracked_apart_from_progress(tmp_path):
+    job = ended_job(tmp_path, [0])
+    with open(job.progress_file, "a") as f:
+        f.write('{"event": "resumed", "step": 4}\n{"step": 5, "loss": 6.0}\n'
+                '{"event": "checkpoint", "step": 6}\n')
+    assert read_progress(job) == {"step": 5, "loss": 6.0}  # events are not progress
+    assert job.checkpoint_step == 6
+
+
+def test_a_preempted_status_is_read_as_preemption_and_nothing_else_is(tmp_path):
+    """Checkpoint-now goes through the same per-rank status file as OOM and RENDEZVOUS: the
+    trainer saves, writes PREEMPTED with its checkpoint step on every rank and exits 0."""
+    job = ended_job(tmp_path, [0, 0])
+    assert outcome(job).state == "succeeded"  # exit 0 alone is never a preemption
+    for rank in (0, 1):
+        write_status("PREEMPTED", "checkpoint at step 7", tmp_path / f"status.{rank}.json",
+                     checkpoint_step=7)
+    result = outcome(job)
+    assert (result.state, result.reason, result.exit_code) == (
+        "failed", "PREEMPTED: checkpoint at step 7", 0)
+    assert job.checkpoint_step == 7  # the agent reports it with the PREEMPTED status
+
+
+def test_a_checkpoint_now_stop_without_a_status_is_still_a_preemption(tmp_path):
+    job = ended_job(tmp_path, [138, 143])  # a program without checkpoint support: SIGUSR1 kills it
+    job.checkpoint_first, job.stop_reason = True, "RESIZE"
+    result = outcome(job)
+    assert result.state == "failed" and result.reason.startswith("PREEMPTED: stopped without")
+    job.stopping = True  # past the checkpoint grace the agent stopped it: still a preemption
+    assert outcome(job).reason.startswith("PREEMPTED: stopped without")
+
+
+def test_launch_environment_names_the_jobs_checkpoint_directory_and_policy(tmp_path):
+    from frenzy.v1 import events_pb2
+    from frenzy_agent.executor import job_environment, job_key
+
+    launch = events_pb2.LaunchJob(job_id="j1", attempt=2, gpu_indices=[0], world_size=1,
+                                  resume_from_step=40, spec=types_pb2.JobSpec(
+                                      training=types_pb2.TrainingConfig(
+                                          seq_len=8, global_batch_size=2, steps=5,
+                                          checkpoint_every_steps=10, keep_checkpoints=True)))
+    env = job_environment(launch, 0, tmp_path / "agents" / "n1" / "j1.2", 1.0,
+                          checkpoint_root=tmp_path / "ckpt")
+    assert env["FRENZY_CHECKPOINT_URI"] == str((tmp_path / "ckpt" / job_key("j1")).resolve())
+    assert env["FRENZY_RESUME_FROM_STEP"] == "40"
+    assert env["FRENZY_CHECKPOINT_EVERY_STEPS"] == "10" and env["FRENZY_KEEP_CHECKPOINTS"] == "1"
+    assert "FRENZY_CHECKPOINT_EVERY_S" not in env
+    launch.spec.training.checkpoint_uri = "/shared/ckpt/j1"
+    assert job_environment(launch, 0, tmp_path, 1.0)["FRENZY_CHECKPOINT_URI"] == "/shared/ckpt/j1"

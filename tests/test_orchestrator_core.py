@@ -396,3 +396,82 @@ def test_a_reused_job_id_with_another_spec_is_a_conflict():
     other.name = "another"
     assert core.conflicting_spec("a", other) and not core.conflicting_spec("a", SPEC)
     assert core.submit("a", other, 5) == [] and core.jobs["a"].job.spec == SPEC
+
+
+# ----- checkpoint-now and resume ----------------------------------------------------------
+
+def running_core(job_id: str = "a") -> OrchestratorCore:
+    core = queued_core(job_id)
+    core.on_placed(placed(job_id, "n1", [0, 1]), 1)
+    core.on_agent_status(agent_status(job_id, RUNNING), 2)
+    return core
+
+
+def checkpoint_status(job_id, step, attempt=0, node="n1"):
+    status = agent_status(job_id, RUNNING, node=node, attempt=attempt)
+    status.checkpoint_step = step
+    return status
+
+
+def test_every_new_attempt_resumes_from_the_last_committed_checkpoint():
+    core = running_core()
+    job = core.jobs["a"].job
+    assert not job.HasField("checkpoint_step") and job.resumed_from_step == 0
+    core.on_agent_status(checkpoint_status("a", 20), 3)
+    core.on_agent_status(checkpoint_status("a", 10), 4)  # out of order: commits only move forward
+    assert job.checkpoint_step == 20
+    core.on_heartbeat(heartbeat("n2"), 11)
+    core.check_liveness(11)  # n1 lost: a new attempt
+    assert job.state == QUEUED and job.attempt == 1 and job.checkpoint_step == 20
+    out = core.on_placed(placed("a", "n2", [0, 1], attempt=1), 12)
+    launches = [o.payload for o in out if o.topic == topics.AGENT_COMMANDS]
+    assert [launch.resume_from_step for launch in launches] == [20]
+    assert job.resumed_from_step == 20
+    # the OOM re-plan path keeps the checkpoint too
+    core.on_agent_status(agent_status("a", FAILED, node="n2", attempt=1, reason="OOM: x"), 13)
+    assert job.state == SUBMITTED and job.checkpoint_step == 20
+
+
+def reshape(kind, attempt=0, node="n2", gpus=(0,)):
+    r = events_pb2.ReshapeJob(job_id="a", kind=kind, attempt=attempt)
+    if kind != events_pb2.PREEMPT:
+        r.option.CopyFrom(types_pb2.PlanOption(gpu_type="A100-80GB", num_gpus=len(gpus)))
+        r.assignments.append(types_pb2.GpuAssignment(node_id=node, gpu_indices=list(gpus)))
+    return r
+
+
+def test_resize_checkpoints_releases_and_relaunches_on_the_new_gpus_surviving_a_restart():
+    core = running_core()
+    core.on_agent_status(checkpoint_status("a", 8), 3)
+    out = core.on_reshape(reshape(events_pb2.RESIZE), 4)
+    stops = [o.payload for o in out if o.topic == topics.AGENT_COMMANDS]
+    assert [(s.node_id, s.checkpoint_first) for s in stops] == [("n1", True)]
+    assert core.on_reshape(reshape(events_pb2.RESIZE), 5) == []  # already under way: idempotent
+    core = restarted(core, 6)  # the pending reshape is in the saved record
+    core.on_heartbeat(heartbeat("n1"), 6)
+    core.on_heartbeat(heartbeat("n2"), 6)
+    preempted = agent_status("a", FAILED, reason="PREEMPTED: checkpoint at step 11")
+    preempted.checkpoint_step = 11
+    out = core.on_agent_status(preempted, 7)
+    job = core.jobs["a"].job
+    assert job.state == LAUNCHING and job.attempt == 1 and job.checkpoint_step == 11
+    assert [a.node_id for a in job.assignments] == ["n2"] and job.option.num_gpus == 1
+    launches = [o.payload for o in out if o.topic == topics.AGENT_COMMANDS]
+    assert [(l.node_id, l.resume_from_step) for l in launches] == [("n2", 11)]
+    assert not core.nodes["n1"].allocations and core.nodes["n2"].allocations == {0: "a"}
+    assert core.jobs["a"].pending_reshape is None
+    assert core.on_agent_status(preempted, 8) == []  # a redelivered report of the old attempt
+
+
+def test_preempt_requeues_without_spending_a_retry_and_stale_reshapes_are_ignored():
+    core = running_core()
+    assert core.on_reshape(reshape(events_pb2.PREEMPT, attempt=3), 3) == []  # stale attempt
+    core.on_reshape(reshape(events_pb2.PREEMPT), 3)
+    core.on_agent_status(agent_status("a", FAILED, reason="PREEMPTED: checkpoint at step 5"), 4)
+    rec = core.jobs["a"]
+    assert rec.job.state == QUEUED and rec.job.attempt == 1 and rec.free_attempts == 1
+    assert not core.nodes["n1"].allocations
+    # max_retries=2 still allows two failures' worth of retries after the preemption
+    core.on_placed(placed("a", "n1", [0, 1], attempt=1), 5)
+    core.on_agent_status(agent_status("a", FAILED, attempt=1, reason="RENDEZVOUS: port"), 6)
+    assert rec.job.state == QUEUED and rec.job.attempt == 2

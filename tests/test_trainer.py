@@ -56,6 +56,11 @@ def _progress(tmp_path: Path) -> list[dict]:
 @pytest.mark.parametrize("model, plan", [
     ("tiny-gpt2", {"dp": 2, "tp": 1, "pp": 1, "zero": 0, "micro_batch": 2, "recompute": "none"}),
     ("tiny-llama", {"dp": 2, "tp": 1, "pp": 1, "zero": 3, "micro_batch": 2, "recompute": "full"}),
+    # MARP plans sequence parallelism whenever tp > 1; gpt2's fused qkv and tied embeddings
+    ("tiny-gpt2", {"dp": 1, "tp": 2, "pp": 1, "zero": 0, "micro_batch": 2,
+                   "sequence_parallel": True}),
+    # tied embeddings split over the first and last stage
+    ("tiny-gpt2", {"dp": 1, "tp": 1, "pp": 2, "zero": 0, "micro_batch": 2, "recompute": "full"}),
 ])
 def test_two_ranks_train_and_the_loss_falls(tmp_path, model, plan):
     steps = 15
@@ -84,16 +89,18 @@ def _main_in_process(tmp_path: Path, args: list[str], plan: dict, **extra: str) 
     """Run one rank in this process (no rendezvous happens for one rank without FSDP)."""
     from frenzy_trainer.train import main
 
-    previous = signal.getsignal(signal.SIGTERM)
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR1)}
     try:
         return main(args, _env(tmp_path, 0, 1, 0, plan, **extra))
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 @pytest.mark.parametrize("args, plan, field", [
     (["--model", "no-such-model", "--steps", "2", *COMMON], {}, "model"),
-    (["--model", "tiny-gpt2", "--steps", "2", *COMMON], {"tp": 2}, "not supported by the reference trainer"),
+    (["--model", "tiny-gpt2", "--steps", "2", *COMMON], {"tp": 3}, "plan.tp"),
+    (["--model", "tiny-gpt2", "--steps", "2", *COMMON], {"pp": 5}, "plan.pp"),
     (["--model", "tiny-gpt2", "--steps", "2", *COMMON], {"dp": 2}, "WORLD_SIZE"),
     (["--model", "tiny-gpt2", "--steps", "2", *COMMON], {"micro_batch": 3}, "micro_batch"),
     (["--model", "tiny-gpt2", "--steps", "2", "--seq-len", "4096", "--global-batch", "8"], {}, "seq_len"),
@@ -181,3 +188,14 @@ def test_sigterm_exits_143(tmp_path):
     assert proc.returncode == 143, out
 
 
+
+
+def test_pipeline_stages_split_the_layers_evenly_and_keep_their_names():
+    from frenzy_trainer.parallelize import stage_layers
+
+    assert [list(stage_layers(5, s, 2)) for s in range(2)] == [[0, 1, 2], [3, 4]]
+    assert [len(stage_layers(32, s, 3)) for s in range(3)] == [11, 11, 10]
+    for layers in range(1, 9):
+        for stages in range(1, layers + 1):
+            split = [i for s in range(stages) for i in stage_layers(layers, s, stages)]
+            assert split == list(range(layers))

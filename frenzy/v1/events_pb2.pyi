@@ -246,7 +246,7 @@ class GpuAvailabilityChanged(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., gpu_type: _Optional[str] = ..., gpus_total: _Optional[int] = ..., free_gpu_indices: _Optional[_Iterable[int]] = ..., node_state: _Optional[_Union[_types_pb2.NodeState, str]] = ..., version: _Optional[int] = ..., cause: _Optional[str] = ..., allocated_jobs: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JobRecordState(_message.Message):
-    __slots__ = ("job", "node_outcomes", "oom_replans")
+    __slots__ = ("job", "node_outcomes", "oom_replans", "pending_reshape", "free_attempts")
     class NodeOutcomesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -257,10 +257,14 @@ class JobRecordState(_message.Message):
     JOB_FIELD_NUMBER: _ClassVar[int]
     NODE_OUTCOMES_FIELD_NUMBER: _ClassVar[int]
     OOM_REPLANS_FIELD_NUMBER: _ClassVar[int]
+    PENDING_RESHAPE_FIELD_NUMBER: _ClassVar[int]
+    FREE_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     job: _types_pb2.Job
     node_outcomes: _containers.ScalarMap[str, _types_pb2.JobState]
     oom_replans: int
-    def __init__(self, job: _Optional[_Union[_types_pb2.Job, _Mapping]] = ..., node_outcomes: _Optional[_Mapping[str, _types_pb2.JobState]] = ..., oom_replans: _Optional[int] = ...) -> None: ...
+    pending_reshape: ReshapeJob
+    free_attempts: int
+    def __init__(self, job: _Optional[_Union[_types_pb2.Job, _Mapping]] = ..., node_outcomes: _Optional[_Mapping[str, _types_pb2.JobState]] = ..., oom_replans: _Optional[int] = ..., pending_reshape: _Optional[_Union[ReshapeJob, _Mapping]] = ..., free_attempts: _Optional[int] = ...) -> None: ...
 
 class StateMarker(_message.Message):
     __slots__ = ("marker_id",)

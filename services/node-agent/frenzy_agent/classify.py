@@ -38,6 +38,7 @@ class JobFacts:
     peak_memory_bytes: int = 0  # the last progress line's measured peak
     predicted_peak_bytes: int = 0
     stop_reason: str | None = None  # set when this agent stopped the job on command
+    checkpoint_requested: bool = False  # the stop was checkpoint-now (SIGUSR1 first)
     agent_was_down: bool = False  # the job ended while no agent watched it
 
 
@@ -50,13 +51,20 @@ def classify(facts: JobFacts) -> Outcome:
 
 
 def _classify(facts: JobFacts) -> Outcome:
-    if facts.stop_reason is not None:
-        return Outcome("stopped", facts.stop_reason, EXIT_SIGTERM)
     codes = facts.exit_codes
-    if codes and all(code == 0 for code in codes):
-        return Outcome("succeeded", "all processes exited 0", 0)
     statuses = list(facts.statuses) + [None] * (len(codes) - len(facts.statuses))
     said = {s.outcome: (s, code) for s, code in zip(statuses, codes) if s is not None}
+    if facts.checkpoint_requested:
+        # Checkpoint-now (preempt, resize, migrate): the job yields whatever its ranks did; the
+        # orchestrator resumes it from its last committed checkpoint, new or not.
+        if PREEMPTED_REASON in said:
+            return _said(PREEMPTED_REASON, *said[PREEMPTED_REASON])
+        return Outcome("failed", f"{PREEMPTED_REASON}: stopped without a new checkpoint "
+                                 f"({facts.stop_reason})"[:MAX_REASON_CHARS], EXIT_SIGTERM)
+    if facts.stop_reason is not None:
+        return Outcome("stopped", facts.stop_reason, EXIT_SIGTERM)
+    if codes and all(code == 0 for code in codes) and PREEMPTED_REASON not in said:
+        return Outcome("succeeded", "all processes exited 0", 0)
     if OOM_REASON in said or any(marker in tail for tail in facts.log_tails for marker in OOM_MARKERS):
         status, code = said.get(OOM_REASON, (None, _first_failure(codes)))
         return Outcome("failed", f"{OOM_REASON}: out of memory (peak {facts.peak_memory_bytes} "
@@ -70,10 +78,7 @@ def _classify(facts: JobFacts) -> Outcome:
         return Outcome("failed", f"exit code {own[0]}", own[0])
     for interpreted in (PREEMPTED_REASON, RENDEZVOUS_REASON):
         if interpreted in said:
-            status, code = said[interpreted]
-            detail = status.detail or _DEFAULT_DETAIL[interpreted]
-            return Outcome("failed", f"{interpreted}: {detail}"[:MAX_REASON_CHARS],
-                           code if code is not None else -1)
+            return _said(interpreted, *said[interpreted])
     if None in codes or not codes:
         return Outcome("lost", "process ended without recording an exit code", -1)
     return Outcome("failed", f"exit code {EXIT_SIGTERM}", EXIT_SIGTERM)  # terminated from outside
@@ -81,6 +86,12 @@ def _classify(facts: JobFacts) -> Outcome:
 
 _DEFAULT_DETAIL = {RENDEZVOUS_REASON: "the process group did not form",
                    PREEMPTED_REASON: "stopped to yield its GPUs"}
+
+
+def _said(interpreted: str, status: RankStatus, code: int | None) -> Outcome:
+    detail = status.detail or _DEFAULT_DETAIL[interpreted]
+    return Outcome("failed", f"{interpreted}: {detail}"[:MAX_REASON_CHARS],
+                   code if code is not None else -1)
 
 
 def _first_failure(codes: tuple[int | None, ...]) -> int:

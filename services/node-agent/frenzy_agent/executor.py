@@ -40,8 +40,10 @@ class RunningJob:
     cluster_id: str = ""  # the local cluster that launched it; another cluster never adopts it
     stopping: bool = False
     stop_reason: str = ""
+    checkpoint_first: bool = False  # the stop asked for a checkpoint (SIGUSR1) first
     last_progress: dict = field(default_factory=dict)
     progress_offset: int = 0  # bytes of the progress file already read
+    checkpoint_step: int | None = None  # the newest committed checkpoint the trainer reported
 
     @property
     def progress_file(self) -> Path:
@@ -60,11 +62,16 @@ class RunningJob:
                    data["predicted_peak_bytes"], data["gpu_indices"], data.get("cluster_id", ""))
 
 
-def job_dir_name(job_id: str, attempt: int) -> str:
-    """One directory per attempt, whatever the job id holds ("/", NUL, 256 characters): a
-    readable prefix plus a hash of the whole id. The real id lives in state.json."""
+def job_key(job_id: str) -> str:
+    """A file name for a job, whatever its id holds ("/", NUL, 256 characters): a readable
+    prefix plus a hash of the whole id. The real id lives in state.json."""
     digest = hashlib.sha1(job_id.encode(errors="surrogatepass")).hexdigest()[:12]
-    return f"{_UNSAFE.sub('_', job_id)[:64]}-{digest}.{attempt}"
+    return f"{_UNSAFE.sub('_', job_id)[:64]}-{digest}"
+
+
+def job_dir_name(job_id: str, attempt: int) -> str:
+    """One directory per attempt."""
+    return f"{job_key(job_id)}.{attempt}"
 
 
 def job_command(launch: events_pb2.LaunchJob) -> list[str]:
@@ -74,7 +81,8 @@ def job_command(launch: events_pb2.LaunchJob) -> list[str]:
 
 
 def job_environment(launch: events_pb2.LaunchJob, local_rank: int, workdir: Path,
-                    time_scale: float, visible_devices: str | None = None) -> dict[str, str]:
+                    time_scale: float, visible_devices: str | None = None,
+                    checkpoint_root: Path | None = None) -> dict[str, str]:
     """The torchrun-compatible rendezvous environment plus Frenzy's own contract.
 
     `visible_devices` is CUDA_VISIBLE_DEVICES: the node's GPU UUIDs or indices for real GPUs,
@@ -116,11 +124,30 @@ def job_environment(launch: events_pb2.LaunchJob, local_rank: int, workdir: Path
         "FRENZY_EXIT_FILE": str(workdir / f"exit.{local_rank}"),
         STATUS_FILE_ENV: str(workdir / f"status.{local_rank}.json"),
         "PYTHONUNBUFFERED": "1",
+        **checkpoint_environment(launch, checkpoint_root or workdir.parent / "checkpoints"),
     }
 
 
+def checkpoint_environment(launch: events_pb2.LaunchJob, root: Path) -> dict[str, str]:
+    """Where the job's checkpoints live (one directory per job, shared by its attempts, so a
+    new attempt finds the last one) and the spec's checkpoint policy (docs/trainer.md)."""
+    t = launch.spec.training
+    uri = launch.checkpoint_uri or t.checkpoint_uri or str((root / job_key(launch.job_id)).resolve())
+    env = {"FRENZY_CHECKPOINT_URI": uri, "FRENZY_RESUME_FROM_STEP": str(launch.resume_from_step)}
+    if t.checkpoint_every_steps:
+        env["FRENZY_CHECKPOINT_EVERY_STEPS"] = str(t.checkpoint_every_steps)
+    if t.checkpoint_every_s:
+        env["FRENZY_CHECKPOINT_EVERY_S"] = str(t.checkpoint_every_s)
+    if t.checkpoint_keep:
+        env["FRENZY_CHECKPOINT_KEEP"] = str(t.checkpoint_keep)
+    if t.keep_checkpoints:
+        env["FRENZY_KEEP_CHECKPOINTS"] = "1"
+    return env
+
+
 def launch(launch_cmd: events_pb2.LaunchJob, jobs_dir: Path, time_scale: float,
-           visible_devices: str | None = None, cluster_id: str = "") -> RunningJob:
+           visible_devices: str | None = None, cluster_id: str = "",
+           checkpoint_root: Path | None = None) -> RunningJob:
     # Absolute: the job runs with this as its cwd, and its environment names files in it.
     workdir = (jobs_dir / job_dir_name(launch_cmd.job_id, launch_cmd.attempt)).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
@@ -133,7 +160,8 @@ def launch(launch_cmd: events_pb2.LaunchJob, jobs_dir: Path, time_scale: float,
         # Plain Popen, not asyncio's: the agent reaps its children itself (see _alive), which
         # also works for processes it adopts after a restart.
         proc = subprocess.Popen(
-            command, env=job_environment(launch_cmd, local_rank, workdir, time_scale, visible_devices),
+            command, env=job_environment(launch_cmd, local_rank, workdir, time_scale, visible_devices,
+                                         checkpoint_root),
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=workdir, **group)
         log.close()
         pgid = pgid or proc.pid
@@ -174,8 +202,9 @@ def group_alive(pgid: int) -> bool:
 
 
 def read_progress(job: RunningJob) -> dict:
-    """The last complete JSON line of the job's progress file. Polled every few tens of ms, so
-    it reads only the lines written since the last call: a long job's file grows by a line a step."""
+    """The last complete progress line of the job's progress file. Polled every few tens of ms,
+    so it reads only the lines written since the last call: a long job's file grows by a line a
+    step. Checkpoint commits (`{"event": "checkpoint", "step": N}`) go to `job.checkpoint_step`."""
     try:
         with open(job.progress_file, "rb") as f:
             f.seek(job.progress_offset)
@@ -184,20 +213,24 @@ def read_progress(job: RunningJob) -> dict:
         return job.last_progress
     complete = new_bytes[:new_bytes.rfind(b"\n") + 1]  # a line still being written waits
     job.progress_offset += len(complete)
-    for line in reversed(complete.splitlines()):
+    for line in complete.splitlines():
         try:
             data = json.loads(line)
         except ValueError:
             continue
-        if isinstance(data, dict) and "step" in data:
+        if not isinstance(data, dict) or not isinstance(data.get("step"), int):
+            continue
+        if data.get("event") == "checkpoint":
+            job.checkpoint_step = max(job.checkpoint_step or 0, data["step"])
+        elif data.get("event") != "resumed":
             job.last_progress = data
-            break
     return job.last_progress
 
 
 def facts(job: RunningJob, agent_was_down: bool = False) -> JobFacts:
     """What the job left behind: each rank's recorded exit code and status file, the tails of
-    its logs and its last measured memory peak. `classify` decides what they mean."""
+    its logs and its last measured memory peak. `classify` decides what they mean. A PREEMPTED
+    status names the checkpoint its rank committed, kept in `job.checkpoint_step` for the report."""
     codes: list[int | None] = []
     for rank in range(len(job.pids)):
         try:
@@ -205,13 +238,17 @@ def facts(job: RunningJob, agent_was_down: bool = False) -> JobFacts:
         except (OSError, ValueError):
             codes.append(None)
     statuses = tuple(read_status(job.workdir / f"status.{rank}.json") for rank in range(len(job.pids)))
+    saved = [s.checkpoint_step for s in statuses if s is not None and s.checkpoint_step is not None]
+    if saved:
+        job.checkpoint_step = max([job.checkpoint_step or 0, *saved])
     failed = any(code != 0 for code in codes)
     return JobFacts(
         exit_codes=tuple(codes), statuses=statuses,
         log_tails=tuple(_log_tails(job)) if failed else (),
         peak_memory_bytes=int(read_progress(job).get("peak_memory_bytes", 0) or 0),
         predicted_peak_bytes=job.predicted_peak_bytes,
-        stop_reason=job.stop_reason if job.stopping else None, agent_was_down=agent_was_down)
+        stop_reason=job.stop_reason if job.stopping or job.checkpoint_first else None,
+        checkpoint_requested=job.checkpoint_first, agent_was_down=agent_was_down)
 
 
 def _log_tails(job: RunningJob) -> list[str]:
@@ -232,12 +269,12 @@ async def wait_for_exit(job: RunningJob, on_progress, poll_s: float = 0.05) -> J
 
     When one process fails the others are stopped, so a job never half-runs.
     """
-    last_step = None
+    last_seen = None
     while True:
         alive = [pid for pid in job.pids if _alive(pid)]
         progress = read_progress(job)
-        if progress and progress.get("step") != last_step:
-            last_step = progress.get("step")
+        if progress and (progress.get("step"), job.checkpoint_step) != last_seen:
+            last_seen = (progress.get("step"), job.checkpoint_step)
             await on_progress(progress)
         if not alive:
             return facts(job)
@@ -275,3 +312,22 @@ async def stop(job: RunningJob, reason: str, grace_s: float) -> None:
         pass
     for pid in job.pids:
         _alive(pid)  # reap
+
+
+async def checkpoint_and_stop(job: RunningJob, reason: str, checkpoint_grace_s: float,
+                              stop_grace_s: float) -> None:
+    """Checkpoint-now: SIGUSR1 to the job's processes (the trainer saves at its next step
+    boundary, writes a PREEMPTED status file per rank and exits); if they are still there after
+    the grace period, stop them. Either way `classify` reports PREEMPTED and the last committed
+    checkpoint stands."""
+    job.checkpoint_first, job.stop_reason = True, reason
+    try:
+        os.killpg(job.pgid, signal.SIGUSR1)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + checkpoint_grace_s
+    while time.monotonic() < deadline:
+        if not any(_alive(pid) for pid in job.pids):
+            return
+        await asyncio.sleep(0.05)
+    await stop(job, f"{reason}: no checkpoint within {checkpoint_grace_s:g} s", stop_grace_s)

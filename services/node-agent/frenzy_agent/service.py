@@ -40,8 +40,13 @@ class NodeAgent:
         # it, and a restarted agent adopts only its own cluster's jobs.
         self.cluster_id = cluster_id
         self.jobs_dir = state_dir / node_id
+        # One directory per job, shared by the agents of a state dir (or FRENZY_CHECKPOINT_ROOT,
+        # shared storage on a real cluster), so an attempt on another node finds the checkpoint.
+        self.checkpoint_root = Path(settings.checkpoint_root) if settings.checkpoint_root \
+            else state_dir / "checkpoints"
         self.running: dict[str, executor.RunningJob] = {}  # job id -> its processes here
         self.supervisors: dict[str, asyncio.Task] = {}
+        self.stoppers: set[asyncio.Task] = set()  # checkpoint-now stops in flight
         self.sequence = 0
         self.restarts = 0  # counted in count_start()
 
@@ -58,6 +63,8 @@ class NodeAgent:
                 step=int(p.get("step", 0)), steps=steps, tokens=int(p.get("tokens", 0)),
                 loss=float(p.get("loss", 0.0)), peak_memory_bytes=int(p.get("peak_memory_bytes", 0)),
                 fraction=min(1.0, int(p.get("step", 0)) / steps) if steps else 0.0))
+        if job.checkpoint_step is not None:
+            status.checkpoint_step = job.checkpoint_step
         await self.bus.publish(topics.JOBS_STATUS, job.job_id, status, trace_id=job.job_id)
 
     async def supervise(self, job: executor.RunningJob) -> None:
@@ -76,6 +83,8 @@ class NodeAgent:
         """Report how a job ended (supervised or found after a restart), then tidy its files."""
         log.info("job processes ended", job_id=job.job_id, attempt=job.attempt,
                  outcome=result.state, reason=result.reason, exit_code=result.exit_code)
+        # A preemption is reported as FAILED with the PREEMPTED reason prefix, as OOM and
+        # RENDEZVOUS are: the orchestrator reads the prefix and resumes the job from its checkpoint.
         state = {"succeeded": types_pb2.SUCCEEDED, "failed": types_pb2.FAILED,
                  "lost": types_pb2.FAILED}.get(result.state)
         if state is not None:  # a stopped job was ended by the orchestrator; nothing to report
@@ -118,7 +127,8 @@ class NodeAgent:
             # Another cluster's leftovers under a reused job id (adopt_survivors stopped them).
             shutil.rmtree(previous, ignore_errors=True)
         job = executor.launch(cmd, self.jobs_dir, self.settings.time_scale,
-                              self.visible_devices(cmd.gpu_indices), self.cluster_id)
+                              self.visible_devices(cmd.gpu_indices), cluster_id=self.cluster_id,
+                              checkpoint_root=self.checkpoint_root)
         self.running[cmd.job_id] = job
         log.info("launched", job_id=cmd.job_id, attempt=cmd.attempt, gpus=list(cmd.gpu_indices),
                  pgid=job.pgid, rank_offset=cmd.rank_offset, world_size=cmd.world_size)
@@ -130,8 +140,14 @@ class NodeAgent:
         job = self.running.get(cmd.job_id)
         if cmd.node_id != self.node_id or job is None or job.attempt > cmd.attempt:
             return
-        log.info("stopping", job_id=cmd.job_id, reason=cmd.reason)
-        await executor.stop(job, cmd.reason, self.settings.stop_grace_s)
+        log.info("stopping", job_id=cmd.job_id, reason=cmd.reason, checkpoint_first=cmd.checkpoint_first)
+        if cmd.checkpoint_first:  # may take the checkpoint grace: other commands go on meanwhile
+            task = asyncio.create_task(executor.checkpoint_and_stop(
+                job, cmd.reason, self.settings.checkpoint_grace_s, self.settings.stop_grace_s))
+            self.stoppers.add(task)
+            task.add_done_callback(self.stoppers.discard)
+        else:
+            await executor.stop(job, cmd.reason, self.settings.stop_grace_s)
 
     # ----- restart and heartbeats --------------------------------------------------------
     def count_start(self) -> None:

@@ -131,11 +131,16 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
         b, s, _ = x.shape
         a, kv_heads, d = self.arch.num_heads, self.arch.num_kv_heads, self.arch.head_dim
+        # Head counts come from the tensors: under tensor parallelism each rank holds a slice.
         if self.arch.family == "gpt2":
-            q, k, v = self.c_attn(x).split([a * d, kv_heads * d, kv_heads * d], dim=-1)
+            # Megatron's fused layout, per kv group [its q heads..., k, v]: a column-wise split
+            # over tensor-parallel ranks hands each rank whole groups.
+            qkv = self.c_attn(x).view(b, s, -1, a // kv_heads + 2, d)
+            q = qkv[..., :-2, :].flatten(2, 3)  # a view while a == kv_heads (all gpt2 models)
+            k, v = qkv[..., -2, :], qkv[..., -1, :]
         else:
             q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        q, k, v = q.view(b, s, a, d), k.view(b, s, kv_heads, d), v.view(b, s, kv_heads, d)
+            q, k, v = q.view(b, s, -1, d), k.view(b, s, -1, d), v.view(b, s, -1, d)
         if rope is not None:  # before the transpose, so q keeps the (b, s, heads, d) layout
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         # (b, heads, s, d) views; SDPA's output inherits q's layout, so the transpose back
@@ -145,7 +150,7 @@ class Attention(nn.Module):
             y = checkpoint(self._core, q, k, v, use_reentrant=False)
         else:
             y = self._core(q, k, v)
-        y = y.transpose(1, 2).reshape(b, s, a * d)
+        y = y.transpose(1, 2).reshape(b, s, -1)
         return dropout(self.o_proj(y), self.recipe.dropout, self.training)
 
     def _core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -201,7 +206,14 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
-    """`forward(input_ids, labels) -> fp32 scalar loss`; labels are already shifted by the caller."""
+    """`forward(input_ids, labels) -> fp32 scalar loss`; labels are already shifted by the caller.
+
+    A pipeline stage is the same module with the parts other stages own set to None
+    (`frenzy_trainer.parallelize.pipeline_stage`): without `embed` it takes hidden states,
+    without `lm_head` it returns them, and with `labels=None` it returns the logits (the
+    pipeline schedule computes the loss). `blocks` is keyed by layer index, so every stage
+    keeps the full model's parameter names and checkpoints reshard across stage counts.
+    """
 
     def __init__(self, arch: ModelArch, recipe: Recipe, recompute: str = "none", device=None):
         super().__init__()
@@ -211,11 +223,13 @@ class Transformer(nn.Module):
             raise ValueError(f"recompute: {recompute!r} is not one of {RECOMPUTES}")
         dtype = DTYPES[recipe.precision]
         self.arch, self.recipe, self.recompute, self.dtype = arch, recipe, recompute, dtype
+        # (this rank's index, shard count) of the sequence dimension under sequence parallelism
+        self.sequence_shard = (0, 1)
         self.embed = nn.Embedding(arch.vocab_size, arch.hidden_size, dtype=dtype, device=device)
         self.pos_embed = (nn.Embedding(arch.max_position_embeddings, arch.hidden_size, dtype=dtype,
                                        device=device) if arch.family == "gpt2" else None)
-        self.blocks = nn.ModuleList(Block(arch, recipe, recompute, dtype, device)
-                                    for _ in range(arch.num_layers))
+        self.blocks = nn.ModuleDict({str(i): Block(arch, recipe, recompute, dtype, device)
+                                     for i in range(arch.num_layers)})
         self.norm = (nn.LayerNorm(arch.hidden_size, eps=NORM_EPS, dtype=dtype, device=device)
                      if arch.family == "gpt2" else RMSNorm(arch.hidden_size, dtype, device))
         self.lm_head = nn.Linear(arch.hidden_size, arch.vocab_size, bias=False, dtype=dtype, device=device)
@@ -230,29 +244,45 @@ class Transformer(nn.Module):
                 module.weight.normal_(0.0, INIT_STD)
                 if getattr(module, "bias", None) is not None:
                     module.bias.zero_()
+            elif isinstance(module, (nn.LayerNorm, RMSNorm)):  # after a build on "meta"
+                module.weight.fill_(1.0)
+                if getattr(module, "bias", None) is not None:
+                    module.bias.zero_()
 
-    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        seq_len = input_ids.shape[1]
+    def forward(self, inputs: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+        shard, shards = self.sequence_shard
+        seq_len = inputs.shape[1] * (shards if self.embed is None else 1)
         if seq_len > self.arch.max_position_embeddings and self.pos_embed is not None:
             raise ValueError(f"seq_len {seq_len} exceeds max_position_embeddings "
                              f"{self.arch.max_position_embeddings}")
-        x = self.embed(input_ids)
-        rope = None
-        if self.pos_embed is not None:
-            x = x + self.pos_embed(torch.arange(seq_len, device=input_ids.device))
-        else:
-            rope = rope_tables(self.arch, seq_len, x.dtype, input_ids.device)  # x: compute dtype
-        x = dropout(x, self.recipe.dropout, self.training)
-        for block in self.blocks:
+        x = inputs
+        if self.embed is not None:
+            x = self.embed(inputs)
+            if self.pos_embed is not None:  # this rank's positions (all of them without SP)
+                local = seq_len // shards
+                x = x + self.pos_embed(torch.arange(shard * local, (shard + 1) * local,
+                                                    device=inputs.device))
+            x = dropout(x, self.recipe.dropout, self.training)
+        rope = None  # x holds the compute dtype (FSDP2 casts fp32 parameters for compute)
+        if self.arch.family != "gpt2":
+            rope = rope_tables(self.arch, seq_len, x.dtype, inputs.device)
+        for block in self.blocks.values():
             if self.recompute == "full":  # keep only each block's input; recompute the rest
                 x = checkpoint(block, x, rope, use_reentrant=False)
             else:
                 x = block(x, rope)
-        logits = self.lm_head(self.norm(x))
-        # fp32 loss; `del` frees the 16-bit logits as soon as the fp32 copy exists.
-        logits32 = logits.float()
-        del logits
-        return F.cross_entropy(logits32.flatten(0, 1), labels.flatten())
+        if self.lm_head is None:
+            return x
+        if labels is None:
+            return self.lm_head(self.norm(x))
+        return next_token_loss(self.lm_head(self.norm(x)), labels)  # no frame keeps the logits
+
+
+def next_token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy in fp32, as Megatron-LM computes it."""
+    logits32 = logits.float()
+    del logits  # frees the 16-bit logits as soon as the fp32 copy exists
+    return F.cross_entropy(logits32.flatten(0, 1), labels.flatten())
 
 
 def build_model(arch: ModelArch, recipe: Recipe, recompute: str = "none", device=None) -> Transformer:

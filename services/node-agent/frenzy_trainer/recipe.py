@@ -100,8 +100,10 @@ class MixedPrecisionTrainer:
             padded, dtype=torch.float32 if recipe.grad_dtype == "fp32" or dtype == torch.float32 else dtype,
             device=device)
         offset = 0
+        self.slices: dict[int, tuple[int, int, torch.Size]] = {}  # id(param) -> (offset, numel, shape)
         for p in params:
             n = p.numel()
+            self.slices[id(p)] = (offset, n, p.shape)
             self.param_buffer[offset:offset + n].copy_(p.data.view(-1))
             p.data = self.param_buffer[offset:offset + n].view_as(p)
             p.main_grad = self.grad_buffer[offset:offset + n].view_as(p)
@@ -116,6 +118,57 @@ class MixedPrecisionTrainer:
         self.copy_back = dtype != torch.float32  # fp32 training: the weights are the masters
         self.master = nn.Parameter(weights.float() if self.copy_back else weights)
         self.optimizer = _optimizer([self.master], recipe, lr, weight_decay)
+
+    # -- checkpoints (frenzy_trainer.checkpoint): per-name fp32 tensors, the layout every plan shares
+
+    def _full(self, shard: torch.Tensor) -> torch.Tensor:
+        """The whole flat buffer from this rank's slice (ZeRO-1 all-gathers it)."""
+        if shard.numel() == self.param_buffer.numel():
+            return shard
+        full = torch.empty(self.param_buffer.numel(), dtype=shard.dtype, device=shard.device)
+        dist.all_gather_into_tensor(full, shard.contiguous(), group=self.group)
+        return full
+
+    def _by_name(self, flat: torch.Tensor, all_names: bool) -> dict[str, torch.Tensor]:
+        named = self.model.named_parameters(remove_duplicate=not all_names)
+        return {name: flat[o:o + n].view(shape) for name, p in named if id(p) in self.slices
+                for o, n, shape in [self.slices[id(p)]]}
+
+    def _moment_keys(self) -> tuple[str, ...]:
+        return ("exp_avg", "exp_avg_sq") if self.recipe.optimizer == "adamw" else ("momentum_buffer",)
+
+    def checkpoint_state(self) -> dict:
+        state = self.optimizer.state.get(self.master, {})
+        optim: dict[str, torch.Tensor] = {}
+        step = state.get("step", torch.zeros((), dtype=torch.float32))
+        for key in self._moment_keys():
+            moment = state.get(key, torch.zeros_like(self.master, dtype=torch.float32))
+            for name, view in self._by_name(self._full(moment.detach()), all_names=False).items():
+                optim[f"state.{name}.{key}"] = view
+        if self.recipe.optimizer == "adamw":
+            optim.update({f"state.{name}.step": step.detach().clone()
+                          for name, _ in self.model.named_parameters()})
+        master = self._full(self.master.detach().float())
+        return {"model": self._by_name(master, all_names=True), "optim": optim}
+
+    def load_checkpoint_state(self, state: dict) -> None:
+        def flat(named: dict[str, torch.Tensor], key: str) -> torch.Tensor:
+            out = torch.zeros(self.param_buffer.numel(), dtype=torch.float32, device=self.master.device)
+            for name, p in self.model.named_parameters():
+                o, n, _ = self.slices[id(p)]
+                out[o:o + n].copy_(named[key.format(name=name)].reshape(-1))
+            return out
+
+        master = flat(state["model"], "{name}")
+        with torch.no_grad():
+            self.param_buffer.copy_(master.to(self.param_buffer.dtype))
+            self.master.copy_(master[self.shard])
+        loaded = {key: flat(state["optim"], f"state.{{name}}.{key}")[self.shard].clone()
+                  for key in self._moment_keys()}
+        if self.recipe.optimizer == "adamw":
+            first = next(name for name, _ in self.model.named_parameters())
+            loaded["step"] = state["optim"][f"state.{first}.step"].detach().clone().float()
+        self.optimizer.state[self.master] = loaded
 
     @staticmethod
     def _accumulate(p: torch.Tensor) -> None:
@@ -165,11 +218,17 @@ class FSDPTrainer:
         compute = DTYPES[recipe.precision]
         reduce = torch.float32 if recipe.grad_dtype == "fp32" else compute
         policy = MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=reduce)
-        for block in model.blocks:
+        for block in model.blocks.values():
             fully_shard(block, mesh=mesh, reshard_after_forward=zero == 3, mp_policy=policy)
         fully_shard(model, mesh=mesh, reshard_after_forward=zero == 3, mp_policy=policy)
         self.model, self.recipe = model, recipe
         self.optimizer = _optimizer(list(model.parameters()), recipe, lr, weight_decay)
+
+    def checkpoint_state(self) -> dict:
+        return dcp_state(self.model, self.optimizer)
+
+    def load_checkpoint_state(self, state: dict) -> None:
+        load_dcp_state(self.model, self.optimizer, state)
 
     def step(self, micro_batches: Sequence[MicroBatch]) -> float:
         """One optimizer step over the micro-batches; returns the mean loss."""
@@ -181,6 +240,25 @@ class FSDPTrainer:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return total
+
+
+def dcp_state(model: nn.Module, optimizer) -> dict:
+    """Sharded (DTensor) fp32 weights and optimizer states by parameter name, for DCP."""
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                         get_optimizer_state_dict)
+
+    options = StateDictOptions(flatten_optimizer_state_dict=True)
+    return {"model": get_model_state_dict(model),
+            "optim": get_optimizer_state_dict(model, optimizer, options=options)}
+
+
+def load_dcp_state(model: nn.Module, optimizer, state: dict) -> None:
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
+                                                         set_optimizer_state_dict)
+
+    set_model_state_dict(model, state["model"])
+    set_optimizer_state_dict(model, optimizer, state["optim"],
+                             options=StateDictOptions(flatten_optimizer_state_dict=True))
 
 
 def build_trainer(arch: ModelArch, recipe: Recipe, zero: int = 0, recompute: str = "none",

@@ -8,9 +8,9 @@ reference recipe (frenzy_trainer.recipe):
 * data parallel with ZeRO 0/1: Megatron-style flat fp32 grad buffer, one all-reduce per step
   (gloo on CPU, nccl on GPU);
 * ZeRO 2/3: FSDP2 `fully_shard` with a MixedPrecisionPolicy;
-* recompute none/selective/full: activation checkpointing in the model.
-
-Tensor and pipeline parallelism are not supported here and fail as bad configuration.
+* recompute none/selective/full: activation checkpointing in the model;
+* tp > 1 or pp > 1: DTensor tensor (and sequence) parallelism, pipeline stages with 1F1B and
+  FSDP2 data parallelism on one device mesh (frenzy_trainer.parallelize).
 
 Exit codes: 0 done, 2 bad configuration, 3 out of memory (CUDA OOM, allocator OOM, or tracked
 peak over FRENZY_MEMORY_LIMIT_BYTES), 4 the process group could not form (retryable), 143
@@ -39,9 +39,11 @@ from frenzy.broker import free_port
 from frenzy.domain import (ATTENTIONS, GRAD_DTYPES, OPTIMIZERS, PRECISIONS,
                            ParallelPlan, Recipe)
 from frenzy.outcomes import (EXIT_BAD_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_OOM,
-                             EXIT_RENDEZVOUS, EXIT_SIGTERM, OOM_REASON, RENDEZVOUS_REASON,
-                             write_status)
+                             EXIT_RENDEZVOUS, EXIT_SIGTERM, OOM_REASON, PREEMPTED_REASON,
+                             RENDEZVOUS_REASON, write_status)
 
+from . import checkpoint
+from .checkpoint import DEFAULT_KEEP, Checkpointer, CheckpointPolicy
 from .data import make_source, rank_micro_batches
 from .progress import MemoryLimitExceeded, PeakMemory, ProgressWriter
 
@@ -73,6 +75,7 @@ class JobConfig:
     data: str
     seed: int
     log_every: int
+    checkpoint: CheckpointPolicy = CheckpointPolicy("")
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,11 @@ _FIELDS: dict[str, tuple[str, str, Any]] = {
     "data": ("FRENZY_DATA", "data", "synthetic"),
     "seed": ("FRENZY_SEED", "seed", 1234),
     "log_every": ("FRENZY_LOG_EVERY", "log_every", 1),
+    "checkpoint_uri": ("FRENZY_CHECKPOINT_URI", "checkpoint_uri", ""),
+    "checkpoint_every_steps": ("FRENZY_CHECKPOINT_EVERY_STEPS", "checkpoint_every_steps", 0),
+    "checkpoint_every_s": ("FRENZY_CHECKPOINT_EVERY_S", "checkpoint_every_s", 0.0),
+    "checkpoint_keep": ("FRENZY_CHECKPOINT_KEEP", "checkpoint_keep", DEFAULT_KEEP),
+    "keep_checkpoints": ("FRENZY_KEEP_CHECKPOINTS", "keep_checkpoints", False),
 }
 
 
@@ -134,6 +142,12 @@ def _arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int)
     p.add_argument("--log-every", type=int, help="progress line every N steps (default 1)")
     p.add_argument("--plan", help="plan JSON (default: FRENZY_PLAN; else a single-GPU plan)")
+    p.add_argument("--checkpoint-uri", help="this job's checkpoint directory (none: no checkpoints)")
+    p.add_argument("--checkpoint-every-steps", type=int)
+    p.add_argument("--checkpoint-every-s", type=float)
+    p.add_argument("--checkpoint-keep", type=int, help=f"committed checkpoints kept (default {DEFAULT_KEEP})")
+    p.add_argument("--keep-checkpoints", action="store_const", const=True,
+                   help="keep the checkpoints after the job finished")
     return p
 
 
@@ -205,9 +219,23 @@ def load_config(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[JobCon
         raise ConfigError(f"lr: must be positive, got {lr}")
     log_every = _number("log_every", value("log_every"), int)
     config = JobConfig(str(model), seq_len, global_batch, steps, recipe, lr, str(value("data")),
-                       _number("seed", value("seed"), int), max(1, log_every))
+                       _number("seed", value("seed"), int), max(1, log_every),
+                       _checkpoint_policy(value))
     plan_text = args.get("plan") or environ.get("FRENZY_PLAN") or ""
     return config, parse_plan(plan_text)
+
+
+def _checkpoint_policy(value) -> CheckpointPolicy:
+    every_steps = _number("checkpoint_every_steps", value("checkpoint_every_steps"), int)
+    every_s = _number("checkpoint_every_s", value("checkpoint_every_s"), float)
+    keep = _number("checkpoint_keep", value("checkpoint_keep"), int)
+    for field, v in (("checkpoint_every_steps", every_steps), ("checkpoint_every_s", every_s),
+                     ("checkpoint_keep", keep)):
+        if v < 0:
+            raise ConfigError(f"{field}: must not be negative, got {v}")
+    keep_at_end = str(value("keep_checkpoints")).lower() in ("1", "true", "yes")
+    return CheckpointPolicy(str(value("checkpoint_uri") or ""), every_steps, every_s,
+                            keep or DEFAULT_KEEP, keep_at_end)
 
 
 def parse_plan(text: str) -> ParallelPlan:
@@ -247,17 +275,23 @@ def dist_env(environ: Mapping[str, str]) -> DistEnv:
 
 
 def check_plan(arch: ModelArch, config: JobConfig, plan: ParallelPlan, env: DistEnv) -> None:
-    if plan.tp > 1 or plan.pp > 1:
-        raise ConfigError(f"plan: tp={plan.tp}, pp={plan.pp}: tensor and pipeline parallelism are "
-                          "not supported by the reference trainer (use tp=1, pp=1)")
-    if plan.num_gpus != env.world_size:
-        raise ConfigError(f"plan: dp x tp x pp = {plan.num_gpus} but WORLD_SIZE = {env.world_size}")
     if config.global_batch % (plan.dp * plan.micro_batch):
         raise ConfigError(f"plan.micro_batch: global batch {config.global_batch} is not a multiple "
                           f"of dp x micro_batch = {plan.dp * plan.micro_batch}")
     if arch.family == "gpt2" and config.seq_len > arch.max_position_embeddings:
         raise ConfigError(f"seq_len: {config.seq_len} exceeds {arch.name}'s learned positions "
                           f"({arch.max_position_embeddings})")
+    for what, count in (("num_kv_heads", arch.num_kv_heads), ("vocab_size", arch.vocab_size),
+                        ("ffn_hidden_size", arch.ffn_hidden_size)):
+        if count % plan.tp:
+            raise ConfigError(f"plan.tp: {plan.tp} does not divide {arch.name}'s {what} ({count})")
+    if plan.sequence_parallel and plan.tp > 1 and config.seq_len % plan.tp:
+        raise ConfigError(f"plan.sequence_parallel: seq_len {config.seq_len} is not a multiple of "
+                          f"tp = {plan.tp}")
+    if plan.pp > arch.num_layers:
+        raise ConfigError(f"plan.pp: {plan.pp} stages but {arch.name} has {arch.num_layers} layers")
+    if plan.num_gpus != env.world_size:
+        raise ConfigError(f"plan: dp x tp x pp = {plan.num_gpus} but WORLD_SIZE = {env.world_size}")
 
 
 # ---------------------------------------------------------------------------- training
@@ -293,6 +327,11 @@ def _init_distributed(env: DistEnv, device: torch.device, plan: ParallelPlan,
 
 
 def _build_trainer(arch: ModelArch, config: JobConfig, plan: ParallelPlan, device: torch.device):
+    """tp = pp = 1: the flat-buffer (ZeRO-0/1) or FSDP2 (ZeRO-2/3) trainer MARP models;
+    otherwise TP x PP x DP on a device mesh (frenzy_trainer.parallelize)."""
+    if plan.tp > 1 or plan.pp > 1:
+        from .parallelize import ParallelTrainer
+        return ParallelTrainer(arch, config.recipe, plan, config.lr, device, config.seed)
     from .recipe import build_trainer
 
     mesh = None
@@ -301,6 +340,11 @@ def _build_trainer(arch: ModelArch, config: JobConfig, plan: ParallelPlan, devic
         mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     return build_trainer(arch, config.recipe, zero=plan.zero, recompute=plan.recompute,
                          lr=config.lr, device=device, mesh=mesh)
+
+
+def data_parallel_rank(rank: int, plan: ParallelPlan) -> int:
+    """Ranks are laid out (pp, dp, tp), row-major, as the device mesh is."""
+    return (rank // plan.tp) % plan.dp
 
 
 def _reduce(loss: torch.Tensor, peak_bytes: int, device: torch.device) -> tuple[float, int]:
@@ -318,8 +362,9 @@ def _reduce(loss: torch.Tensor, peak_bytes: int, device: torch.device) -> tuple[
 
 
 def train(config: JobConfig, plan: ParallelPlan, env: DistEnv, device: torch.device,
-          progress: ProgressWriter, memory: PeakMemory) -> dict[str, Any]:
-    """The training loop; returns the final summary (also written as the "done" line)."""
+          progress: ProgressWriter, memory: PeakMemory, preempt: threading.Event) -> dict[str, Any]:
+    """The training loop; returns the final summary (also written as the last progress line:
+    "done", or "preempted" after a checkpoint-now request)."""
     arch = load_model(config.model)
     if device.type == "cuda" and config.recipe.precision == "bf16" and not torch.cuda.is_bf16_supported():
         config = replace(config, recipe=replace(config.recipe, precision="fp16"))  # as MARP assumes
@@ -327,13 +372,16 @@ def train(config: JobConfig, plan: ParallelPlan, env: DistEnv, device: torch.dev
     source = make_source(config.data, arch.vocab_size, config.seq_len, config.seed)
     torch.manual_seed(config.seed)  # identical initial weights on every rank
     trainer = _build_trainer(arch, config, plan, device)
+    checkpoints = Checkpointer(config.checkpoint, device)
+    first = _resume(trainer, config.checkpoint.uri, device)
+    if first:
+        progress.write({"event": "resumed", "step": first})
     tokens_per_step = config.seq_len * config.global_batch
     started = time.monotonic()
-    loss = math.nan
-    peak = 0
-    for step in range(1, config.steps + 1):
-        batches = rank_micro_batches(source, step, config.global_batch, plan.dp, env.rank,
-                                     plan.micro_batch, device)
+    loss, peak, step, event = math.nan, 0, first, "done"
+    for step in range(first + 1, config.steps + 1):
+        batches = rank_micro_batches(source, step, config.global_batch, plan.dp,
+                                     data_parallel_rank(env.rank, plan), plan.micro_batch, device)
         step_loss = trainer.train_step(batches)
         memory.check()
         if step % config.log_every == 0 or step == config.steps:
@@ -341,12 +389,39 @@ def train(config: JobConfig, plan: ParallelPlan, env: DistEnv, device: torch.dev
             progress.write({"step": step, "steps": config.steps, "tokens": step * tokens_per_step,
                             "loss": round(loss, 6), "peak_memory_bytes": peak,
                             "time_s": round(time.monotonic() - started, 3)})
+        save, stop = checkpoints.poll(step, preempt.is_set())
+        if save and step < config.steps:  # the last step needs no checkpoint: the job is done
+            checkpoints.save(trainer, step)
+            progress.write({"event": "checkpoint", "step": step})
+        if stop and step < config.steps:
+            event = "preempted"
+            break
+    if event == "done":
+        checkpoints.finish()
     elapsed = time.monotonic() - started
-    return {"event": "done", "step": config.steps, "steps": config.steps,
-            "tokens": config.steps * tokens_per_step, "loss": round(loss, 6),
+    done = step - first
+    return {"event": event, "step": step, "steps": config.steps,
+            "tokens": step * tokens_per_step, "loss": round(loss, 6),
             "peak_memory_bytes": peak, "time_s": round(elapsed, 3),
-            "tokens_per_s": round(config.steps * tokens_per_step / max(elapsed, 1e-9), 1),
-            "world_size": env.world_size, "device": device.type}
+            "tokens_per_s": round(done * tokens_per_step / max(elapsed, 1e-9), 1),
+            "world_size": env.world_size, "device": device.type, "resumed_from_step": first,
+            "checkpoint_step": checkpoint.latest_committed(config.checkpoint.uri)
+            if config.checkpoint.uri else None}
+
+
+def _resume(trainer, uri: str, device: torch.device) -> int:
+    """Load the newest committed checkpoint, if any; returns its step (0: a fresh start).
+    Rank 0 picks the step and every rank loads it (a shared directory on more than one node)."""
+    if not uri:
+        return 0
+    step = checkpoint.latest_committed(uri)
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        chosen = torch.tensor([step], device=device)
+        dist.broadcast(chosen, src=0)
+        step = int(chosen.item())
+    if step:
+        checkpoint.load(trainer, uri, step)
+    return step
 
 
 def _is_oom(err: BaseException) -> bool:
@@ -381,6 +456,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     environ = os.environ if environ is None else environ
     argv = sys.argv[1:] if argv is None else argv
     signal.signal(signal.SIGTERM, _on_sigterm)
+    preempt = threading.Event()  # checkpoint-now: save at the next step boundary, then exit
+    signal.signal(signal.SIGUSR1, lambda signum, frame: preempt.set())
     progress = ProgressWriter(None)
     try:
         config, plan = load_config(argv, environ)
@@ -395,12 +472,17 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         _init_distributed(env, device, plan, timeout_s)
         progress = ProgressWriter(environ.get("FRENZY_PROGRESS_FILE") if env.rank == 0 else None)
         with PeakMemory(device, limit) as memory:
-            summary = train(config, plan, env, device, progress, memory)
+            summary = train(config, plan, env, device, progress, memory, preempt)
         progress.write(summary)
         if dist.is_available() and dist.is_initialized():
             # Every rank reaches the end before any tears the group down: a rank that exits
             # while a peer's gloo work is still in flight aborts in C++ ("terminate called").
             dist.barrier()
+        if summary["event"] == "preempted":
+            # Every rank says so in its own status file (frenzy.outcomes), so no exit code a
+            # user program could produce is read as a preemption; exit 0: the save succeeded.
+            write_status(PREEMPTED_REASON, f"checkpoint at step {summary['checkpoint_step']}",
+                         environ.get("FRENZY_STATUS_FILE"), summary["checkpoint_step"])
         return EXIT_OK
     except Terminated:
         print("frenzy_trainer: SIGTERM, stopping", file=sys.stderr)

@@ -20,7 +20,7 @@ from google.protobuf.message import Message
 
 from frenzy import topics
 from frenzy.jobspec import SpecError, resolve_spec
-from frenzy.outcomes import OOM_REASON, RENDEZVOUS_REASON
+from frenzy.outcomes import OOM_REASON, PREEMPTED_REASON, RENDEZVOUS_REASON
 from frenzy.placement_check import NodeFacts, placement_problem
 from frenzy.v1 import events_pb2, services_pb2, types_pb2
 from frenzy.v1.types_pb2 import (CANCELLED, FAILED, LAUNCHING, PLACED, PLANNED, QUEUED, RUNNING,
@@ -73,6 +73,10 @@ class JobRecord:
     since_s: float = 0.0  # when the job entered its current state (or was restored)
     needs: list[tuple[str, int]] = field(default_factory=list)  # (GPU type, GPUs) per plan option
     missing_since_s: dict[str, float] = field(default_factory=dict)  # node -> first heartbeat without it
+    # A ReshapeJob being carried out: its checkpoint-now stops are out, the agents' PREEMPTED
+    # reports are awaited. Saved with the record, so a restarted orchestrator finishes it.
+    pending_reshape: events_pb2.ReshapeJob | None = None
+    free_attempts: int = 0  # attempts that were not failures; they do not count as retries
 
     @property
     def id(self) -> str:
@@ -132,8 +136,11 @@ class OrchestratorCore:
 
     def record_state(self, job_id: str) -> events_pb2.JobRecordState:
         rec = self.jobs[job_id]
-        return events_pb2.JobRecordState(job=rec.job, node_outcomes=rec.node_outcomes,
-                                         oom_replans=rec.oom_replans)
+        state = events_pb2.JobRecordState(job=rec.job, node_outcomes=rec.node_outcomes,
+                                          oom_replans=rec.oom_replans, free_attempts=rec.free_attempts)
+        if rec.pending_reshape is not None:
+            state.pending_reshape.CopyFrom(rec.pending_reshape)
+        return state
 
     def restore(self, records: list[events_pb2.JobRecordState],
                 early_plans: list[events_pb2.JobPlanned], now_s: float) -> None:
@@ -146,7 +153,12 @@ class OrchestratorCore:
             job = types_pb2.Job()
             job.CopyFrom(saved.job)
             rec = JobRecord(job, dict(saved.node_outcomes), saved.oom_replans,
-                            history=[(job.state, "restored")], since_s=now_s)
+                            history=[(job.state, "restored")], since_s=now_s,
+                            free_attempts=saved.free_attempts,
+                            pending_reshape=events_pb2.ReshapeJob()
+                            if saved.HasField("pending_reshape") else None)
+            if rec.pending_reshape is not None:
+                rec.pending_reshape.CopyFrom(saved.pending_reshape)
             self.jobs[job.id] = rec
             if job.state == SUCCEEDED:
                 self._record_memory_error(job)
@@ -247,6 +259,8 @@ class OrchestratorCore:
         del job.assignments[:]
         job.assignments.extend(placed.assignments)
         rec.node_outcomes = {a.node_id: LAUNCHING for a in placed.assignments}
+        # This attempt resumes from the job's last committed checkpoint (0: a fresh start).
+        job.resumed_from_step = job.checkpoint_step if job.HasField("checkpoint_step") else 0
         for a in placed.assignments:
             for gpu in a.gpu_indices:
                 self.nodes[a.node_id].allocations[gpu] = job.id
@@ -274,7 +288,9 @@ class OrchestratorCore:
                 job_id=job.id, node_id=a.node_id, attempt=job.attempt, gpu_indices=a.gpu_indices,
                 node_rank=rank, num_nodes=len(job.assignments), world_size=job.option.num_gpus,
                 rank_offset=offset, master_addr=master.host,
-                master_port=master_port(job.id, job.attempt), option=job.option, spec=job.spec)
+                master_port=master_port(job.id, job.attempt), option=job.option, spec=job.spec,
+                resume_from_step=job.resumed_from_step,
+                checkpoint_uri=job.spec.training.checkpoint_uri)
             offset += len(a.gpu_indices)
             out.append(Outgoing(topics.AGENT_COMMANDS, a.node_id, launch))
         return out
@@ -307,6 +323,8 @@ class OrchestratorCore:
         self._dirty_jobs.add(job.id)
         if status.HasField("progress") and status.progress.step >= job.progress.step:
             job.progress.CopyFrom(status.progress)
+        if status.HasField("checkpoint_step") and status.checkpoint_step > job.checkpoint_step:
+            job.checkpoint_step = status.checkpoint_step  # commits only move forward
         if status.state == RUNNING:
             rec.node_outcomes[status.node_id] = RUNNING
             if job.state == LAUNCHING:
@@ -319,6 +337,8 @@ class OrchestratorCore:
                 out = self._release(rec, f"job {job.id} finished")
                 return self._transition(rec, SUCCEEDED, "all processes exited 0", now_s) + out
             return []
+        if status.state == FAILED and status.reason.startswith(PREEMPTED_REASON):
+            return self._on_preempted(rec, status, now_s)
         if status.state == FAILED:
             job.exit_code = status.exit_code
             rec.node_outcomes[status.node_id] = FAILED
@@ -332,6 +352,52 @@ class OrchestratorCore:
                 return out + self._requeue(rec, f"{status.reason} (node {status.node_id})", now_s)
             return self._transition(rec, FAILED, status.reason or f"exit code {status.exit_code}", now_s) + out
         return []
+
+    # ----- checkpoint-now: preemption, resize, migration ---------------------------------
+    def on_reshape(self, reshape: events_pb2.ReshapeJob, now_s: float) -> list[Outgoing]:
+        """Carry out a ReshapeJob: ask every node for a checkpoint and exit (StopJob with
+        checkpoint_first). The rest happens when they report PREEMPTED (`_on_preempted`).
+        Idempotent: a stale attempt, a job not running or a reshape already under way is ignored."""
+        rec = self.jobs.get(reshape.job_id)
+        if rec is None or rec.job.state != RUNNING or reshape.attempt != rec.job.attempt \
+                or rec.pending_reshape is not None:
+            return []
+        kind = events_pb2.ReshapeKind.Name(reshape.kind)
+        if reshape.kind not in (events_pb2.RESIZE, events_pb2.MIGRATE, events_pb2.PREEMPT) or (
+                reshape.kind != events_pb2.PREEMPT and not reshape.assignments):
+            return []
+        rec.pending_reshape = events_pb2.ReshapeJob()
+        rec.pending_reshape.CopyFrom(reshape)
+        rec.job.reason = f"{kind}: checkpointing"
+        self._dirty_jobs.add(rec.id)
+        stops = [Outgoing(topics.AGENT_COMMANDS, a.node_id, events_pb2.StopJob(
+                     job_id=rec.id, node_id=a.node_id, reason=kind, attempt=rec.job.attempt,
+                     checkpoint_first=True))
+                 for a in rec.job.assignments if a.node_id in self.nodes]
+        return stops + self._progress_update(rec)
+
+    def _on_preempted(self, rec: JobRecord, status: events_pb2.JobStatusChanged,
+                      now_s: float) -> list[Outgoing]:
+        """A node saved (or was stopped) on checkpoint-now. Once every node has, release the
+        GPUs and start a new attempt from the last committed checkpoint: on the reshape's
+        GPUs (RESIZE, MIGRATE), else back in the queue (PREEMPT, or a preemption from outside)."""
+        rec.node_outcomes[status.node_id] = FAILED
+        if any(s in (LAUNCHING, RUNNING) for s in rec.node_outcomes.values()):
+            return []  # other nodes are still saving
+        job = rec.job
+        reshape, rec.pending_reshape = rec.pending_reshape, None
+        out = self._release(rec, f"job {job.id} preempted")
+        rec.free_attempts += 1
+        cause = f"{status.reason} (node {status.node_id})"
+        if reshape is None or reshape.kind == events_pb2.PREEMPT:
+            return self._requeue(rec, cause, now_s) + out
+        out = self._requeue(rec, f"{events_pb2.ReshapeKind.Name(reshape.kind)}: {cause}", now_s) + out
+        placed = events_pb2.JobPlaced(job_id=job.id, option=reshape.option, attempt=job.attempt,
+                                      assignments=reshape.assignments,
+                                      placement_id=reshape.placement_id)
+        if reshape.HasField("decision"):
+            placed.decision.CopyFrom(reshape.decision)
+        return out + self.on_placed(placed, now_s)  # rejected: it stays queued for HAS
 
     def _record_memory_error(self, job: types_pb2.Job) -> None:
         """How far MARP's prediction for the plan was from the peak the job measured."""
@@ -511,16 +577,20 @@ class OrchestratorCore:
         return self._requeue(rec, f"node {node_id} lost", now_s) + out
 
     def _requeue(self, rec: JobRecord, cause: str, now_s: float) -> list[Outgoing]:
-        """Not the job's fault (a lost node, a process group that did not form): run it again as
-        a new attempt, which starts from step 0 on a new master port, or fail after max retries."""
+        """Not the job's fault (a lost node, a process group that did not form, a preemption):
+        run it again as a new attempt, which resumes from the last committed checkpoint on a
+        new master port, or fail after max retries (preemptions and reshapes do not count)."""
         job = rec.job
-        if job.attempt >= self.max_retries:
+        if job.attempt - rec.free_attempts >= self.max_retries:
             return self._transition(rec, FAILED, f"{cause}; retries exhausted", now_s)
         job.attempt += 1
         job.ClearField("option")
         job.ClearField("progress")
         del job.assignments[:]
         rec.node_outcomes = {}
+        # A reshape under way belonged to the attempt that ended (its node was lost, say): the
+        # new attempt is placed afresh, and a later ReshapeJob for it is not taken as a duplicate.
+        rec.pending_reshape = None
         return self._transition(rec, QUEUED, f"{cause}; retry {job.attempt}", now_s)
 
     # ----- views ------------------------------------------------------------------------

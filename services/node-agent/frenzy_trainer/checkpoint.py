@@ -1,0 +1,170 @@
+"""Distributed checkpoints with torch.distributed.checkpoint (DCP): save, commit, prune, resume.
+
+Layout of a job's checkpoint directory (FRENZY_CHECKPOINT_URI, one per job):
+
+    step-000000040/          DCP files of step 40 (.metadata + one file per rank)
+    step-000000040/COMMITTED the commit marker: rank 0 writes it after DCP's save returned,
+                             which is after the coordinator wrote .metadata, which it does
+                             only once every rank's write succeeded
+
+Only committed checkpoints are loaded or reported, so a save cut short by a kill (no marker,
+perhaps no .metadata, perhaps half a file) is never read; it is deleted at the next commit.
+
+What a checkpoint holds: the trainer's state in one layout every plan shares (fp32 master
+weights by parameter name, optimizer states under `state.<name>.<key>` as torch's
+`get_optimizer_state_dict(flatten_optimizer_state_dict=True)` names them), the step and the
+CPU RNG state. DCP stores each tensor with its global shape, so a different dp/tp/pp or ZeRO
+stage loads it resharded. The data position is the step: the data is a function of
+(seed, step) (frenzy_trainer.data).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+import torch.distributed as dist
+
+COMMIT_MARKER = "COMMITTED"
+DEFAULT_KEEP = 2
+_STEP_PREFIX = "step-"
+
+
+class Checkpointable(Protocol):
+    def checkpoint_state(self) -> dict[str, Any]:
+        """Tensors to save, or to load into in place (same structure)."""
+
+    def load_checkpoint_state(self, state: dict[str, Any]) -> None:
+        """Apply a state that DCP has loaded into `checkpoint_state()`'s tensors."""
+
+
+@dataclass(frozen=True)
+class CheckpointPolicy:
+    uri: str                # the job's checkpoint directory; "" disables checkpoints
+    every_steps: int = 0    # 0: not by step count
+    every_s: float = 0.0    # 0: not by time
+    keep: int = DEFAULT_KEEP
+    keep_at_end: bool = False
+
+
+def step_dir(uri: str | Path, step: int) -> Path:
+    return Path(uri) / f"{_STEP_PREFIX}{step:09d}"
+
+
+def _step_of(path: Path) -> int | None:
+    name = path.name
+    if not name.startswith(_STEP_PREFIX) or not name[len(_STEP_PREFIX):].isdigit():
+        return None
+    return int(name[len(_STEP_PREFIX):])
+
+
+def committed_steps(uri: str | Path) -> list[int]:
+    """Steps with a commit marker, oldest first."""
+    root = Path(uri)
+    if not root.is_dir():
+        return []
+    steps = [_step_of(p) for p in root.iterdir() if (p / COMMIT_MARKER).is_file()]
+    return sorted(s for s in steps if s is not None)
+
+
+def latest_committed(uri: str | Path) -> int:
+    """The newest committed step, 0 if none."""
+    steps = committed_steps(uri)
+    return steps[-1] if steps else 0
+
+
+def prune(uri: str | Path, keep: int) -> None:
+    """Keep the newest `keep` committed checkpoints; drop older ones and any uncommitted
+    directory older than the newest commit (a save that was cut short)."""
+    steps = committed_steps(uri)
+    if not steps:
+        return
+    kept = set(steps[-max(1, keep):])
+    for path in Path(uri).iterdir():
+        step = _step_of(path)
+        if step is not None and step not in kept and step < steps[-1]:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def save(trainer: Checkpointable, uri: str, step: int) -> None:
+    """Save on every rank (collective), then rank 0 commits and prunes."""
+    import torch.distributed.checkpoint as dcp
+
+    path = step_dir(uri, step)
+    state = {"trainer": trainer.checkpoint_state(), "step": torch.tensor(step),
+             "rng": torch.get_rng_state()}
+    with warnings.catch_warnings():  # one rank without a process group is meant
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.save(state, checkpoint_id=str(path), no_dist=not dist.is_initialized())
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        tmp = path / (COMMIT_MARKER + ".tmp")
+        tmp.write_text(json.dumps({"step": step, "time": time.time()}))
+        tmp.rename(path / COMMIT_MARKER)  # atomic: a marker is whole or absent
+
+
+def load(trainer: Checkpointable, uri: str, step: int) -> None:
+    """Load committed `step` into the trainer, resharding to its plan. Optimizer states the
+    checkpoint lacks (a tied embedding's second copy under pipeline parallelism) keep their
+    fresh values; every model weight must be there."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import DefaultLoadPlanner, FileSystemReader
+
+    path = step_dir(uri, step)
+    if not (path / COMMIT_MARKER).is_file():
+        raise FileNotFoundError(f"checkpoint {path} is not committed")
+    state = {"trainer": trainer.checkpoint_state(), "step": torch.tensor(0),
+             "rng": torch.get_rng_state()}
+    saved = FileSystemReader(str(path)).read_metadata().state_dict_metadata
+    missing = [f"trainer.model.{k}" for k in state["trainer"]["model"]
+               if f"trainer.model.{k}" not in saved]
+    if missing:
+        raise ValueError(f"checkpoint {path} lacks model weights {missing[:3]}")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.load(state, checkpoint_id=str(path), planner=DefaultLoadPlanner(allow_partial_load=True),
+                 no_dist=not dist.is_initialized())
+    if int(state["step"]) != step:
+        raise ValueError(f"checkpoint {path} holds step {int(state['step'])}")
+    trainer.load_checkpoint_state(state["trainer"])
+    torch.set_rng_state(state["rng"])
+
+
+class Checkpointer:
+    """When to save: every N steps, every T seconds, or now (a checkpoint-now request such as
+    preemption). Ranks must agree, so with a time interval or a request pending the decision
+    is one tiny all-reduce per step whenever there is more than one rank (a signal reaches the
+    ranks at different moments)."""
+
+    def __init__(self, policy: CheckpointPolicy, device: torch.device):
+        self.policy, self.device = policy, device
+        self.last_save_s = time.monotonic()
+
+    def poll(self, step: int, requested: bool) -> tuple[bool, bool]:
+        """(save now, stop now) after `step`, the same on every rank."""
+        by_time = bool(self.policy.every_s) and time.monotonic() - self.last_save_s >= self.policy.every_s
+        flags = [by_time, requested]
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            agreed = torch.tensor([float(f) for f in flags], device=self.device)
+            dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
+            flags = [bool(f) for f in agreed.tolist()]
+        by_time, stop = flags
+        by_steps = bool(self.policy.every_steps) and step % self.policy.every_steps == 0
+        return bool(self.policy.uri) and (by_steps or by_time or stop), stop
+
+    def save(self, trainer: Checkpointable, step: int) -> None:
+        save(trainer, self.policy.uri, step)
+        if not dist.is_initialized() or dist.get_rank() == 0:
+            prune(self.policy.uri, self.policy.keep)
+        self.last_save_s = time.monotonic()
+
+    def finish(self) -> None:
+        """The job is done: its checkpoints go unless the spec keeps them (rank 0)."""
+        if not self.policy.uri or self.policy.keep_at_end \
+                or (dist.is_initialized() and dist.get_rank() != 0):
+            return
+        shutil.rmtree(self.policy.uri, ignore_errors=True)

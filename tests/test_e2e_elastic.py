@@ -1,0 +1,146 @@
+"""Checkpoint, resume and live reshape through the whole system: real broker, real services, the
+reference trainer as real processes (gloo on CPU). Two 2-GPU simulated nodes."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from frenzy import topics  # noqa: E402
+from frenzy.broker import free_port  # noqa: E402
+from frenzy.bus import Bus  # noqa: E402
+from frenzy.client import FrenzyClient  # noqa: E402
+from frenzy.config import BusSettings  # noqa: E402
+from frenzy.localcluster import start_cluster  # noqa: E402
+from frenzy.v1 import events_pb2, types_pb2  # noqa: E402
+
+pytestmark = [pytest.mark.e2e, pytest.mark.torch]
+DATA = Path(__file__).parent / "data"
+GPU_TYPE = "H100-80GB"
+EVERY = 5  # checkpoint interval, steps
+
+
+@pytest.fixture(scope="module")
+def cluster(kafka_bootstrap, tmp_path_factory):
+    os.environ["KAFKA_BOOTSTRAP"] = kafka_bootstrap
+    local = start_cluster(DATA / "cluster_elastic.yaml", free_port(), tmp_path_factory.mktemp("frenzy"),
+                          "has", namespace=f"elastic{int(time.time())}",
+                          extra_env={"FRENZY_NODE_TIMEOUT_S": "4", "FRENZY_CHECKPOINT_GRACE_S": "30"})
+    yield local
+    local.stop()
+
+
+def spec(name: str, steps: int) -> types_pb2.JobSpec:
+    """tiny-gpt2 on 2 GPUs of one node (DP2), a checkpoint every EVERY steps."""
+    return types_pb2.JobSpec(
+        name=name, model="tiny-gpt2",
+        constraints=types_pb2.Constraints(gpu_types=[GPU_TYPE], max_gpus=2, min_gpus=2),
+        entrypoint=[sys.executable, "-m", "frenzy_trainer"],
+        env={"FRENZY_LR": "3e-3", "FRENZY_DIST_TIMEOUT_S": "60"},
+        training=types_pb2.TrainingConfig(seq_len=64, global_batch_size=8, steps=steps,
+                                          checkpoint_every_steps=EVERY))
+
+
+def _wait(client: FrenzyClient, job_id: str, until, timeout_s: float = 120) -> tuple[types_pb2.Job, list]:
+    """Watch until `until(job)`; returns that snapshot and all snapshots seen."""
+    seen = []
+    for job in client.watch(job_id, timeout_s=timeout_s):
+        seen.append(job)
+        if until(job):
+            return job, seen
+        if job.state in (types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED):
+            break
+    raise AssertionError(f"job {job_id} ended or timed out first: {seen[-1] if seen else None}")
+
+
+def _publish(cluster, reshape: events_pb2.ReshapeJob) -> None:
+    """What the elastic scheduler would publish on frenzy.jobs.placed."""
+    async def go() -> None:
+        bus = Bus("test-reshape", BusSettings(kafka_bootstrap=cluster.bootstrap,
+                                              namespace=cluster.namespace))
+        await bus.start()
+        try:
+            await bus.publish(topics.JOBS_PLACED, reshape.job_id, reshape)
+        finally:
+            await bus.stop()
+    asyncio.run(go())
+
+
+def _logs(cluster, job_id: str) -> str:
+    parts = []
+    for log in sorted((cluster.workdir / "agents").glob(f"*/{job_id}.*/rank*.log")):
+        parts.append(f"--- {log.parent.name}/{log.name}\n{log.read_text(errors='replace')[-1500:]}")
+    return "\n".join(parts)
+
+
+def _losses(snapshots: list[types_pb2.Job], attempt: int) -> list[tuple[int, float]]:
+    return [(j.progress.step, j.progress.loss) for j in snapshots
+            if j.attempt == attempt and j.progress.step > 0 and j.state == types_pb2.RUNNING]
+
+
+def test_dp2_resized_to_dp1_and_back_then_preempted_finishes_from_its_checkpoints(cluster):
+    with FrenzyClient(cluster.grpc_address) as client:
+        job_id = client.submit(spec("elastic-resize", 120))
+        job, seen = _wait(client, job_id, lambda j: j.HasField("checkpoint_step")
+                          and j.checkpoint_step >= EVERY)
+        assert job.option.plan.dp == 2, job.option
+        first_loss = _losses(seen, 0)[0][1]
+        for attempt, dp in ((0, 1), (1, 2)):
+            current = client.get(job_id)
+            assert current.attempt == attempt and current.state == types_pb2.RUNNING, current
+            option = types_pb2.PlanOption()
+            option.CopyFrom(current.option)
+            option.num_gpus, option.plan.dp = dp, dp
+            node = current.assignments[0].node_id
+            _publish(cluster, events_pb2.ReshapeJob(
+                job_id=job_id, kind=events_pb2.RESIZE, attempt=attempt, option=option,
+                assignments=[types_pb2.GpuAssignment(node_id=node, gpu_indices=list(range(dp)))]))
+            job, more = _wait(client, job_id, lambda j, a=attempt: j.attempt == a + 1
+                              and j.progress.step > j.resumed_from_step > 0
+                              and j.checkpoint_step > j.resumed_from_step)
+            seen += more
+            assert job.option.num_gpus == dp and job.option.plan.dp == dp, job.option
+            resumed = _losses(more, attempt + 1)
+            assert resumed and resumed[0][0] > job.resumed_from_step, resumed
+            # the loss continues: far below where the job started, not back at the start
+            assert resumed[0][1] < first_loss - 0.5, (first_loss, resumed)
+        preempted_at = client.get(job_id).checkpoint_step
+        _publish(cluster, events_pb2.ReshapeJob(job_id=job_id, kind=events_pb2.PREEMPT, attempt=2))
+        job, more = _wait(client, job_id, lambda j: j.state == types_pb2.SUCCEEDED, timeout_s=180)
+        seen += more
+    assert job.attempt == 3 and job.resumed_from_step >= preempted_at > 0, (job, _logs(cluster, job_id))
+    assert any(s.state == types_pb2.QUEUED and s.reason.startswith("PREEMPTED") for s in more)
+    assert job.progress.step == 120
+    reasons = [s.reason for s in seen if s.state == types_pb2.LAUNCHING]
+    assert sum(r.startswith("launch") for r in reasons) >= 3, reasons
+
+
+def test_node_killed_after_first_checkpoint_resumes_on_the_other_node_from_that_step(cluster):
+    """Last in the module: it kills a node (its agent and the job's processes)."""
+    with FrenzyClient(cluster.grpc_address) as client:
+        job_id = client.submit(spec("elastic-node-loss", 60))
+        job, _ = _wait(client, job_id, lambda j: j.HasField("checkpoint_step")
+                       and j.checkpoint_step >= EVERY)
+        node = job.assignments[0].node_id
+        killed_at_step = job.progress.step
+        killed = time.monotonic()
+        cluster.stop_process(f"agent-{node}", signal.SIGKILL)
+        for state in (cluster.workdir / "agents" / node).glob(f"{job_id}.0/state.json"):
+            os.killpg(json.loads(state.read_text())["pgid"], signal.SIGKILL)
+        job, seen = _wait(client, job_id, lambda j: j.attempt == 1 and j.state == types_pb2.RUNNING
+                          and j.progress.step > j.resumed_from_step, timeout_s=120)
+        back_s = time.monotonic() - killed
+        assert job.assignments[0].node_id != node
+        job, _ = _wait(client, job_id, lambda j: j.state == types_pb2.SUCCEEDED, timeout_s=180)
+    assert job.resumed_from_step >= EVERY, job
+    redone = killed_at_step - job.resumed_from_step
+    assert redone <= 2 * EVERY + 5, (killed_at_step, job.resumed_from_step)  # loose: report latency
+    assert job.progress.step == 60 and back_s < 90, back_s
