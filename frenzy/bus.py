@@ -18,18 +18,23 @@ from google.protobuf.message import Message
 from frenzy import events, topics
 from frenzy.config import BusSettings, bootstrap
 from frenzy.logs import get_logger
+from frenzy.security.kafka import kafka_client_options
+from frenzy.security.limits import MAX_RECORD_BYTES
 from frenzy.v1 import events_pb2
 
 Handler = Callable[[events_pb2.Envelope, str], Awaitable[None]]
+# (record, its envelope, its logical topic) -> why to refuse it, or "" (signature checks).
+Verifier = Callable[[object, events_pb2.Envelope, str], str]
 TOPIC_EXISTS = 36
 
 log = get_logger("bus")
 
 
 async def ensure_topics(bootstrap_servers: str, wanted: Iterable[topics.Topic] = topics.ALL_TOPICS,
-                        prefix: str = "", replication_factor: int = 1) -> None:
+                        prefix: str = "", replication_factor: int = 1,
+                        client_options: dict | None = None) -> None:
     """Create missing topics. Safe to call from every service at start-up."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers, **(client_options or {}))
     await admin.start()
     try:
         existing = set(await admin.list_topics())
@@ -71,6 +76,9 @@ class Bus:
         self.bootstrap = bootstrap(self.settings)
         self.prefix = topics.namespace_prefix(self.settings.namespace)
         self.producer: AIOKafkaProducer | None = None
+        self.client_options = kafka_client_options(self.settings)
+        # Adds signature headers to records on the topics it signs (frenzy.security.signing).
+        self.signer = None
 
     def topic_name(self, topic: topics.Topic) -> str:
         """The topic's name on the broker, in this deployment's namespace."""
@@ -79,20 +87,27 @@ class Bus:
     async def start(self) -> None:
         """Create topics if needed and connect; must run inside the event loop."""
         await ensure_topics(self.bootstrap, prefix=self.prefix,
-                            replication_factor=self.settings.replication_factor)
+                            replication_factor=self.settings.replication_factor,
+                            client_options=self.client_options)
         self.producer = AIOKafkaProducer(
             bootstrap_servers=self.bootstrap, acks="all", linger_ms=self.settings.linger_ms,
-            enable_idempotence=False, client_id=f"frenzy-{self.service}")
+            enable_idempotence=False, client_id=f"frenzy-{self.service}", **self.client_options)
         await self.producer.start()
 
     async def stop(self) -> None:
         if self.producer is not None:
             await self.producer.stop()
 
+    def _encode(self, topic: topics.Topic, key: str, env: events_pb2.Envelope) -> tuple[bytes, list]:
+        value, headers = events.encode(env)
+        if self.signer is not None:
+            headers += self.signer.headers(topic.name, key.encode(), value)
+        return value, headers
+
     async def publish(self, topic: topics.Topic, key: str, payload: Message,
                       trace_id: str = "") -> events_pb2.Envelope:
         env = events.envelope(payload, trace_id=trace_id, producer=self.service)
-        value, headers = events.encode(env)
+        value, headers = self._encode(topic, key, env)
         await self.producer.send_and_wait(self.topic_name(topic), value, key=key.encode(),
                                           headers=headers)
         return env
@@ -107,7 +122,7 @@ class Bus:
         for topic, key, payload in items:
             value, headers = None, None
             if payload is not None:
-                value, headers = events.encode(events.envelope(payload, producer=self.service))
+                value, headers = self._encode(topic, key, events.envelope(payload, producer=self.service))
             acks.append(await self.producer.send(self.topic_name(topic), value, key=key.encode(),
                                                  headers=headers))
         if acks:
@@ -116,7 +131,7 @@ class Bus:
     async def publish_nowait(self, topic: topics.Topic, key: str, payload: Message) -> asyncio.Future:
         """Enqueue without waiting for the broker's acknowledgement: for high-rate telemetry
         (heartbeats) where the next record supersedes a lost one."""
-        value, headers = events.encode(events.envelope(payload, producer=self.service))
+        value, headers = self._encode(topic, key, events.envelope(payload, producer=self.service))
         return await self.producer.send(self.topic_name(topic), value, key=key.encode(),
                                         headers=headers)
 
@@ -145,7 +160,7 @@ class Bus:
             fetch_max_wait_ms=self.settings.fetch_max_wait_ms,
             session_timeout_ms=self.settings.session_timeout_ms,
             heartbeat_interval_ms=self.settings.heartbeat_interval_ms,
-            client_id=f"frenzy-{self.service}")
+            client_id=f"frenzy-{self.service}", **self.client_options)
         options.update(overrides)
         return AIOKafkaConsumer(*(self.topic_name(t) for t in subscribed), **options)
 
@@ -154,7 +169,8 @@ class Bus:
                            json_payloads: dict[str, str] | None = None,
                            ready: asyncio.Event | None = None,
                            started: bool = False,
-                           before_commit: Callable[[], Awaitable[None]] | None = None) -> None:
+                           before_commit: Callable[[], Awaitable[None]] | None = None,
+                           verify: Verifier | None = None) -> None:
         """Consume until cancelled. handlers maps payload type (e.g. "job_planned") to a coroutine.
 
         before_commit runs after each batch and before its offsets are committed: a service that
@@ -162,6 +178,9 @@ class Bus:
 
         json_payloads maps a topic's name (without namespace) to the payload type it accepts
         as bare JSON.
+
+        verify checks a decoded record before its handler sees it (signatures); a record it
+        refuses is dead-lettered with its reason.
         """
         deduper = Deduper(self.settings.dedupe_window)
         json_payloads = json_payloads or {}
@@ -177,7 +196,8 @@ class Bus:
                     for record in records:
                         logical_topic = record.topic.removeprefix(self.prefix)
                         await self._handle_record(record, group, handlers, deduper,
-                                                  json_payloads.get(logical_topic, ""))
+                                                  json_payloads.get(logical_topic, ""),
+                                                  verify, logical_topic)
                 if batch:
                     if before_commit is not None:
                         await before_commit()
@@ -186,8 +206,13 @@ class Bus:
             await consumer.stop()
 
     async def _handle_record(self, record, group: str, handlers: dict[str, Handler],
-                             deduper: Deduper, json_payload: str) -> None:
+                             deduper: Deduper, json_payload: str,
+                             verify: Verifier | None = None, logical_topic: str = "") -> None:
         record_id = f"{record.topic}/{record.partition}/{record.offset}"
+        if record.value is not None and len(record.value) > MAX_RECORD_BYTES:
+            await self.dead_letter(record, f"oversized: {len(record.value)} bytes exceeds the "
+                                   f"limit of {MAX_RECORD_BYTES}", group)
+            return
         try:
             env = events.decode(record.value, record.headers, json_payload=json_payload,
                                 record_id=record_id)
@@ -195,7 +220,14 @@ class Bus:
             await self.dead_letter(record, f"malformed: {err}", group)
             return
         handler = handlers.get(env.type)
-        if handler is None or not deduper.first_time(env.event_id):
+        if handler is None:
+            return
+        if verify is not None:
+            refused = verify(record, env, logical_topic)
+            if refused:
+                await self.dead_letter(record, refused, group)
+                return
+        if not deduper.first_time(env.event_id):
             return
         key = record.key.decode(errors="replace") if record.key else ""
         try:

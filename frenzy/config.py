@@ -23,6 +23,16 @@ class BusSettings(BaseSettings):
     # Prefix of every topic and consumer group, so that several Frenzy deployments (or test
     # clusters) can share one Kafka cluster without seeing each other's events or state.
     namespace: str = ""
+    # Kafka transport security, for a broker locked down with TLS, SASL and ACLs
+    # (docs/security.md lists what each service may read and write). PLAINTEXT on the local
+    # embedded broker, which listens on loopback only.
+    kafka_security_protocol: str = Field("PLAINTEXT", description="PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL")
+    kafka_sasl_mechanism: str = Field("", description="PLAIN | SCRAM-SHA-256 | SCRAM-SHA-512")
+    kafka_sasl_username: str = ""
+    kafka_sasl_password: str = ""
+    kafka_ssl_cafile: str = ""
+    kafka_ssl_certfile: str = ""
+    kafka_ssl_keyfile: str = ""
 
 
 class ServiceSettings(BusSettings):
@@ -39,6 +49,15 @@ class ServiceSettings(BusSettings):
     heartbeat_fetch_max_wait_ms: int = 200
     heartbeat_fetch_min_bytes: int = 65536
     metrics_port: int = Field(0, description="Prometheus /metrics port of the orchestrator; 0 = off")
+    # Security (docs/security.md). The directory holds tokens, tenants, the CA and the
+    # orchestrator's signing key; empty: no authentication (a service run by hand in development).
+    security_dir: str = ""
+    grpc_tls: bool = Field(True, description="serve gRPC over TLS with the security dir's certificate")
+    command_ttl_s: float = Field(60.0, description="how long a signed record stays valid")
+    pipeline_max_ttl_s: float = Field(600.0, description="the longest validity a pipeline may sign")
+    # Node agents: what they join with, and the key they accept commands from (base64, raw).
+    join_token: str = ""
+    orchestrator_key: str = ""
 
 
 def bootstrap(settings: BusSettings | None = None) -> str:

@@ -12,6 +12,8 @@ from pathlib import Path
 import click
 
 from frenzy.broker import EmbeddedBroker, free_port, start_embedded_broker, wait_for_port
+from frenzy.security.bootstrap import LocalSecurity, prepare_local_security
+from frenzy.security.clientconfig import registry_path
 from frenzy.topics import namespace_prefix
 
 DEFAULT_CLUSTER = Path(__file__).resolve().parent.parent / "deploy" / "clusters" / "local.yaml"
@@ -31,6 +33,14 @@ class LocalCluster:
     metrics_port: int = 0
     errors_port: int = 0  # the predictor's memory-error record (faust web view)
     namespace: str = ""  # topic and consumer-group prefix (FRENZY_NAMESPACE)
+    security: LocalSecurity | None = None  # admin token, join token, CA (frenzy/security)
+
+    def client(self, timeout_s: float = 10.0):
+        """A client with this cluster's admin token and CA, whatever FRENZY_TOKEN says."""
+        from frenzy.client import FrenzyClient
+
+        return FrenzyClient(self.grpc_address, timeout_s, token=self.security.admin_token,
+                            ca_pem=self.security.ca_pem)
 
     def topic_name(self, topic) -> str:
         return namespace_prefix(self.namespace) + topic.name
@@ -77,6 +87,7 @@ class LocalCluster:
         _kill_job_processes(self.workdir / "agents")
         if self.broker is not None:
             self.broker.stop()
+        registry_path(self.grpc_address).unlink(missing_ok=True)
 
     def dead(self) -> list[str]:
         return [name for name, p in self.processes.items() if p.poll() is not None]
@@ -118,9 +129,10 @@ def start_cluster(cluster_file: Path = DEFAULT_CLUSTER, grpc_port: int = 50051,
             cluster.broker = start_embedded_broker(log_path=workdir / "logs" / "broker.log")
             cluster.bootstrap = cluster.broker.bootstrap
         cluster.metrics_port = free_port()
+        cluster.security = prepare_local_security(workdir, cluster.grpc_address)
         env = {"FRENZY_POLICY": policy, "FRENZY_METRICS_PORT": str(cluster.metrics_port),
                "FRENZY_NAMESPACE": namespace, **(extra_env or {})}
-        cluster.spawn("orchestrator", ["frenzy_orchestrator"], env)
+        cluster.spawn("orchestrator", ["frenzy_orchestrator"], {**env, **cluster.security.orchestrator_env()})
         cluster.spawn("predictor", ["frenzy_predictor"], env)
         cluster.spawn("scheduler", ["frenzy_scheduler"], env)
         # The predictor's memory-error record (a faust worker). Start-up does not wait for it:
@@ -132,7 +144,8 @@ def start_cluster(cluster_file: Path = DEFAULT_CLUSTER, grpc_port: int = 50051,
         for node in build_cluster(groups).nodes.values():
             cluster.node_ids.append(node.node_id)
             cluster.spawn(f"agent-{node.node_id}", agent_args(node.node_id, node.gpu_type,
-                                                               node.total_gpus, workdir), env)
+                                                               node.total_gpus, workdir),
+                          {**env, **cluster.security.agent_env()})
         wait_ready(cluster, timeout_s)
     except BaseException:
         cluster.stop()
@@ -142,11 +155,9 @@ def start_cluster(cluster_file: Path = DEFAULT_CLUSTER, grpc_port: int = 50051,
 
 def wait_ready(cluster: LocalCluster, timeout_s: float) -> None:
     """Ready when gRPC answers and every node has sent a heartbeat."""
-    from frenzy.client import FrenzyClient
-
     deadline = time.monotonic() + timeout_s
     wait_for_port("127.0.0.1", cluster.grpc_port, timeout_s)
-    with FrenzyClient(cluster.grpc_address) as client:
+    with cluster.client() as client:
         while time.monotonic() < deadline:
             if cluster.dead():
                 raise RuntimeError(f"processes exited during start-up: {cluster.dead()}; "
@@ -175,7 +186,9 @@ def up_command(cluster_file: Path, grpc_port: int, policy: str, workdir: Path) -
     except ValueError as err:
         raise click.BadParameter(str(err), param_hint="--cluster") from None
     click.echo(f"frenzy up: {len(cluster.node_ids)} nodes ready; broker {cluster.bootstrap}")
-    click.echo(f"gRPC address: {cluster.grpc_address}  (logs in {workdir / 'logs'}; Ctrl-C stops)")
+    click.echo(f"gRPC address: {cluster.grpc_address} over TLS  (logs in {workdir / 'logs'}; Ctrl-C stops)")
+    click.echo(f"client config (address, admin token, CA): {cluster.security.client_config_path} "
+               f"(frenzy commands in this directory use it)")
     click.echo(f"metrics: http://127.0.0.1:{cluster.metrics_port}/metrics")
     click.echo(f"memory prediction errors: http://127.0.0.1:{cluster.errors_port}/memory-errors/ "
                f"(Prometheus text at /metrics on the same port)")

@@ -10,6 +10,10 @@ import grpc
 from frenzy.catalog.gpus import get_gpu
 from frenzy.convert import option_to_proto
 from frenzy.jobspec import SpecError, resolve_spec
+from frenzy.security import tenancy
+from frenzy.security.grpc_auth import TRANSPORT_MAX_BYTES, AuthInterceptor, Authenticator, identity
+from frenzy.security.limits import job_id_problem
+from frenzy.security.tls import ServerTls
 from frenzy.v1 import services_pb2, services_pb2_grpc, types_pb2
 from frenzy_orchestrator import lifecycle
 from frenzy_predictor.planner import plan_job
@@ -23,23 +27,41 @@ async def _invalid(context: grpc.aio.ServicerContext, message: str) -> None:
 
 
 class JobApi(services_pb2_grpc.JobServiceServicer):
-    def __init__(self, service: "OrchestratorService") -> None:
+    """Every job a caller names or lists is scoped to its tenant (admins see all tenants)."""
+
+    def __init__(self, service: "OrchestratorService", auth: Authenticator) -> None:
         self.service = service
+        self.auth = auth
 
     async def SubmitJob(self, request, context):
+        who = identity(context, self.auth)
+        if request.job_id and job_id_problem(request.job_id):
+            await _invalid(context, f"job_id: {job_id_problem(request.job_id)}")
         try:
             resolve_spec(request.spec)
         except SpecError as err:
             await _invalid(context, f"spec.{err}")
+        policy = self.auth.store.tenant(who.tenant) if self.auth.store else None
+        if policy is not None:
+            problem = tenancy.entrypoint_problem(list(request.spec.entrypoint), policy)
+            if problem:
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"spec.entrypoint: {problem}")
+            problem = tenancy.quota_problem(who.tenant, policy, request.spec,
+                                            (r.job for r in self.service.core.jobs.values()))
+            if problem:
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, problem)
         job_id = request.job_id or f"job-{uuid.uuid4().hex[:10]}"
-        await self.service.submit(job_id, request.spec)
+        await self.service.submit(job_id, request.spec, who.tenant)
         return services_pb2.SubmitJobResponse(job_id=job_id)
 
     async def _get(self, job_id: str, context) -> types_pb2.Job:
         if not job_id:
             await _invalid(context, "job_id: must not be empty")
+        if job_id_problem(job_id):
+            await _invalid(context, f"job_id: {job_id_problem(job_id)}")
         rec = self.service.core.jobs.get(job_id)
-        if rec is None:
+        # Another tenant's job answers exactly as a missing one: nothing about it leaks.
+        if rec is None or not tenancy.can_see(identity(context, self.auth), rec.job):
             await context.abort(grpc.StatusCode.NOT_FOUND, f"job_id: no job {job_id!r}")
         return rec.job
 
@@ -48,7 +70,9 @@ class JobApi(services_pb2_grpc.JobServiceServicer):
 
     async def ListJobs(self, request, context):
         wanted = set(request.states)
-        jobs = [r.job for r in self.service.core.jobs.values() if not wanted or r.job.state in wanted]
+        who = identity(context, self.auth)
+        jobs = [r.job for r in self.service.core.jobs.values()
+                if (not wanted or r.job.state in wanted) and tenancy.can_see(who, r.job)]
         jobs.sort(key=lambda j: (j.submitted_at.ToNanoseconds(), j.id))
         return services_pb2.ListJobsResponse(jobs=jobs)
 
@@ -76,11 +100,15 @@ class JobApi(services_pb2_grpc.JobServiceServicer):
 
 
 class ClusterApi(services_pb2_grpc.ClusterServiceServicer):
-    def __init__(self, service: "OrchestratorService") -> None:
+    """Capacity is visible to every tenant; other tenants' job ids and counts are not."""
+
+    def __init__(self, service: "OrchestratorService", auth: Authenticator) -> None:
         self.service = service
+        self.auth = auth
 
     async def GetCluster(self, request, context):
-        return self.service.core.cluster_summary()
+        return tenancy.scoped_summary(identity(context, self.auth), self.service.core.cluster_summary(),
+                                      (r.job for r in self.service.core.jobs.values()))
 
     async def ListNodes(self, request, context):
         nodes = []
@@ -90,7 +118,9 @@ class ClusterApi(services_pb2_grpc.ClusterServiceServicer):
                                   host=n.host, gpus=n.gpus, running_jobs=n.running_jobs)
             node.last_heartbeat.FromNanoseconds(int(n.last_heartbeat_s * 1e9))
             nodes.append(node)
-        return services_pb2.ListNodesResponse(nodes=nodes)
+        owner = {job_id: r.job.tenant for job_id, r in self.service.core.jobs.items()}
+        return services_pb2.ListNodesResponse(
+            nodes=tenancy.scoped_nodes(identity(context, self.auth), nodes, owner))
 
 
 class PredictorApi(services_pb2_grpc.PredictorServiceServicer):
@@ -109,12 +139,20 @@ class PredictorApi(services_pb2_grpc.PredictorServiceServicer):
             options=[option_to_proto(o, i) for i, o in enumerate(options)], num_params=num_params)
 
 
-async def start_grpc(service: "OrchestratorService", host: str, port: int) -> grpc.aio.Server:
-    server = grpc.aio.server()
-    services_pb2_grpc.add_JobServiceServicer_to_server(JobApi(service), server)
-    services_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterApi(service), server)
+async def start_grpc(service: "OrchestratorService", host: str, port: int,
+                     auth: Authenticator | None = None, tls: ServerTls | None = None) -> grpc.aio.Server:
+    auth = auth or Authenticator(None)
+    server = grpc.aio.server(
+        interceptors=[AuthInterceptor(auth)],
+        options=[("grpc.max_receive_message_length", TRANSPORT_MAX_BYTES)])
+    services_pb2_grpc.add_JobServiceServicer_to_server(JobApi(service, auth), server)
+    services_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterApi(service, auth), server)
     services_pb2_grpc.add_PredictorServiceServicer_to_server(PredictorApi(), server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    if tls is not None:
+        credentials = grpc.ssl_server_credentials([(tls.key_pem, tls.cert_pem)])
+        bound = server.add_secure_port(f"{host}:{port}", credentials)
+    else:
+        bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise RuntimeError(f"cannot listen on {host}:{port}")
     await server.start()

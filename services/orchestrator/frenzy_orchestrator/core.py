@@ -162,11 +162,13 @@ class OrchestratorCore:
         status.job.CopyFrom(job)
         return [Outgoing(topics.JOBS_STATUS, job.id, status)]
 
-    def submit(self, job_id: str, spec: types_pb2.JobSpec, now_s: float) -> list[Outgoing]:
+    def submit(self, job_id: str, spec: types_pb2.JobSpec, now_s: float,
+               tenant: str = "") -> list[Outgoing]:
         """Register a job from JobSubmitted (idempotent: a known job id is left alone)."""
         if job_id in self.jobs:
             return []
-        job = types_pb2.Job(id=job_id, spec=spec, state=SUBMITTED, reason="submitted", version=1)
+        job = types_pb2.Job(id=job_id, spec=spec, state=SUBMITTED, reason="submitted", version=1,
+                            tenant=tenant)
         job.submitted_at.FromNanoseconds(int(now_s * 1e9))
         rec = JobRecord(job, history=[(SUBMITTED, "submitted")])
         self.jobs[job_id] = rec
@@ -336,6 +338,7 @@ class OrchestratorCore:
                   f"{job.option.peak_bytes_per_gpu}, measured {measured} bytes); re-planning")
         out = self._transition(rec, SUBMITTED, reason, now_s)
         resubmit = events_pb2.JobSubmitted(job_id=job.id, spec=job.spec, attempt=job.attempt,
+                                           tenant=job.tenant,
                                            min_memory_bytes=floor)
         resubmit.submitted_at.CopyFrom(job.submitted_at)
         return out + [Outgoing(topics.JOBS_SUBMITTED, job.id, resubmit)]
