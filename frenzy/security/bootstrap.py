@@ -61,8 +61,8 @@ def prepare_local_security(workdir: Path, address: str) -> LocalSecurity:
         _, join_token = store.create("join", DEFAULT_TENANT, description="frenzy up: local agents")
     if DEFAULT_TENANT not in store.tenants():
         # The local cluster's owner runs what they like on their own machine ("*"); tenants
-        # an admin adds later start with the reference trainer only.
-        store.set_tenant(DEFAULT_TENANT, TenantPolicy(entrypoints=["*"]))
+        # an admin adds later start with the reference trainer only and a rate limit.
+        store.set_tenant(DEFAULT_TENANT, TenantPolicy(entrypoints=["*"], requests_per_s=0))
     security = LocalSecurity(directory, admin_token, join_token, key_b64, tls.ca_pem.decode(),
                              config_path)
     write_client_config(config_path, security.client_config(address))

@@ -9,8 +9,9 @@ secret proves it. Three kinds:
             the key itself to check an HMAC, so this secret is stored, in a 0600 file;
   join      what a node agent joins the cluster with (stored, like a bootstrap token's Secret).
 
-Files are written atomically with mode 0600; a reader reloads them when their mtime changes,
-so `frenzy token revoke` takes effect on a running orchestrator within a second.
+Files are written atomically with mode 0600; a reader stats them on every lookup (about a
+microsecond) and reloads them when their mtime changes, so `frenzy token create|revoke` takes
+effect on a running orchestrator at its next call.
 """
 from __future__ import annotations
 
@@ -28,7 +29,6 @@ TENANTS_FILE = "tenants.json"
 KINDS = ("api", "pipeline", "join")
 ROLES = ("admin", "user")
 DEFAULT_TENANT = "default"
-RELOAD_INTERVAL_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -95,21 +95,17 @@ class SecurityStore:
         self.directory = Path(directory)
         self._tokens: dict[str, TokenRecord] = {}
         self._tenants: dict[str, TenantPolicy] = {}
-        self._mtimes: tuple[float, float] = (-1.0, -1.0)
-        self._checked_s = 0.0
+        self._mtimes: tuple = ()
 
     # ----- reading -------------------------------------------------------------------------
-    def _mtime(self, name: str) -> float:
+    def _mtime(self, name: str) -> tuple[int, int]:
         try:
-            return (self.directory / name).stat().st_mtime_ns / 1e9
+            found = (self.directory / name).stat()
+            return found.st_mtime_ns, found.st_ino  # a replaced file has a new inode
         except FileNotFoundError:
-            return 0.0
+            return 0, 0
 
     def refresh(self, force: bool = False) -> None:
-        now_s = time.monotonic()
-        if not force and now_s - self._checked_s < RELOAD_INTERVAL_S:
-            return
-        self._checked_s = now_s
         mtimes = (self._mtime(TOKENS_FILE), self._mtime(TENANTS_FILE))
         if mtimes == self._mtimes and not force:
             return
