@@ -24,7 +24,9 @@ from frenzy.v1 import events_pb2
 
 Handler = Callable[[events_pb2.Envelope, str], Awaitable[None]]
 # (record, its envelope, its logical topic) -> why to refuse it, or "" (signature checks).
+# SKIP: not for this consumer, not bad either (left to the consumer that judges it).
 Verifier = Callable[[object, events_pb2.Envelope, str], str]
+SKIP = "skip"
 TOPIC_EXISTS = 36
 
 log = get_logger("bus")
@@ -224,6 +226,8 @@ class Bus:
             return
         if verify is not None:
             refused = verify(record, env, logical_topic)
+            if refused == SKIP:
+                return
             if refused:
                 await self.dead_letter(record, refused, group)
                 return

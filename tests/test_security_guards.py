@@ -112,3 +112,16 @@ def test_pipeline_records_need_a_tenant_signature_once(tmp_path):
     assert "forged" in guard.verify(forged, events.decode(value, headers), topic)
     own, env = record(topic, "p2", events_pb2.JobSubmitted(job_id="p2", tenant="t"), guard.signer)
     assert guard.verify(own, env, topic) == ""  # the orchestrator's own submissions and re-plans
+
+
+def test_the_predictor_plans_only_what_the_orchestrator_signed(tmp_path):
+    from frenzy.bus import SKIP
+    from frenzy.security.guards import orchestrator_signed_only
+
+    guard, key, _ = orchestrator(tmp_path)
+    verify = orchestrator_signed_only([key.public_key()], 60.0)
+    topic = topics.JOBS_SUBMITTED.name
+    signed, env = record(topic, "j", events_pb2.JobSubmitted(job_id="j"), guard.signer)
+    assert verify(signed, env, topic) == ""
+    raw, env = record(topic, "j", events_pb2.JobSubmitted(job_id="j"))
+    assert verify(raw, env, topic) == SKIP  # the orchestrator judges it and dead-letters it once

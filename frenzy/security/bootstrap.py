@@ -33,6 +33,10 @@ class LocalSecurity:
     def orchestrator_env(self) -> dict[str, str]:
         return {"FRENZY_SECURITY_DIR": str(self.directory)}
 
+    def verifier_env(self) -> dict[str, str]:
+        """The orchestrator's public key: for services that check what it signed (predictor)."""
+        return {"FRENZY_ORCHESTRATOR_KEY": self.orchestrator_key_b64}
+
     def agent_env(self) -> dict[str, str]:
         """Agents get their join token and the orchestrator's public key, not the directory."""
         return {"FRENZY_JOIN_TOKEN": self.join_token, "FRENZY_ORCHESTRATOR_KEY": self.orchestrator_key_b64}

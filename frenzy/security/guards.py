@@ -64,6 +64,9 @@ class OrchestratorGuard:
         self.own_key = key.public_key()
         self.agent_keys: dict[str, Ed25519PublicKey] = {}
         self.replays = signing.ReplayCache()
+        # Event ids of pipeline records accepted since; the orchestrator re-publishes each one,
+        # signed, for the predictor (which plans only what the orchestrator signed).
+        self.accepted_pipeline_events: set[str] = set()
         self._load_agents()
 
     # ----- agent keys ------------------------------------------------------------------------
@@ -151,7 +154,33 @@ class OrchestratorGuard:
         problem = entrypoint_problem(list(submitted.spec.entrypoint), self.store.tenant(tenant))
         if problem:
             return f"job_submitted: entrypoint {problem}"
+        self.accepted_pipeline_events.add(env.event_id)
         return ""
+
+
+def orchestrator_signed_only(orchestrator_keys: list[Ed25519PublicKey], ttl_s: float):
+    """A verifier for the predictor: plan only JobSubmitted records the orchestrator signed.
+
+    A pipeline's record is judged by the orchestrator (which holds the tenants' keys); once it
+    accepts one it publishes it again, signed. Everything else is skipped here, not
+    dead-lettered: the orchestrator dead-letters it once, with the reason.
+    """
+    from frenzy.bus import SKIP
+
+    def verify(record, env: events_pb2.Envelope, topic: str) -> str:
+        if env.type != "job_submitted":
+            return ""
+        for public in orchestrator_keys:
+            try:
+                signing.verify_ed25519({signing.ORCHESTRATOR_SIGNER: public}, topic,
+                                       _record_key(record), record.value, record.headers,
+                                       time.time(), ttl_s)
+                return ""
+            except signing.VerifyError:
+                continue
+        return SKIP
+
+    return verify
 
 
 class AgentGuard:

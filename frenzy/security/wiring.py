@@ -11,7 +11,8 @@ from frenzy.config import ServiceSettings
 from frenzy.logs import get_logger
 from frenzy.security import signing
 from frenzy.security.grpc_auth import Authenticator
-from frenzy.security.guards import AgentGuard, OrchestratorGuard, load_or_create_orchestrator_key
+from frenzy.security.guards import (AgentGuard, OrchestratorGuard, load_or_create_orchestrator_key,
+                                    orchestrator_signed_only)
 from frenzy.security.store import SecurityStore, split_token, write_private
 from frenzy.security.tls import ServerTls, load_server_tls
 from frenzy.v1 import events_pb2
@@ -56,6 +57,18 @@ class AgentSecurity:
         return join
 
 
+def orchestrator_keys(settings: ServiceSettings) -> list:
+    """The orchestrator's public keys (several while one rotates), from FRENZY_ORCHESTRATOR_KEY."""
+    return [signing.load_public_key(base64.b64decode(k)) for k in settings.orchestrator_key.split(",") if k]
+
+
+def predictor_verifier(settings: ServiceSettings):
+    """The predictor plans only what the orchestrator signed; None without a key (development)."""
+    if not settings.orchestrator_key:
+        return None
+    return orchestrator_signed_only(orchestrator_keys(settings), settings.command_ttl_s)
+
+
 def agent_security(settings: ServiceSettings, node_id: str, key_dir: Path) -> AgentSecurity | None:
     """None without an orchestrator key: commands are then accepted unsigned (development)."""
     if not settings.orchestrator_key:
@@ -70,5 +83,5 @@ def agent_security(settings: ServiceSettings, node_id: str, key_dir: Path) -> Ag
     key = signing.load_private_key(path.read_bytes())
     signer = signing.Ed25519Signer(key, signing.node_signer(node_id), settings.command_ttl_s,
                                    frozenset({topics.JOBS_STATUS.name, topics.NODES_HEARTBEATS.name}))
-    keys = [signing.load_public_key(base64.b64decode(k)) for k in settings.orchestrator_key.split(",") if k]
-    return AgentSecurity(signer, AgentGuard(node_id, keys, settings.command_ttl_s), settings.join_token)
+    return AgentSecurity(signer, AgentGuard(node_id, orchestrator_keys(settings), settings.command_ttl_s),
+                         settings.join_token)

@@ -109,8 +109,18 @@ class OrchestratorService:
         if problem:  # a job id names a directory on every agent: never one with a '/'
             raise MalformedEvent(f"job_id: {problem}")
         if submitted.attempt == 0:  # attempts > 0 are this service's own re-plan requests
-            self._pending.extend(self.core.submit(submitted_job_id(env), submitted.spec, time.time(),
-                                                  submitted.tenant))
+            job_id = submitted_job_id(env)
+            registered = self.core.submit(job_id, submitted.spec, time.time(), submitted.tenant)
+            self._pending.extend(registered)
+            guard = self.security.guard
+            if guard is not None and env.event_id in guard.accepted_pipeline_events:
+                # A pipeline's record, verified: published again, signed by us, for the planner.
+                guard.accepted_pipeline_events.discard(env.event_id)
+                if registered:
+                    again = events_pb2.JobSubmitted(job_id=job_id, spec=submitted.spec,
+                                                    tenant=submitted.tenant,
+                                                    submitted_at=submitted.submitted_at)
+                    self._pending.append(Outgoing(topics.JOBS_SUBMITTED, job_id, again))
 
     async def on_planned(self, env: events_pb2.Envelope, key: str) -> None:
         await self._run(self.core.on_planned, env.job_planned)

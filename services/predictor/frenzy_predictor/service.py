@@ -5,10 +5,12 @@ import asyncio
 
 from frenzy import topics
 from frenzy.bus import Bus
+from frenzy.config import ServiceSettings
 from frenzy.events import submitted_job_id
 from frenzy.jobspec import SpecError
 from frenzy.logs import get_logger
 from frenzy.runtime import run_service, run_until_stopped
+from frenzy.security.wiring import predictor_verifier
 from frenzy.v1 import events_pb2
 from frenzy_predictor.planner import job_planned
 
@@ -30,6 +32,7 @@ class PredictorService:
             # The orchestrator validates the same spec and fails the job with this reason.
             log.info("invalid spec, not planned", job_id=submitted.job_id, error=str(err))
             return
+        planned.tenant = submitted.tenant  # for the scheduler's fair share (signed upstream)
         await self.bus.publish(topics.JOBS_PLANNED, submitted.job_id, planned, trace_id=env.trace_id)
         log.info("planned", job_id=submitted.job_id, options=len(planned.options),
                  best=planned.options[0].gpu_type if planned.options else None)
@@ -40,7 +43,8 @@ class PredictorService:
             consumer = self.bus.consumer(GROUP, topics.JOBS_SUBMITTED)
             task = asyncio.create_task(self.bus.run_consumer(
                 consumer, GROUP, {"job_submitted": self.on_submitted},
-                json_payloads={topics.JOBS_SUBMITTED.name: "job_submitted"}))
+                json_payloads={topics.JOBS_SUBMITTED.name: "job_submitted"},
+                verify=predictor_verifier(ServiceSettings())))
             log.info("predictor started")
             await run_until_stopped(stop, task)
         finally:
