@@ -20,6 +20,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "simulate": "frenzy_scheduler.cli_simulate:simulate",
     "token": "frenzy.security.cli_token:token",
     "tenant": "frenzy.security.cli_token:tenant",
+    "security": "frenzy.security.cli_token:security",
 }
 
 

@@ -58,6 +58,8 @@ class ServiceSettings(BusSettings):
     # Node agents: what they join with, and the key they accept commands from (base64, raw).
     join_token: str = ""
     orchestrator_key: str = ""
+    join_token_file: str = Field("", description="read join_token from this file (compose)")
+    orchestrator_key_file: str = Field("", description="read orchestrator_key from this file (compose)")
 
 
 def bootstrap(settings: BusSettings | None = None) -> str:

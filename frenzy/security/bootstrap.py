@@ -12,10 +12,11 @@ from pathlib import Path
 from frenzy.security.clientconfig import (CLIENT_CONFIG_FILE, ClientConfig, read_client_config,
                                           registry_path, write_client_config)
 from frenzy.security.guards import orchestrator_public_key_b64
-from frenzy.security.store import DEFAULT_TENANT, SecurityStore, TenantPolicy
+from frenzy.security.store import DEFAULT_TENANT, SecurityStore, TenantPolicy, write_private
 from frenzy.security.tls import ensure_server_tls
 
 SECURITY_DIR = "security"
+JOIN_TOKEN_FILE, ORCHESTRATOR_PUBLIC_KEY_FILE = "join-token", "orchestrator.pub"
 
 
 @dataclass(frozen=True)
@@ -47,12 +48,23 @@ class LocalSecurity:
 
 
 def prepare_local_security(workdir: Path, address: str) -> LocalSecurity:
-    directory = workdir / SECURITY_DIR
+    """`frenzy up`: the security directory under the workdir, client.json beside it."""
+    security = init_security(workdir / SECURITY_DIR, address, workdir / CLIENT_CONFIG_FILE)
+    write_client_config(registry_path(address), security.client_config(address))
+    return security
+
+
+def init_security(directory: Path, address: str, config_path: Path,
+                  tls_names: list[str] | None = None, bootstrap_dir: Path | None = None) -> LocalSecurity:
+    """Make (or reuse) keys, certificates and tokens; write the client config.
+
+    bootstrap_dir, when given, receives what agents and the predictor need and nothing else:
+    the join token and the orchestrator's public key (compose mounts it read-only).
+    """
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tls = ensure_server_tls(directory)
+    tls = ensure_server_tls(directory, tls_names)
     key_b64 = orchestrator_public_key_b64(directory)
     store = SecurityStore(directory)
-    config_path = workdir / CLIENT_CONFIG_FILE
     saved = read_client_config(config_path)
     admin_token = saved.token if saved and store.authenticate(saved.token) else ""
     if not admin_token:
@@ -70,5 +82,7 @@ def prepare_local_security(workdir: Path, address: str) -> LocalSecurity:
     security = LocalSecurity(directory, admin_token, join_token, key_b64, tls.ca_pem.decode(),
                              config_path)
     write_client_config(config_path, security.client_config(address))
-    write_client_config(registry_path(address), security.client_config(address))
+    if bootstrap_dir is not None:
+        write_private(bootstrap_dir / JOIN_TOKEN_FILE, join_token.encode())
+        write_private(bootstrap_dir / ORCHESTRATOR_PUBLIC_KEY_FILE, key_b64.encode())
     return security

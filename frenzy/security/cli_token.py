@@ -117,3 +117,23 @@ def set_tenant(name: str, weight: float | None, max_gpus: int | None, max_queued
 @_dir_option
 def list_tenants(security_dir: Path | None) -> None:
     click.echo(json.dumps({n: p.__dict__ for n, p in _store(security_dir).tenants().items()}, indent=2))
+
+
+@click.group("security")
+def security() -> None:
+    """Set up keys, certificates and tokens for a cluster not started by `frenzy up`."""
+
+
+@security.command("init")
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="the orchestrator's security directory")
+@click.option("--address", required=True, help="the gRPC address clients dial, host:port")
+@click.option("--tls-name", "tls_names", multiple=True, help="extra DNS name or IP for the certificate")
+@click.option("--bootstrap-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="where to put the join token and the orchestrator's public key for agents")
+def init(directory: Path, address: str, tls_names: tuple[str, ...], bootstrap_dir: Path | None) -> None:
+    """Idempotent: a second run keeps what exists. Writes <dir>/client.json (admin)."""
+    from frenzy.security.bootstrap import init_security
+
+    done = init_security(directory, address, directory / "client.json", list(tls_names), bootstrap_dir)
+    click.echo(f"security directory {done.directory}; admin client config {done.client_config_path}")

@@ -57,6 +57,16 @@ class AgentSecurity:
         return join
 
 
+def with_files(settings: ServiceSettings) -> ServiceSettings:
+    """Settings with join_token / orchestrator_key read from their *_file, where given."""
+    updates = {}
+    if settings.join_token_file and not settings.join_token:
+        updates["join_token"] = Path(settings.join_token_file).read_text().strip()
+    if settings.orchestrator_key_file and not settings.orchestrator_key:
+        updates["orchestrator_key"] = Path(settings.orchestrator_key_file).read_text().strip()
+    return settings.model_copy(update=updates) if updates else settings
+
+
 def orchestrator_keys(settings: ServiceSettings) -> list:
     """The orchestrator's public keys (several while one rotates), from FRENZY_ORCHESTRATOR_KEY."""
     return [signing.load_public_key(base64.b64decode(k)) for k in settings.orchestrator_key.split(",") if k]
@@ -64,6 +74,7 @@ def orchestrator_keys(settings: ServiceSettings) -> list:
 
 def predictor_verifier(settings: ServiceSettings):
     """The predictor plans only what the orchestrator signed; None without a key (development)."""
+    settings = with_files(settings)
     if not settings.orchestrator_key:
         return None
     return orchestrator_signed_only(orchestrator_keys(settings), settings.command_ttl_s)
@@ -71,6 +82,7 @@ def predictor_verifier(settings: ServiceSettings):
 
 def agent_security(settings: ServiceSettings, node_id: str, key_dir: Path) -> AgentSecurity | None:
     """None without an orchestrator key: commands are then accepted unsigned (development)."""
+    settings = with_files(settings)
     if not settings.orchestrator_key:
         log.warning("no FRENZY_ORCHESTRATOR_KEY: commands accepted unsigned (development only)",
                     node_id=node_id)
