@@ -43,7 +43,8 @@ class OrchestratorService:
         started_s = time.monotonic()
         state = await read_state(self.bus.bootstrap, self.bus.producer,
                                  self.bus.topic_name(topics.ORCHESTRATOR_STATE),
-                                 topics.ORCHESTRATOR_STATE.partitions)
+                                 topics.ORCHESTRATOR_STATE.partitions,
+                                 client_options=self.bus.client_options)
         saved_epoch = state.get("meta/epoch")
         epoch = (saved_epoch.orchestrator_epoch.epoch if saved_epoch else 0) + 1
         await self.bus.publish(topics.ORCHESTRATOR_STATE, "meta/epoch",

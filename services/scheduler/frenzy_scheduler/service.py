@@ -62,7 +62,8 @@ class SchedulerService:
 
         async def latest(topic: topics.Topic, payload: str) -> list:
             state = await read_state(self.bus.bootstrap, self.bus.producer,
-                                     self.bus.topic_name(topic), topic.partitions)
+                                     self.bus.topic_name(topic), topic.partitions,
+                                     client_options=self.bus.client_options)
             return [getattr(env, payload) for env in state.values() if env.type == payload]
 
         planned = await latest(topics.JOBS_PLANNED, "job_planned")
