@@ -53,7 +53,9 @@ class ServiceSettings(BusSettings):
     # orchestrator's signing key; empty: no authentication (a service run by hand in development).
     security_dir: str = ""
     grpc_tls: bool = Field(True, description="serve gRPC over TLS with the security dir's certificate")
-    command_ttl_s: float = Field(60.0, description="how long a signed record stays valid")
+    command_ttl_s: float = Field(60.0, description="how long a signed agent command stays valid")
+    record_ttl_s: float = Field(86400.0, description="how long signed status, heartbeats and "
+                                "availability stay valid (a consumer may be down that long)")
     pipeline_max_ttl_s: float = Field(600.0, description="the longest validity a pipeline may sign")
     # Node agents: what they join with, and the key they accept commands from (base64, raw).
     join_token: str = ""

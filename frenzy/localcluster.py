@@ -134,7 +134,7 @@ def start_cluster(cluster_file: Path = DEFAULT_CLUSTER, grpc_port: int = 50051,
                "FRENZY_NAMESPACE": namespace, **(extra_env or {})}
         cluster.spawn("orchestrator", ["frenzy_orchestrator"], {**env, **cluster.security.orchestrator_env()})
         cluster.spawn("predictor", ["frenzy_predictor"], {**env, **cluster.security.verifier_env()})
-        cluster.spawn("scheduler", ["frenzy_scheduler"], env)
+        cluster.spawn("scheduler", ["frenzy_scheduler"], {**env, **cluster.security.verifier_env()})
         # The predictor's memory-error record (a faust worker). Start-up does not wait for it:
         # it reads frenzy.jobs.status from the beginning whenever it is ready.
         cluster.errors_port = free_port()

@@ -236,20 +236,20 @@ def test_forged_replayed_expired_and_misrouted_agent_commands_are_dead_lettered(
     assert "unsigned" in dead_letter_reason(cluster, value)
 
     key = load_or_create_orchestrator_key(cluster.security.directory)
-    command_topics = frozenset({topics.AGENT_COMMANDS.name})
-    expired_signer = signing.Ed25519Signer(key, signing.ORCHESTRATOR_SIGNER, -1, command_topics)
+    expired_signer = signing.Ed25519Signer(key, signing.ORCHESTRATOR_SIGNER, {topics.AGENT_COMMANDS.name: -1})
     value, headers = encoded(forged)
     produce(cluster, topics.AGENT_COMMANDS, node.encode(), value,
             headers + expired_signer.headers(topics.AGENT_COMMANDS.name, node.encode(), value))
     assert "expired" in dead_letter_reason(cluster, value)
 
-    rogue = signing.Ed25519Signer(signing.new_private_key(), signing.ORCHESTRATOR_SIGNER, 60, command_topics)
+    rogue = signing.Ed25519Signer(signing.new_private_key(), signing.ORCHESTRATOR_SIGNER,
+                                  {topics.AGENT_COMMANDS.name: 60})
     value, headers = encoded(forged)
     produce(cluster, topics.AGENT_COMMANDS, node.encode(), value,
             headers + rogue.headers(topics.AGENT_COMMANDS.name, node.encode(), value))
     assert "forged" in dead_letter_reason(cluster, value)
 
-    signer = signing.Ed25519Signer(key, signing.ORCHESTRATOR_SIGNER, 60, command_topics)
+    signer = signing.Ed25519Signer(key, signing.ORCHESTRATOR_SIGNER, {topics.AGENT_COMMANDS.name: 60})
     misrouted = events_pb2.StopJob(job_id="x", node_id=cluster.node_ids[1], reason="test")
     value, headers = encoded(misrouted)
     produce(cluster, topics.AGENT_COMMANDS, node.encode(), value,
@@ -283,8 +283,8 @@ def test_forged_status_and_heartbeats_are_ignored(cluster):
         other = next(n for n in cluster.node_ids if n != node)
         other_key = signing.load_private_key(
             (cluster.workdir / "agents" / ".keys" / other / "agent.key").read_bytes())
-        impostor = signing.Ed25519Signer(other_key, signing.node_signer(other), 60,
-                                         frozenset({topics.JOBS_STATUS.name, topics.NODES_HEARTBEATS.name}))
+        impostor = signing.Ed25519Signer(other_key, signing.node_signer(other), {
+            topics.JOBS_STATUS.name: 60, topics.NODES_HEARTBEATS.name: 60})
         value, headers = encoded(fake)
         produce(cluster, topics.JOBS_STATUS, job.id.encode(), value,
                 headers + impostor.headers(topics.JOBS_STATUS.name, job.id.encode(), value))

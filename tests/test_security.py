@@ -32,7 +32,7 @@ def spec(**kw) -> types_pb2.JobSpec:
 # ----- Ed25519 records ---------------------------------------------------------------------------
 def _signed(now_s: float = 1000.0, ttl_s: float = 60.0):
     key = signing.new_private_key()
-    signer = signing.Ed25519Signer(key, signing.ORCHESTRATOR_SIGNER, ttl_s, frozenset({TOPIC}))
+    signer = signing.Ed25519Signer(key, signing.ORCHESTRATOR_SIGNER, {TOPIC: ttl_s})
     headers = signer.headers(TOPIC, b"n1", b"payload", now_s=now_s)
     return {signing.ORCHESTRATOR_SIGNER: key.public_key()}, headers
 

@@ -33,7 +33,7 @@ def record(topic: str, key: str, payload, signer=None, extra_headers=()) -> tupl
 def orchestrator(tmp_path):
     key = signing.new_private_key()
     store = SecurityStore(tmp_path)
-    return OrchestratorGuard(store, key, 60.0, 600.0), key, store
+    return OrchestratorGuard(store, key, 60.0, 86400.0, 600.0), key, store
 
 
 def test_agent_runs_only_fresh_signed_commands_meant_for_it(tmp_path):
@@ -45,10 +45,10 @@ def test_agent_runs_only_fresh_signed_commands_meant_for_it(tmp_path):
     assert "replayed" in agent.verify(good, env, topics.AGENT_COMMANDS.name)
     unsigned, env = record(topics.AGENT_COMMANDS.name, "n1", launch)
     assert "unsigned" in agent.verify(unsigned, env, topics.AGENT_COMMANDS.name)
-    rogue = signing.Ed25519Signer(signing.new_private_key(), "orchestrator", 60, guard.signer.topics)
+    rogue = signing.Ed25519Signer(signing.new_private_key(), "orchestrator", dict.fromkeys(guard.signer.topics, 60))
     forged, env = record(topics.AGENT_COMMANDS.name, "n1", launch, rogue)
     assert "forged" in agent.verify(forged, env, topics.AGENT_COMMANDS.name)
-    expired_signer = signing.Ed25519Signer(key, "orchestrator", -5, guard.signer.topics)
+    expired_signer = signing.Ed25519Signer(key, "orchestrator", dict.fromkeys(guard.signer.topics, -5))
     expired, env = record(topics.AGENT_COMMANDS.name, "n1", launch, expired_signer)
     assert "expired" in agent.verify(expired, env, topics.AGENT_COMMANDS.name)
     elsewhere = events_pb2.LaunchJob(job_id="j", node_id="n2", attempt=0)
@@ -119,9 +119,40 @@ def test_the_predictor_plans_only_what_the_orchestrator_signed(tmp_path):
     from frenzy.security.guards import orchestrator_signed_only
 
     guard, key, _ = orchestrator(tmp_path)
-    verify = orchestrator_signed_only([key.public_key()], 60.0)
+    verify = orchestrator_signed_only([key.public_key()], 86400.0)
     topic = topics.JOBS_SUBMITTED.name
     signed, env = record(topic, "j", events_pb2.JobSubmitted(job_id="j"), guard.signer)
     assert verify(signed, env, topic) == ""
     raw, env = record(topic, "j", events_pb2.JobSubmitted(job_id="j"))
     assert verify(raw, env, topic) == SKIP  # the orchestrator judges it and dead-letters it once
+
+
+def test_the_scheduler_takes_availability_and_job_states_only_from_the_orchestrator(tmp_path):
+    from frenzy.bus import SKIP
+    from frenzy.security.guards import orchestrator_state_only
+
+    guard, key, _ = orchestrator(tmp_path)
+    verify = orchestrator_state_only([key.public_key()], 86400.0)
+    topic = topics.CLUSTER_EVENTS.name
+    bogus = events_pb2.GpuAvailabilityChanged(node_id="ghost", gpu_type="H100-80GB", gpus_total=8,
+                                              free_gpu_indices=range(8), version=2**62)
+    forged, env = record(topic, "ghost", bogus)
+    assert "unsigned" in verify(forged, env, topic)
+    real, env = record(topic, "ghost", bogus, guard.signer)
+    assert verify(real, env, topic) == ""
+    agent_status = events_pb2.JobStatusChanged(job_id="j", source=events_pb2.AGENT)
+    rec, env = record(topics.JOBS_STATUS.name, "j", agent_status)
+    assert verify(rec, env, topics.JOBS_STATUS.name) == SKIP
+
+
+def test_heartbeats_must_move_forward_in_time(tmp_path):
+    guard, _, store = orchestrator(tmp_path)
+    _, join_token = store.create("join")
+    public_b64 = base64.b64encode(signing.public_key_raw(guard.signer.key)).decode()
+    n1 = agent_security(ServiceSettings(join_token=join_token, orchestrator_key=public_b64), "n1", tmp_path)
+    assert guard.join(n1.join_record("n1")) == ""
+    topic = topics.NODES_HEARTBEATS.name
+    first, env1 = record(topic, "n1", events_pb2.NodeHeartbeat(node_id="n1", sequence=1), n1.signer)
+    second, env2 = record(topic, "n1", events_pb2.NodeHeartbeat(node_id="n1", sequence=2), n1.signer)
+    assert guard.verify(first, env1, topic) == "" and guard.verify(second, env2, topic) == ""
+    assert "replayed" in guard.verify(first, events.decode(first.value, first.headers), topic)

@@ -53,17 +53,18 @@ def _record_key(record) -> bytes:
 
 
 class OrchestratorGuard:
-    def __init__(self, store: SecurityStore, key: Ed25519PrivateKey, ttl_s: float,
-                 pipeline_max_ttl_s: float) -> None:
+    def __init__(self, store: SecurityStore, key: Ed25519PrivateKey, command_ttl_s: float,
+                 record_ttl_s: float, pipeline_max_ttl_s: float) -> None:
         self.store = store
-        self.ttl_s = ttl_s
+        self.record_ttl_s = record_ttl_s
         self.pipeline_max_ttl_s = pipeline_max_ttl_s
-        self.signer = signing.Ed25519Signer(
-            key, signing.ORCHESTRATOR_SIGNER, ttl_s,
-            frozenset({topics.AGENT_COMMANDS.name, topics.JOBS_SUBMITTED.name, topics.JOBS_STATUS.name}))
+        self.signer = signing.Ed25519Signer(key, signing.ORCHESTRATOR_SIGNER, {
+            topics.AGENT_COMMANDS.name: command_ttl_s, topics.JOBS_SUBMITTED.name: record_ttl_s,
+            topics.JOBS_STATUS.name: record_ttl_s, topics.CLUSTER_EVENTS.name: record_ttl_s})
         self.own_key = key.public_key()
         self.agent_keys: dict[str, Ed25519PublicKey] = {}
         self.replays = signing.ReplayCache()
+        self.last_heartbeat_ns: dict[str, int] = {}  # node -> produced_at of its latest heartbeat
         # Event ids of pipeline records accepted since; the orchestrator re-publishes each one,
         # signed, for the predictor (which plans only what the orchestrator signed).
         self.accepted_pipeline_events: set[str] = set()
@@ -120,24 +121,35 @@ class OrchestratorGuard:
             if kind == "job_submitted" and topic == topics.JOBS_SUBMITTED.name:
                 return self._submitted(record, env, topic, now_s)
             if kind == "job_status_changed" and env.job_status_changed.source == events_pb2.AGENT:
-                self._from_node(record, topic, env.job_status_changed.node_id, now_s)
+                expires_s = self._from_node(record, topic, env.job_status_changed.node_id, now_s)
+                if not self.replays.first_time(env.event_id, expires_s, now_s):
+                    return f"{kind}: replayed status {env.event_id[:40]!r}"
             elif kind == "node_heartbeat":
-                self._from_node(record, topic, env.node_heartbeat.node_id, now_s)
+                node_id = env.node_heartbeat.node_id
+                self._from_node(record, topic, node_id, now_s)
+                # One node's heartbeats share a partition, so they arrive in the order sent.
+                produced_ns = env.produced_at.ToNanoseconds()
+                if produced_ns <= self.last_heartbeat_ns.get(node_id, 0):
+                    return f"{kind}: replayed or out-of-order heartbeat from {node_id!r}"
+                self.last_heartbeat_ns[node_id] = produced_ns
         except signing.VerifyError as err:
             return f"{kind}: {err}"
         return ""
 
-    def _from_node(self, record, topic: str, node_id: str, now_s: float) -> None:
-        signer, _ = signing.verify_ed25519(self.agent_keys, topic, _record_key(record),
-                                           record.value, record.headers, now_s, self.ttl_s)
+    def _from_node(self, record, topic: str, node_id: str, now_s: float) -> int:
+        signer, expires_s = signing.verify_ed25519(self.agent_keys, topic, _record_key(record),
+                                                   record.value, record.headers, now_s,
+                                                   self.record_ttl_s)
         if signer != signing.node_signer(node_id):
             raise signing.VerifyError(f"signed by {signer!r}, not by node {node_id!r}'s agent")
+        return expires_s
 
     def _submitted(self, record, env: events_pb2.Envelope, topic: str, now_s: float) -> str:
         submitted = env.job_submitted
         if signing.header(record.headers, signing.SIGNER) == signing.ORCHESTRATOR_SIGNER:
             signing.verify_ed25519({signing.ORCHESTRATOR_SIGNER: self.own_key}, topic,
-                                   _record_key(record), record.value, record.headers, now_s, self.ttl_s)
+                                   _record_key(record), record.value, record.headers, now_s,
+                                   self.record_ttl_s)
             return ""  # its own submissions and re-plans carry the tenant it set
         if submitted.attempt != 0:
             return "job_submitted: a re-plan request must come from the orchestrator"
@@ -158,7 +170,20 @@ class OrchestratorGuard:
         return ""
 
 
-def orchestrator_signed_only(orchestrator_keys: list[Ed25519PublicKey], ttl_s: float):
+def _orchestrator_signed(keys: list[Ed25519PublicKey], record, topic: str, max_ttl_s: float) -> str:
+    """Why the record is not the orchestrator's, or "" (tries each key while one rotates)."""
+    why = "no orchestrator key"
+    for public in keys:
+        try:
+            signing.verify_ed25519({signing.ORCHESTRATOR_SIGNER: public}, topic, _record_key(record),
+                                   record.value, record.headers, time.time(), max_ttl_s)
+            return ""
+        except signing.VerifyError as err:
+            why = str(err)
+    return why
+
+
+def orchestrator_signed_only(orchestrator_keys: list[Ed25519PublicKey], max_ttl_s: float):
     """A verifier for the predictor: plan only JobSubmitted records the orchestrator signed.
 
     A pipeline's record is judged by the orchestrator (which holds the tenants' keys); once it
@@ -170,15 +195,25 @@ def orchestrator_signed_only(orchestrator_keys: list[Ed25519PublicKey], ttl_s: f
     def verify(record, env: events_pb2.Envelope, topic: str) -> str:
         if env.type != "job_submitted":
             return ""
-        for public in orchestrator_keys:
-            try:
-                signing.verify_ed25519({signing.ORCHESTRATOR_SIGNER: public}, topic,
-                                       _record_key(record), record.value, record.headers,
-                                       time.time(), ttl_s)
-                return ""
-            except signing.VerifyError:
-                continue
-        return SKIP
+        return SKIP if _orchestrator_signed(orchestrator_keys, record, topic, max_ttl_s) else ""
+
+    return verify
+
+
+def orchestrator_state_only(orchestrator_keys: list[Ed25519PublicKey], max_ttl_s: float):
+    """A verifier for the scheduler: GPU availability and authoritative job states count only
+    when the orchestrator signed them; a forged one (a node that does not exist, a version from
+    the future that would hide every real update) is dead-lettered. Agents' own status records
+    are not the scheduler's concern and are skipped."""
+    from frenzy.bus import SKIP
+
+    def verify(record, env: events_pb2.Envelope, topic: str) -> str:
+        if env.type == "job_status_changed" and env.job_status_changed.source != events_pb2.ORCHESTRATOR:
+            return SKIP
+        if env.type not in ("job_status_changed", "gpu_availability_changed"):
+            return ""
+        why = _orchestrator_signed(orchestrator_keys, record, topic, max_ttl_s)
+        return f"{env.type}: {why}" if why else ""
 
     return verify
 
@@ -186,11 +221,12 @@ def orchestrator_signed_only(orchestrator_keys: list[Ed25519PublicKey], ttl_s: f
 class AgentGuard:
     """The commands one agent accepts."""
 
-    def __init__(self, node_id: str, orchestrator_keys: list[Ed25519PublicKey], ttl_s: float) -> None:
+    def __init__(self, node_id: str, orchestrator_keys: list[Ed25519PublicKey],
+                 command_ttl_s: float) -> None:
         self.node_id = node_id
         # Several keys while the orchestrator's key rotates (docs/security.md).
         self.keys = orchestrator_keys
-        self.ttl_s = ttl_s
+        self.command_ttl_s = command_ttl_s
         self.replays = signing.ReplayCache()
 
     def verify(self, record, env: events_pb2.Envelope, topic: str) -> str:
@@ -207,7 +243,7 @@ class AgentGuard:
             try:
                 _, expires_s = signing.verify_ed25519({signing.ORCHESTRATOR_SIGNER: public}, topic,
                                                       _record_key(record), record.value,
-                                                      record.headers, now_s, self.ttl_s)
+                                                      record.headers, now_s, self.command_ttl_s)
                 last_error = None
                 break
             except signing.VerifyError as err:

@@ -89,17 +89,27 @@ def load_public_key(raw_or_b64: bytes | str) -> Ed25519PublicKey:
 # ----- signing ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Ed25519Signer:
-    """Signs the records one service or agent produces onto the topics named in `topics`."""
+    """Signs the records one service or agent produces onto the topics in `ttls_s`.
+
+    Each topic has its own validity: a command is refused a minute after it was sent (the
+    orchestrator re-drives a job whose command got lost), while state records (status,
+    heartbeats, availability) stay valid long enough to survive a consumer's restart; their
+    replays are stopped by versions, attempts and sequence order instead.
+    """
 
     key: Ed25519PrivateKey
     signer: str
-    ttl_s: float
-    topics: frozenset[str]  # logical topic names
+    ttls_s: dict[str, float]  # logical topic name -> validity
+
+    @property
+    def topics(self) -> frozenset[str]:
+        return frozenset(self.ttls_s)
 
     def headers(self, topic: str, key: bytes, value: bytes, now_s: float | None = None) -> Headers:
-        if topic not in self.topics:
+        ttl_s = self.ttls_s.get(topic)
+        if ttl_s is None:
             return []
-        expires_s = int((now_s if now_s is not None else time.time()) + self.ttl_s)
+        expires_s = int((now_s if now_s is not None else time.time()) + ttl_s)
         sig = self.key.sign(canonical(topic, key, value, expires_s, self.signer))
         return [(SIGNER, self.signer.encode()), (EXPIRES, str(expires_s).encode()),
                 (SIG, base64.b64encode(sig))]

@@ -12,7 +12,7 @@ from frenzy.logs import get_logger
 from frenzy.security import signing
 from frenzy.security.grpc_auth import Authenticator
 from frenzy.security.guards import (AgentGuard, OrchestratorGuard, load_or_create_orchestrator_key,
-                                    orchestrator_signed_only)
+                                    orchestrator_signed_only, orchestrator_state_only)
 from frenzy.security.store import SecurityStore, split_token, write_private
 from frenzy.security.tls import ServerTls, load_server_tls
 from frenzy.v1 import events_pb2
@@ -36,7 +36,8 @@ def orchestrator_security(settings: ServiceSettings) -> OrchestratorSecurity:
     directory = Path(settings.security_dir)
     store = SecurityStore(directory)
     key = load_or_create_orchestrator_key(directory)
-    guard = OrchestratorGuard(store, key, settings.command_ttl_s, settings.pipeline_max_ttl_s)
+    guard = OrchestratorGuard(store, key, settings.command_ttl_s, settings.record_ttl_s,
+                              settings.pipeline_max_ttl_s)
     tls = load_server_tls(directory) if settings.grpc_tls else None
     return OrchestratorSecurity(Authenticator(store), guard, tls)
 
@@ -77,7 +78,15 @@ def predictor_verifier(settings: ServiceSettings):
     settings = with_files(settings)
     if not settings.orchestrator_key:
         return None
-    return orchestrator_signed_only(orchestrator_keys(settings), settings.command_ttl_s)
+    return orchestrator_signed_only(orchestrator_keys(settings), settings.record_ttl_s)
+
+
+def scheduler_verifier(settings: ServiceSettings):
+    """The scheduler trusts availability and job states only from the orchestrator."""
+    settings = with_files(settings)
+    if not settings.orchestrator_key:
+        return None
+    return orchestrator_state_only(orchestrator_keys(settings), settings.record_ttl_s)
 
 
 def agent_security(settings: ServiceSettings, node_id: str, key_dir: Path) -> AgentSecurity | None:
@@ -93,7 +102,7 @@ def agent_security(settings: ServiceSettings, node_id: str, key_dir: Path) -> Ag
     if not path.exists():
         write_private(path, signing.private_key_pem(signing.new_private_key()))
     key = signing.load_private_key(path.read_bytes())
-    signer = signing.Ed25519Signer(key, signing.node_signer(node_id), settings.command_ttl_s,
-                                   frozenset({topics.JOBS_STATUS.name, topics.NODES_HEARTBEATS.name}))
+    signer = signing.Ed25519Signer(key, signing.node_signer(node_id), {
+        topics.JOBS_STATUS.name: settings.record_ttl_s, topics.NODES_HEARTBEATS.name: settings.record_ttl_s})
     return AgentSecurity(signer, AgentGuard(node_id, orchestrator_keys(settings), settings.command_ttl_s),
                          settings.join_token)

@@ -13,6 +13,7 @@ from frenzy.config import ServiceSettings
 from frenzy.convert import option_to_proto
 from frenzy.logs import get_logger
 from frenzy.runtime import run_service, run_until_stopped
+from frenzy.security.wiring import scheduler_verifier
 from frenzy.statestore import read_state
 from frenzy.v1 import events_pb2, types_pb2
 from frenzy_scheduler.livestate import LiveState
@@ -82,7 +83,8 @@ class SchedulerService:
                                          topics.CLUSTER_EVENTS)
             task = asyncio.create_task(self.bus.run_consumer(consumer, GROUP, {
                 "job_planned": self.on_planned, "job_status_changed": self.on_status,
-                "gpu_availability_changed": self.on_availability}))
+                "gpu_availability_changed": self.on_availability},
+                verify=scheduler_verifier(self.bus.settings)))  # orchestrator-signed state only
             log.info("scheduler started", policy=self.state.policy.name)
             await run_until_stopped(stop, task)
         finally:
