@@ -61,6 +61,7 @@ class ServiceSettings(BusSettings):
     join_token: str = ""
     orchestrator_key: str = ""
     join_token_file: str = Field("", description="read join_token from this file (compose)")
+    tenants_file: str = Field("", description="tenants.json (weights, quotas) for the scheduler")
     orchestrator_key_file: str = Field("", description="read orchestrator_key from this file (compose)")
 
 

@@ -342,3 +342,19 @@ def test_unsigned_forged_and_replayed_pipeline_records_are_dead_lettered(cluster
         assert owner.get("p-good").tenant == "team-p"
     produce(cluster, topics.JOBS_SUBMITTED, b"p-good", good, headers)  # the same bytes again
     assert "replayed" in dead_letter_reason(cluster, good)
+
+
+def test_the_scheduler_keeps_a_tenant_within_its_gpu_quota(cluster, store):
+    one_gpu = types_pb2.JobSpec(name="long", model="gpt2", constraints=types_pb2.Constraints(max_gpus=1),
+                                training=types_pb2.TrainingConfig(seq_len=512, global_batch_size=8,
+                                                                  tokens=2_000_000_000))
+    with tenant_client(cluster, store, "team-g", TenantPolicy(max_gpus=1)) as g:
+        first = g.submit(one_gpu)
+        wait_state(g, first, {types_pb2.RUNNING})
+        second = g.submit(one_gpu)
+        wait_state(g, second, {types_pb2.QUEUED})
+        time.sleep(2.0)  # free GPUs abound; only the quota keeps it waiting
+        assert g.get(second).state == types_pb2.QUEUED
+        g.cancel(first)
+        wait_state(g, second, {types_pb2.RUNNING, types_pb2.LAUNCHING, types_pb2.PLACED})
+        g.cancel(second)

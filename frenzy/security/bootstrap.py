@@ -12,7 +12,8 @@ from pathlib import Path
 from frenzy.security.clientconfig import (CLIENT_CONFIG_FILE, ClientConfig, read_client_config,
                                           registry_path, write_client_config)
 from frenzy.security.guards import orchestrator_public_key_b64
-from frenzy.security.store import DEFAULT_TENANT, SecurityStore, TenantPolicy, write_private
+from frenzy.security.store import (DEFAULT_TENANT, TENANTS_FILE, SecurityStore, TenantPolicy,
+                                   write_private)
 from frenzy.security.tls import ensure_server_tls
 
 SECURITY_DIR = "security"
@@ -35,8 +36,10 @@ class LocalSecurity:
         return {"FRENZY_SECURITY_DIR": str(self.directory)}
 
     def verifier_env(self) -> dict[str, str]:
-        """The orchestrator's public key: for services that check what it signed (predictor)."""
-        return {"FRENZY_ORCHESTRATOR_KEY": self.orchestrator_key_b64}
+        """The orchestrator's public key: for services that check what it signed (predictor,
+        scheduler), and the tenants' weights and quotas (no secrets) for the scheduler."""
+        return {"FRENZY_ORCHESTRATOR_KEY": self.orchestrator_key_b64,
+                "FRENZY_TENANTS_FILE": str(self.directory / TENANTS_FILE)}
 
     def agent_env(self) -> dict[str, str]:
         """Agents get their join token and the orchestrator's public key, not the directory."""

@@ -89,6 +89,14 @@ def scheduler_verifier(settings: ServiceSettings):
     return orchestrator_state_only(orchestrator_keys(settings), settings.record_ttl_s)
 
 
+def tenant_policies(settings: ServiceSettings):
+    """Tenants' weights and quotas (no secrets), re-read when tenants.json changes; without
+    FRENZY_TENANTS_FILE, none (every tenant weighs 1 and has no quota)."""
+    if not settings.tenants_file:
+        return dict
+    return SecurityStore(Path(settings.tenants_file).parent).tenants
+
+
 def agent_security(settings: ServiceSettings, node_id: str, key_dir: Path) -> AgentSecurity | None:
     """None without an orchestrator key: commands are then accepted unsigned (development)."""
     settings = with_files(settings)

@@ -13,9 +13,10 @@ from frenzy.config import ServiceSettings
 from frenzy.convert import option_to_proto
 from frenzy.logs import get_logger
 from frenzy.runtime import run_service, run_until_stopped
-from frenzy.security.wiring import scheduler_verifier
+from frenzy.security.wiring import scheduler_verifier, tenant_policies
 from frenzy.statestore import read_state
 from frenzy.v1 import events_pb2, types_pb2
+from frenzy_scheduler.fairshare import FairSharePolicy, TenantShare
 from frenzy_scheduler.livestate import LiveState
 from frenzy_scheduler.policies import get_policy
 
@@ -26,7 +27,15 @@ log = get_logger("scheduler")
 class SchedulerService:
     def __init__(self, bus: Bus, policy_name: str) -> None:
         self.bus = bus
-        self.state = LiveState(get_policy(policy_name))
+        # Tenants share GPUs by weight, within their quotas (frenzy_scheduler.fairshare); each
+        # job's tenant comes from the orchestrator's signed job records.
+        self.tenants: dict[str, str] = {}
+        policies = tenant_policies(ServiceSettings())
+        shares = lambda: {n: TenantShare(p.weight, p.max_gpus) for n, p in policies().items()}  # noqa: E731
+        self.state = LiveState(FairSharePolicy(get_policy(policy_name), self._tenant_of, shares))
+
+    def _tenant_of(self, job_id: str) -> str:
+        return self.tenants.get(job_id, "")
 
     async def _schedule(self) -> None:
         started = time.perf_counter()
@@ -47,8 +56,15 @@ class SchedulerService:
         await self._schedule()
 
     async def on_status(self, env: events_pb2.Envelope, key: str) -> None:
+        self._note_tenant(env.job_status_changed.job)
         self.state.on_status(env.job_status_changed)
         await self._schedule()
+
+    def _note_tenant(self, job: types_pb2.Job) -> None:
+        if job.state in (types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED):
+            self.tenants.pop(job.id, None)
+        elif job.id and job.tenant:
+            self.tenants[job.id] = job.tenant
 
     async def on_availability(self, env: events_pb2.Envelope, key: str) -> None:
         self.state.on_availability(env.gpu_availability_changed)
@@ -70,6 +86,8 @@ class SchedulerService:
         planned = await latest(topics.JOBS_PLANNED, "job_planned")
         jobs = [r.job for r in await latest(topics.ORCHESTRATOR_STATE, "job_record_state")]
         nodes = await latest(topics.CLUSTER_EVENTS, "gpu_availability_changed")
+        for job in jobs:
+            self._note_tenant(job)
         self.state.restore(planned, jobs, nodes)
         log.info("view recovered", planned=len(planned), jobs=len(jobs), nodes=len(nodes),
                  waiting=len(self.state.waiting()), took_s=round(time.monotonic() - started_s, 3))
