@@ -1,7 +1,9 @@
 """The gRPC edge's gate: bearer-token authentication, per-tenant rate limits, request size.
 
 Every method of every service passes through `AuthInterceptor`, so a method added later is
-covered without remembering to. Handlers ask `identity(context)` who is calling.
+covered without remembering to. Handlers ask `caller()` who is calling: the identity the
+interceptor verified, kept in a context variable for the call (one check per call, and no
+window in which a token revoked meanwhile would read differently).
 
 Order of checks: token (UNAUTHENTICATED), then rate (RESOURCE_EXHAUSTED), then the request's
 size (INVALID_ARGUMENT naming `request`). The size check runs on the parsed request; the
@@ -11,6 +13,7 @@ bigger before it is parsed at all.
 from __future__ import annotations
 
 import time
+from contextvars import ContextVar
 
 import grpc
 
@@ -24,6 +27,7 @@ NOT_AUTHENTICATED = "not authenticated: missing or invalid token (set FRENZY_TOK
 # With no security directory (a developer running one service by hand), every caller is an
 # admin of the default tenant. `frenzy up` and compose always run with one.
 ANONYMOUS_ADMIN = Identity(DEFAULT_TENANT, "admin", "")
+_CALLER: ContextVar[Identity | None] = ContextVar("frenzy_caller", default=None)
 
 
 def bearer_token(metadata) -> str:
@@ -47,11 +51,12 @@ class Authenticator:
         return self.store.authenticate(bearer_token(metadata))
 
 
-def identity(context: grpc.aio.ServicerContext, auth: Authenticator) -> Identity:
-    """Who is calling; the interceptor has already refused anyone unknown."""
-    found = auth.identify(context.invocation_metadata())
-    assert found is not None, "AuthInterceptor lets no unauthenticated call through"
-    return found
+def caller() -> Identity:
+    """Who is calling, as the interceptor verified it."""
+    who = _CALLER.get()
+    if who is None:
+        raise RuntimeError("no verified caller: the handler runs without AuthInterceptor")
+    return who
 
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):
@@ -59,7 +64,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         self.auth = auth
         self.limiter = limiter or RateLimiter()
 
-    async def _admit(self, request, context, metadata) -> None:
+    async def _admit(self, request, context, metadata) -> Identity:
         who = self.auth.identify(metadata)
         if who is None:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, NOT_AUTHENTICATED)
@@ -73,6 +78,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         if size > MAX_REQUEST_BYTES:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 f"request: {size} bytes exceeds the limit of {MAX_REQUEST_BYTES}")
+        return who
 
     async def intercept_service(self, continuation, details):
         handler = await continuation(details)
@@ -84,8 +90,11 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             inner = handler.unary_unary
 
             async def unary_unary(request, context):
-                await admit(request, context, metadata)
-                return await inner(request, context)
+                token = _CALLER.set(await admit(request, context, metadata))
+                try:
+                    return await inner(request, context)
+                finally:
+                    _CALLER.reset(token)
 
             return grpc.unary_unary_rpc_method_handler(
                 unary_unary, request_deserializer=handler.request_deserializer,
@@ -94,7 +103,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             inner_stream = handler.unary_stream
 
             async def unary_stream(request, context):
-                await admit(request, context, metadata)
+                _CALLER.set(await admit(request, context, metadata))  # this call's own task
                 async for item in inner_stream(request, context):
                     yield item
 

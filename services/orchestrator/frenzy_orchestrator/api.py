@@ -11,7 +11,7 @@ from frenzy.catalog.gpus import get_gpu
 from frenzy.convert import option_to_proto
 from frenzy.jobspec import SpecError, resolve_spec
 from frenzy.security import tenancy
-from frenzy.security.grpc_auth import TRANSPORT_MAX_BYTES, AuthInterceptor, Authenticator, identity
+from frenzy.security.grpc_auth import TRANSPORT_MAX_BYTES, AuthInterceptor, Authenticator, caller
 from frenzy.security.limits import job_id_problem
 from frenzy.security.tls import ServerTls
 from frenzy.v1 import services_pb2, services_pb2_grpc, types_pb2
@@ -34,7 +34,7 @@ class JobApi(services_pb2_grpc.JobServiceServicer):
         self.auth = auth
 
     async def SubmitJob(self, request, context):
-        who = identity(context, self.auth)
+        who = caller()
         if request.job_id and job_id_problem(request.job_id):
             await _invalid(context, f"job_id: {job_id_problem(request.job_id)}")
         try:
@@ -61,7 +61,7 @@ class JobApi(services_pb2_grpc.JobServiceServicer):
             await _invalid(context, f"job_id: {job_id_problem(job_id)}")
         rec = self.service.core.jobs.get(job_id)
         # Another tenant's job answers exactly as a missing one: nothing about it leaks.
-        if rec is None or not tenancy.can_see(identity(context, self.auth), rec.job):
+        if rec is None or not tenancy.can_see(caller(), rec.job):
             await context.abort(grpc.StatusCode.NOT_FOUND, f"job_id: no job {job_id!r}")
         return rec.job
 
@@ -70,7 +70,7 @@ class JobApi(services_pb2_grpc.JobServiceServicer):
 
     async def ListJobs(self, request, context):
         wanted = set(request.states)
-        who = identity(context, self.auth)
+        who = caller()
         jobs = [r.job for r in self.service.core.jobs.values()
                 if (not wanted or r.job.state in wanted) and tenancy.can_see(who, r.job)]
         jobs.sort(key=lambda j: (j.submitted_at.ToNanoseconds(), j.id))
@@ -107,7 +107,7 @@ class ClusterApi(services_pb2_grpc.ClusterServiceServicer):
         self.auth = auth
 
     async def GetCluster(self, request, context):
-        return tenancy.scoped_summary(identity(context, self.auth), self.service.core.cluster_summary(),
+        return tenancy.scoped_summary(caller(), self.service.core.cluster_summary(),
                                       (r.job for r in self.service.core.jobs.values()))
 
     async def ListNodes(self, request, context):
@@ -120,7 +120,7 @@ class ClusterApi(services_pb2_grpc.ClusterServiceServicer):
             nodes.append(node)
         owner = {job_id: r.job.tenant for job_id, r in self.service.core.jobs.items()}
         return services_pb2.ListNodesResponse(
-            nodes=tenancy.scoped_nodes(identity(context, self.auth), nodes, owner))
+            nodes=tenancy.scoped_nodes(caller(), nodes, owner))
 
 
 class PredictorApi(services_pb2_grpc.PredictorServiceServicer):
