@@ -80,6 +80,8 @@ def run(name: str, jobs, groups, tenant_of) -> dict:
     shares = [w["share_a"] for w in series]
     target = WEIGHTS["A"] / sum(WEIGHTS.values())
     return {"policy": name, "wall_s": round(time.perf_counter() - started, 1),
+            # At most 40 points per run: each the mean of consecutive contended windows.
+            "series_share_a": _coarse([w["share_a"] for w in series], 40),
             "all": jct_stats(result.records, tenant_of),
             "A (weight 2)": jct_stats(result.records, tenant_of, "A"),
             "B (weight 1)": jct_stats(result.records, tenant_of, "B"),
@@ -87,7 +89,14 @@ def run(name: str, jobs, groups, tenant_of) -> dict:
             "share_a_mean": round(statistics.fmean(shares), 3) if shares else None,
             "share_a_target": round(target, 3),
             "share_a_mean_abs_error": round(statistics.fmean(abs(s - target) for s in shares), 3) if shares else None,
-            "unfinished": len(result.stranded), "series": series}
+            "unfinished": len(result.stranded)}
+
+
+def _coarse(values: list[float], points: int) -> list[float]:
+    if not values:
+        return []
+    step = max(1, math.ceil(len(values) / points))
+    return [round(statistics.fmean(values[i:i + step]), 3) for i in range(0, len(values), step)]
 
 
 def main() -> None:

@@ -4,7 +4,6 @@ heartbeats, unsigned pipeline records, client-named paths, escaping job ids, hug
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import os
 import subprocess

@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import json
-import os
 import stat
-import time
 from pathlib import Path
 
 import pytest

@@ -201,7 +201,7 @@ def fuzz_records(rng: random.Random, topic: topics.Topic, count: int, node_ids: 
     """(key, value, headers) records: random bytes, mutated envelopes, bad JSON, unsigned or
     forged-signature envelopes, and `oversized` records past the record limit."""
     out = []
-    for i in range(count):
+    for _ in range(count):
         # Commands to a node id (a partition no agent owns has no reader at all).
         key = (rng.choice(node_ids) if topic == topics.AGENT_COMMANDS
                else rng.choice(["k", "job-x", "ghost", ""] + node_ids)).encode()
