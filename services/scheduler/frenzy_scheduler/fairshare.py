@@ -4,9 +4,10 @@
 1. quotas: an option that would take a tenant past its `max_gpus` is removed; a job with no
    option left waits;
 2. under contention (jobs of two or more tenants waiting), each tenant's fair share is the
-   cluster's GPUs times its weight over the weights of the tenants that run or wait. Tenants
-   below their share go first, each with the jobs that fit in what is left of its share (at
-   least one job, so a large job is not starved), most deprived tenant first;
+   cluster's GPUs times its weight over the weights of the tenants that run or wait. The
+   policy first sees only the jobs of tenants below their share, and of what it places each
+   such tenant keeps, in the policy's own order, what fits in the rest of its share (at least
+   one job, so a job larger than the share is not starved);
 3. the GPUs still free then go to everyone else's jobs (work conserving: no GPU idles while a
    job that fits it waits).
 
@@ -54,22 +55,10 @@ class FairSharePolicy:
         active = waiting | {t for t, gpus in used.items() if gpus > 0}
         weights = sum(share(t).weight for t in active)
         fair_gpus = {t: total_gpus * share(t).weight / weights for t in active}
-        first: list[QueuedJob] = []
-        for tenant in sorted(waiting, key=lambda t: (used[t] / fair_gpus[t], t)):
-            room = fair_gpus[tenant] - used[tenant]
-            if room <= 0:
-                continue
-            took = False
-            for job in sorted((j for j in eligible if self.tenant_of(j.job_id) == tenant),
-                              key=lambda j: (j.submit_time_s, j.job_id)):
-                need = min(o.num_gpus for o in job.options)
-                if need > room and took:
-                    break
-                first.append(job)
-                room -= need
-                took = True
-        placed = self._within_quota(
-            self.inner.schedule(first, cluster, now_s, running) if first else [], used, share)
+        below = {t for t in waiting if used[t] < fair_gpus[t]}
+        first = [j for j in eligible if self.tenant_of(j.job_id) in below]
+        proposed = self.inner.schedule(first, cluster, now_s, running) if first else []
+        placed = self._within_quota(self._within_share(proposed, used, fair_gpus), used, share)
         taken = {p.job_id for p in placed}
         rest = self._within_quota_options([j for j in eligible if j.job_id not in taken], used, share)
         if not rest:
@@ -81,6 +70,21 @@ class FairSharePolicy:
                                                   now_s + p.option.duration_s) for p in placed]
         return placed + self._within_quota(self.inner.schedule(rest, left, now_s, now_running),
                                            used, share)
+
+    def _within_share(self, placements: list[Placement], used: Counter,
+                      fair_gpus: Mapping[str, float]) -> list[Placement]:
+        """In the policy's own order, each tenant's placements up to what is left of its share
+        (at least one, so that a job larger than the share is not starved)."""
+        kept, room = [], {t: fair_gpus[t] - used[t] for t in fair_gpus}
+        took: set[str] = set()
+        for p in placements:
+            tenant = self.tenant_of(p.job_id)
+            if p.option.num_gpus > room.get(tenant, 0.0) and tenant in took:
+                continue
+            room[tenant] = room.get(tenant, 0.0) - p.option.num_gpus
+            took.add(tenant)
+            kept.append(p)
+        return kept
 
     def _within_quota_options(self, jobs: Sequence[QueuedJob], used: Counter,
                               share: Callable[[str], TenantShare]) -> list[QueuedJob]:
