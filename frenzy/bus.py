@@ -19,9 +19,15 @@ from google.protobuf.message import Message
 from frenzy import events, topics
 from frenzy.config import BusSettings, bootstrap
 from frenzy.logs import get_logger
+from frenzy.security.kafka import kafka_client_options
+from frenzy.security.limits import MAX_RECORD_BYTES
 from frenzy.v1 import events_pb2
 
 Handler = Callable[[events_pb2.Envelope, str], Awaitable[None]]
+# (record, its envelope, its logical topic) -> why to refuse it, or "" (signature checks).
+# SKIP: not for this consumer, not bad either (left to the consumer that judges it).
+Verifier = Callable[[object, events_pb2.Envelope, str], str]
+SKIP = "skip"
 TOPIC_EXISTS = 36
 
 
@@ -32,9 +38,10 @@ log = get_logger("bus")
 
 
 async def ensure_topics(bootstrap_servers: str, wanted: Iterable[topics.Topic] = topics.ALL_TOPICS,
-                        prefix: str = "", replication_factor: int = 1) -> None:
+                        prefix: str = "", replication_factor: int = 1,
+                        client_options: dict | None = None) -> None:
     """Create missing topics. Safe to call from every service at start-up."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers, **(client_options or {}))
     await admin.start()
     try:
         existing = set(await admin.list_topics())
@@ -76,6 +83,9 @@ class Bus:
         self.bootstrap = bootstrap(self.settings)
         self.prefix = topics.namespace_prefix(self.settings.namespace)
         self.producer: AIOKafkaProducer | None = None
+        self.client_options = kafka_client_options(self.settings)
+        # Adds signature headers to records on the topics it signs (frenzy.security.signing).
+        self.signer = None
 
     def topic_name(self, topic: topics.Topic) -> str:
         """The topic's name on the broker, in this deployment's namespace."""
@@ -90,21 +100,29 @@ class Bus:
     async def start(self) -> None:
         """Create topics if needed and connect; must run inside the event loop."""
         await ensure_topics(self.bootstrap, prefix=self.prefix,
-                            replication_factor=self.settings.replication_factor)
+                            replication_factor=self.settings.replication_factor,
+                            client_options=self.client_options)
         self.producer = AIOKafkaProducer(
             bootstrap_servers=self.bootstrap, acks="all", linger_ms=self.settings.linger_ms,
-            enable_idempotence=False, client_id=f"frenzy-{self.service}")
+            enable_idempotence=False, client_id=f"frenzy-{self.service}", **self.client_options)
         await self.producer.start()
 
     async def stop(self) -> None:
         if self.producer is not None:
             await self.producer.stop()
 
+    def _encode(self, topic: topics.Topic, key: str, env: events_pb2.Envelope) -> tuple[bytes, list]:
+        """Encode, sign (pipeline HMAC) and size-check a record before it is produced."""
+        value, headers = events.encode(env)
+        if self.signer is not None:
+            headers += self.signer.headers(topic.name, key.encode(), value)
+        self.check_size(topic, key.encode(), value, headers)
+        return value, headers
+
     async def publish(self, topic: topics.Topic, key: str, payload: Message,
                       trace_id: str = "") -> events_pb2.Envelope:
         env = events.envelope(payload, trace_id=trace_id, producer=self.service)
-        value, headers = events.encode(env)
-        self.check_size(topic, key.encode(), value, headers)
+        value, headers = self._encode(topic, key, env)
         await self.producer.send_and_wait(self.topic_name(topic), value, key=key.encode(),
                                           headers=headers)
         return env
@@ -119,8 +137,9 @@ class Bus:
         for topic, key, payload in items:  # all checked before any is sent
             value, headers = None, None
             if payload is not None:
-                value, headers = events.encode(events.envelope(payload, producer=self.service))
-            self.check_size(topic, key.encode(), value, headers)
+                value, headers = self._encode(topic, key, events.envelope(payload, producer=self.service))
+            else:
+                self.check_size(topic, key.encode(), value, headers)  # a tombstone's key
             records.append((topic, key, value, headers))
         acks = []
         for topic, key, value, headers in records:
@@ -132,8 +151,7 @@ class Bus:
     async def publish_nowait(self, topic: topics.Topic, key: str, payload: Message) -> asyncio.Future:
         """Enqueue without waiting for the broker's acknowledgement: for high-rate telemetry
         (heartbeats) where the next record supersedes a lost one."""
-        value, headers = events.encode(events.envelope(payload, producer=self.service))
-        self.check_size(topic, key.encode(), value, headers)
+        value, headers = self._encode(topic, key, events.envelope(payload, producer=self.service))
         return await self.producer.send(self.topic_name(topic), value, key=key.encode(),
                                         headers=headers)
 
@@ -162,7 +180,7 @@ class Bus:
             fetch_max_wait_ms=self.settings.fetch_max_wait_ms,
             session_timeout_ms=self.settings.session_timeout_ms,
             heartbeat_interval_ms=self.settings.heartbeat_interval_ms,
-            client_id=f"frenzy-{self.service}")
+            client_id=f"frenzy-{self.service}", **self.client_options)
         options.update(overrides)
         return AIOKafkaConsumer(*(self.topic_name(t) for t in subscribed), **options)
 
@@ -171,7 +189,8 @@ class Bus:
                            json_payloads: dict[str, str] | None = None,
                            ready: asyncio.Event | None = None,
                            started: bool = False,
-                           before_commit: Callable[[], Awaitable[None]] | None = None) -> None:
+                           before_commit: Callable[[], Awaitable[None]] | None = None,
+                           verify: Verifier | None = None) -> None:
         """Consume until cancelled. handlers maps payload type (e.g. "job_planned") to a coroutine.
 
         before_commit runs after each batch and before its offsets are committed: a service that
@@ -179,6 +198,9 @@ class Bus:
 
         json_payloads maps a topic's name (without namespace) to the payload type it accepts
         as bare JSON.
+
+        verify checks a decoded record before its handler sees it (signatures); a record it
+        refuses is dead-lettered with its reason.
         """
         deduper = Deduper(self.settings.dedupe_window)
         json_payloads = json_payloads or {}
@@ -194,7 +216,8 @@ class Bus:
                     for record in records:
                         logical_topic = record.topic.removeprefix(self.prefix)
                         await self._handle_record(record, group, handlers, deduper,
-                                                  json_payloads.get(logical_topic, ""))
+                                                  json_payloads.get(logical_topic, ""),
+                                                  verify, logical_topic)
                 if batch:
                     if before_commit is not None:
                         await before_commit()
@@ -208,8 +231,14 @@ class Bus:
             await consumer.stop()
 
     async def _handle_record(self, record, group: str, handlers: dict[str, Handler],
-                             deduper: Deduper, json_payload: str) -> None:
+                             deduper: Deduper, json_payload: str,
+                             verify: Verifier | None = None, logical_topic: str = "") -> None:
         record_id = f"{record.topic}/{record.partition}/{record.offset}"
+        limit = max(MAX_RECORD_BYTES, self.settings.max_record_bytes)
+        if record.value is not None and len(record.value) > limit:
+            await self.dead_letter(record, f"oversized: {len(record.value)} bytes exceeds the "
+                                   f"limit of {limit}", group)
+            return
         try:
             env = events.decode(record.value, record.headers, json_payload=json_payload,
                                 record_id=record_id)
@@ -217,7 +246,16 @@ class Bus:
             await self.dead_letter(record, f"malformed: {err}", group)
             return
         handler = handlers.get(env.type)
-        if handler is None or not deduper.first_time(env.event_id):
+        if handler is None:
+            return
+        if verify is not None:
+            refused = verify(record, env, logical_topic)
+            if refused == SKIP:
+                return
+            if refused:
+                await self.dead_letter(record, refused, group)
+                return
+        if not deduper.first_time(env.event_id):
             return
         key = record.key.decode(errors="replace") if record.key else ""
         try:

@@ -18,6 +18,9 @@ LAZY_COMMANDS: dict[str, str] = {
     "predict": "frenzy_predictor.cli_predict:predict",
     "profile": "frenzy_predictor.cli_profile:profile",
     "simulate": "frenzy_scheduler.cli_simulate:simulate",
+    "token": "frenzy.security.cli_token:token",
+    "tenant": "frenzy.security.cli_token:tenant",
+    "security": "frenzy.security.cli_token:security",
 }
 
 

@@ -25,6 +25,12 @@ def _client() -> FrenzyClient:
 
 def _fail_rpc(err: grpc.RpcError) -> None:
     code = err.code()
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        click.echo(f"error: {err.details()}", err=True)
+        sys.exit(1)
+    if code in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.RESOURCE_EXHAUSTED):
+        click.echo(f"error: {err.details()}", err=True)
+        sys.exit(1)
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         raise click.UsageError(err.details())
     if code == grpc.StatusCode.NOT_FOUND:

@@ -4,6 +4,8 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from frenzy.security.limits import MAX_RECORD_BYTES
+
 
 class BusSettings(BaseSettings):
     """Kafka client settings shared by every service."""
@@ -21,11 +23,22 @@ class BusSettings(BaseSettings):
     linger_ms: int = Field(2, description="producer batching delay; raise it for bulk producers")
     dedupe_window: int = Field(100_000, description="event ids remembered per consumer")
     # Kafka's default message.max.bytes is 1,048,588; a record is checked before it is produced,
-    # so an oversized one fails with its topic and key named, not as a broker error later.
-    max_record_bytes: int = 1_000_000
+    # so an oversized one fails with its topic and key named, not as a broker error later. The
+    # same bound makes a consumer dead-letter a bigger record (frenzy.security.limits).
+    max_record_bytes: int = MAX_RECORD_BYTES
     # Prefix of every topic and consumer group, so that several Frenzy deployments (or test
     # clusters) can share one Kafka cluster without seeing each other's events or state.
     namespace: str = ""
+    # Kafka transport security, for a broker locked down with TLS, SASL and ACLs
+    # (docs/security.md lists what each service may read and write). PLAINTEXT on the local
+    # embedded broker, which listens on loopback only.
+    kafka_security_protocol: str = Field("PLAINTEXT", description="PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL")
+    kafka_sasl_mechanism: str = Field("", description="PLAIN | SCRAM-SHA-256 | SCRAM-SHA-512")
+    kafka_sasl_username: str = ""
+    kafka_sasl_password: str = ""
+    kafka_ssl_cafile: str = ""
+    kafka_ssl_certfile: str = ""
+    kafka_ssl_keyfile: str = ""
 
 
 class ServiceSettings(BusSettings):
@@ -52,6 +65,20 @@ class ServiceSettings(BusSettings):
     heartbeat_fetch_max_wait_ms: int = 200
     heartbeat_fetch_min_bytes: int = 65536
     metrics_port: int = Field(0, description="Prometheus /metrics port of the orchestrator; 0 = off")
+    # Security (docs/security.md). The directory holds tokens, tenants, the CA and the
+    # orchestrator's signing key; empty: no authentication (a service run by hand in development).
+    security_dir: str = ""
+    grpc_tls: bool = Field(True, description="serve gRPC over TLS with the security dir's certificate")
+    command_ttl_s: float = Field(60.0, description="how long a signed agent command stays valid")
+    record_ttl_s: float = Field(86400.0, description="how long signed status, heartbeats and "
+                                "availability stay valid (a consumer may be down that long)")
+    pipeline_max_ttl_s: float = Field(600.0, description="the longest validity a pipeline may sign")
+    # Node agents: what they join with, and the key they accept commands from (base64, raw).
+    join_token: str = ""
+    orchestrator_key: str = ""
+    join_token_file: str = Field("", description="read join_token from this file (compose)")
+    tenants_file: str = Field("", description="tenants.json (weights, quotas) for the scheduler")
+    orchestrator_key_file: str = Field("", description="read orchestrator_key from this file (compose)")
 
 
 def bootstrap(settings: BusSettings | None = None) -> str:

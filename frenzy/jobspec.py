@@ -11,9 +11,12 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from frenzy.catalog.models import ModelArch, load_model
+import json
+
+from frenzy.catalog.models import ModelArch, from_hf_config, model_catalog
 from frenzy.catalog.gpus import get_gpu
 from frenzy.domain import Constraints, Recipe, TrainingSpec
+from frenzy.security.limits import LimitError, check_spec_limits
 from frenzy.v1 import types_pb2
 
 MAX_SEQ_LEN = 1_048_576
@@ -102,10 +105,56 @@ def load_spec_file(path: str | Path) -> types_pb2.JobSpec:
     if not isinstance(data, dict):
         raise SpecError("file", f"{path} must hold a mapping")
     try:
-        return JobSpecModel.model_validate(data).to_proto()
+        spec = JobSpecModel.model_validate(data).to_proto()
     except ValidationError as err:
         first = err.errors()[0]
         raise SpecError(".".join(str(p) for p in first["loc"]) or "spec", first["msg"]) from None
+    return inline_model_config(spec, Path(path).parent)
+
+
+def inline_model_config(spec: types_pb2.JobSpec, base_dir: Path = Path(".")) -> types_pb2.JobSpec:
+    """Client side: when spec.model names a local config.json, send its text inline.
+
+    Servers never open a path a client named (they would read their own disk, and the error
+    would tell the client whether a file such as /etc/shadow exists). A relative path is tried
+    from the working directory, then from base_dir (the spec file's folder).
+    """
+    if spec.model_config_json or not spec.model or spec.model in model_catalog():
+        return spec
+    candidates = [Path(spec.model), base_dir / spec.model]
+    path = next((p for p in candidates if p.is_file()), None)
+    if path is None:
+        if spec.model.endswith(".json"):
+            raise SpecError("model", f"config file {spec.model!r} does not exist")
+        return spec  # an unknown catalog name: the server says which names it knows
+    try:
+        spec.model_config_json = path.read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise SpecError("model", f"cannot read {spec.model}: {err}") from None
+    spec.model = path.resolve().parent.name or path.stem
+    return spec
+
+
+def _resolve_model(spec: types_pb2.JobSpec) -> ModelArch:
+    """The architecture from the catalog or from the inline config.json, never from a path."""
+    if spec.model_config_json:
+        try:
+            config = json.loads(spec.model_config_json)
+        except json.JSONDecodeError as err:
+            raise SpecError("model_config_json", f"not valid JSON ({err.msg})") from None
+        if not isinstance(config, dict):
+            raise SpecError("model_config_json", "must be a JSON object")
+        try:
+            return from_hf_config(config, name=spec.model)
+        except ValueError as err:
+            raise SpecError("model_config_json", str(err)) from None
+    catalog = model_catalog()
+    if spec.model in catalog:
+        return catalog[spec.model]
+    if "/" in spec.model or spec.model.endswith(".json"):
+        raise SpecError("model", "the server opens no paths: send the config.json inline as "
+                        "model_config_json (the CLI and Python client do this for a local file)")
+    raise SpecError("model", f"unknown model {spec.model!r}; catalog: {', '.join(catalog)}")
 
 
 @dataclass(frozen=True)
@@ -124,14 +173,15 @@ def _positive(field: str, value: int) -> None:
 
 def resolve_spec(spec: types_pb2.JobSpec) -> ResolvedJob:
     """Validate a protobuf spec; raises SpecError naming the first bad field."""
+    try:
+        check_spec_limits(spec)
+    except LimitError as err:
+        raise SpecError(err.field, str(err).removeprefix(f"{err.field}: ")) from None
     if not spec.name.strip():
         raise SpecError("name", "must not be empty")
     if not spec.model:
         raise SpecError("model", "must name a catalog model or a config.json path")
-    try:
-        arch = load_model(spec.model)
-    except ValueError as err:
-        raise SpecError("model", str(err).removeprefix("model: ")) from None
+    arch = _resolve_model(spec)
     t = spec.training
     _positive("training.seq_len", t.seq_len)
     _positive("training.global_batch_size", t.global_batch_size)

@@ -25,6 +25,8 @@ import click
 
 from frenzy.broker import (EmbeddedBroker, die_with_parent, free_port, start_embedded_broker,
                            wait_for_port)
+from frenzy.security.bootstrap import LocalSecurity, prepare_local_security
+from frenzy.security.clientconfig import registry_path
 from frenzy.topics import namespace_prefix
 
 DEFAULT_CLUSTER = Path(__file__).resolve().parent.parent / "deploy" / "clusters" / "local.yaml"
@@ -71,6 +73,14 @@ class LocalCluster:
     bound_to_parent: bool = False  # children die with this process (`frenzy up`)
     lock_fd: int | None = None
     reaper: subprocess.Popen | None = None
+    security: LocalSecurity | None = None  # admin token, join token, CA (frenzy/security)
+
+    def client(self, timeout_s: float = 10.0):
+        """A client with this cluster's admin token and CA, whatever FRENZY_TOKEN says."""
+        from frenzy.client import FrenzyClient
+
+        return FrenzyClient(self.grpc_address, timeout_s, token=self.security.admin_token,
+                            ca_pem=self.security.ca_pem)
 
     def topic_name(self, topic) -> str:
         return namespace_prefix(self.namespace) + topic.name
@@ -174,6 +184,7 @@ class LocalCluster:
         _kill_job_processes(self.workdir / "agents")
         if self.broker is not None:
             self.broker.stop()
+        registry_path(self.grpc_address).unlink(missing_ok=True)
         self.write_state(stopped=True)  # no pids left for the reaper (they may be reused by then)
         if self.reaper is not None and self.reaper.stdin is not None:
             self.reaper.stdin.close()  # nothing left to reap; it exits
@@ -275,11 +286,12 @@ def start_cluster(cluster_file: Path = DEFAULT_CLUSTER, grpc_port: int = 50051,
                 data_dir=workdir / "broker" if persistent else None)
             cluster.bootstrap = cluster.broker.bootstrap
         cluster.metrics_port = free_port()
+        cluster.security = prepare_local_security(workdir, cluster.grpc_address)
         env = {"FRENZY_POLICY": policy, "FRENZY_METRICS_PORT": str(cluster.metrics_port),
                "FRENZY_NAMESPACE": namespace, **(extra_env or {})}
-        cluster.spawn("orchestrator", ["frenzy_orchestrator"], env)
-        cluster.spawn("predictor", ["frenzy_predictor"], env)
-        cluster.spawn("scheduler", ["frenzy_scheduler"], env)
+        cluster.spawn("orchestrator", ["frenzy_orchestrator"], {**env, **cluster.security.orchestrator_env()})
+        cluster.spawn("predictor", ["frenzy_predictor"], {**env, **cluster.security.verifier_env()})
+        cluster.spawn("scheduler", ["frenzy_scheduler"], {**env, **cluster.security.verifier_env()})
         # The predictor's memory-error record (a faust worker). Start-up does not wait for it:
         # it reads frenzy.jobs.status from the beginning whenever it is ready.
         cluster.errors_port = free_port()
@@ -290,7 +302,8 @@ def start_cluster(cluster_file: Path = DEFAULT_CLUSTER, grpc_port: int = 50051,
             cluster.node_ids.append(node.node_id)
             cluster.spawn(f"agent-{node.node_id}", agent_args(node.node_id, node.gpu_type,
                                                                node.total_gpus, workdir,
-                                                               cluster.cluster_id), env)
+                                                               cluster.cluster_id),
+                          {**env, **cluster.security.agent_env()})
         wait_ready(cluster, timeout_s)
     except BaseException:
         cluster.stop()
@@ -300,12 +313,11 @@ def start_cluster(cluster_file: Path = DEFAULT_CLUSTER, grpc_port: int = 50051,
 
 def wait_ready(cluster: LocalCluster, timeout_s: float) -> None:
     """Ready when gRPC answers and every node has sent a heartbeat."""
-    from frenzy.client import FrenzyClient
     from frenzy.v1 import types_pb2
 
     deadline = time.monotonic() + timeout_s
     wait_for_port("127.0.0.1", cluster.grpc_port, timeout_s)
-    with FrenzyClient(cluster.grpc_address) as client:
+    with cluster.client() as client:
         while time.monotonic() < deadline:
             if cluster.dead():
                 raise RuntimeError(f"processes exited during start-up: {cluster.dead()}; "
@@ -344,7 +356,9 @@ def up_command(cluster_file: Path, grpc_port: int, policy: str, workdir: Path, e
         raise click.BadParameter(str(err), param_hint="--cluster") from None
     storage = "memory only (--ephemeral)" if ephemeral else f"data in {workdir / 'broker'}"
     click.echo(f"frenzy up: {len(cluster.node_ids)} nodes ready; broker {cluster.bootstrap} ({storage})")
-    click.echo(f"gRPC address: {cluster.grpc_address}  (logs in {workdir / 'logs'}; Ctrl-C stops)")
+    click.echo(f"gRPC address: {cluster.grpc_address} over TLS  (logs in {workdir / 'logs'}; Ctrl-C stops)")
+    click.echo(f"client config (address, admin token, CA): {cluster.security.client_config_path} "
+               f"(frenzy commands in this directory use it)")
     click.echo(f"metrics: http://127.0.0.1:{cluster.metrics_port}/metrics")
     click.echo(f"memory prediction errors: http://127.0.0.1:{cluster.errors_port}/memory-errors/ "
                f"(Prometheus text at /metrics on the same port)")

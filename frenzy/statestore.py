@@ -34,13 +34,14 @@ async def write_markers(producer: AIOKafkaProducer, topic_name: str, partitions:
 
 
 async def read_state(bootstrap_servers: str, producer: AIOKafkaProducer, topic_name: str,
-                     partitions: int, timeout_s: float = 60.0) -> dict[str, events_pb2.Envelope]:
+                     partitions: int, timeout_s: float = 60.0,
+                     client_options: dict | None = None) -> dict[str, events_pb2.Envelope]:
     """Latest envelope per key (markers and deleted keys left out)."""
     marker_id = uuid.uuid4().hex
     await write_markers(producer, topic_name, partitions, marker_id)
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap_servers, group_id=None,
                                 enable_auto_commit=False, auto_offset_reset="earliest",
-                                fetch_max_wait_ms=50)
+                                fetch_max_wait_ms=50, **(client_options or {}))
     await consumer.start()
     state: dict[str, events_pb2.Envelope | None] = {}
     try:

@@ -17,6 +17,7 @@ from frenzy import topics
 from frenzy.client import FrenzyClient
 from frenzy.localcluster import start_cluster
 from frenzy.broker import free_port
+from frenzy.security.signing import pipeline_headers
 from frenzy.v1 import types_pb2
 from frenzy_agent.executor import job_dir_name
 
@@ -88,9 +89,12 @@ def test_raw_json_on_kafka_succeeds(client, cluster):
     job_id = f"pipeline-{int(time.time() * 1000)}"
     body = {"jobId": job_id, "spec": {"name": "from-pipeline", "model": "gpt2",
                                       "training": {"seqLen": 512, "globalBatchSize": 8, "tokens": "10000000"}}}
-    _produce(cluster.bootstrap, cluster.topic_name(topics.JOBS_SUBMITTED), json.dumps(body).encode(),
-             job_id.encode(),
-             [("content-type", b"application/json")])
+    # A pipeline signs with its tenant's key (frenzy token create --kind pipeline).
+    key_id, secret = cluster.security.create_pipeline_key()
+    value = json.dumps(body).encode()
+    _produce(cluster.bootstrap, cluster.topic_name(topics.JOBS_SUBMITTED), value, job_id.encode(),
+             [("content-type", b"application/json")]
+             + pipeline_headers(key_id, secret, topics.JOBS_SUBMITTED.name, job_id.encode(), value))
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:

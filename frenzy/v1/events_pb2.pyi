@@ -32,7 +32,7 @@ ORCHESTRATOR: StatusSource
 AGENT: StatusSource
 
 class Envelope(_message.Message):
-    __slots__ = ("event_id", "type", "produced_at", "trace_id", "producer", "job_submitted", "job_planned", "job_placed", "launch_job", "stop_job", "job_status_changed", "node_heartbeat", "gpu_availability_changed", "job_record_state", "state_marker", "orchestrator_epoch", "reshape_job")
+    __slots__ = ("event_id", "type", "produced_at", "trace_id", "producer", "job_submitted", "job_planned", "job_placed", "launch_job", "stop_job", "job_status_changed", "node_heartbeat", "gpu_availability_changed", "job_record_state", "state_marker", "orchestrator_epoch", "reshape_job", "agent_join")
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     PRODUCED_AT_FIELD_NUMBER: _ClassVar[int]
@@ -50,6 +50,7 @@ class Envelope(_message.Message):
     STATE_MARKER_FIELD_NUMBER: _ClassVar[int]
     ORCHESTRATOR_EPOCH_FIELD_NUMBER: _ClassVar[int]
     RESHAPE_JOB_FIELD_NUMBER: _ClassVar[int]
+    AGENT_JOIN_FIELD_NUMBER: _ClassVar[int]
     event_id: str
     type: str
     produced_at: _timestamp_pb2.Timestamp
@@ -67,24 +68,27 @@ class Envelope(_message.Message):
     state_marker: StateMarker
     orchestrator_epoch: OrchestratorEpoch
     reshape_job: ReshapeJob
-    def __init__(self, event_id: _Optional[str] = ..., type: _Optional[str] = ..., produced_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., trace_id: _Optional[str] = ..., producer: _Optional[str] = ..., job_submitted: _Optional[_Union[JobSubmitted, _Mapping]] = ..., job_planned: _Optional[_Union[JobPlanned, _Mapping]] = ..., job_placed: _Optional[_Union[JobPlaced, _Mapping]] = ..., launch_job: _Optional[_Union[LaunchJob, _Mapping]] = ..., stop_job: _Optional[_Union[StopJob, _Mapping]] = ..., job_status_changed: _Optional[_Union[JobStatusChanged, _Mapping]] = ..., node_heartbeat: _Optional[_Union[NodeHeartbeat, _Mapping]] = ..., gpu_availability_changed: _Optional[_Union[GpuAvailabilityChanged, _Mapping]] = ..., job_record_state: _Optional[_Union[JobRecordState, _Mapping]] = ..., state_marker: _Optional[_Union[StateMarker, _Mapping]] = ..., orchestrator_epoch: _Optional[_Union[OrchestratorEpoch, _Mapping]] = ..., reshape_job: _Optional[_Union[ReshapeJob, _Mapping]] = ...) -> None: ...
+    agent_join: AgentJoin
+    def __init__(self, event_id: _Optional[str] = ..., type: _Optional[str] = ..., produced_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., trace_id: _Optional[str] = ..., producer: _Optional[str] = ..., job_submitted: _Optional[_Union[JobSubmitted, _Mapping]] = ..., job_planned: _Optional[_Union[JobPlanned, _Mapping]] = ..., job_placed: _Optional[_Union[JobPlaced, _Mapping]] = ..., launch_job: _Optional[_Union[LaunchJob, _Mapping]] = ..., stop_job: _Optional[_Union[StopJob, _Mapping]] = ..., job_status_changed: _Optional[_Union[JobStatusChanged, _Mapping]] = ..., node_heartbeat: _Optional[_Union[NodeHeartbeat, _Mapping]] = ..., gpu_availability_changed: _Optional[_Union[GpuAvailabilityChanged, _Mapping]] = ..., job_record_state: _Optional[_Union[JobRecordState, _Mapping]] = ..., state_marker: _Optional[_Union[StateMarker, _Mapping]] = ..., orchestrator_epoch: _Optional[_Union[OrchestratorEpoch, _Mapping]] = ..., reshape_job: _Optional[_Union[ReshapeJob, _Mapping]] = ..., agent_join: _Optional[_Union[AgentJoin, _Mapping]] = ...) -> None: ...
 
 class JobSubmitted(_message.Message):
-    __slots__ = ("job_id", "spec", "submitted_at", "attempt", "min_memory_bytes")
+    __slots__ = ("job_id", "spec", "submitted_at", "attempt", "min_memory_bytes", "tenant")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     SUBMITTED_AT_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     MIN_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     spec: _types_pb2.JobSpec
     submitted_at: _timestamp_pb2.Timestamp
     attempt: int
     min_memory_bytes: int
-    def __init__(self, job_id: _Optional[str] = ..., spec: _Optional[_Union[_types_pb2.JobSpec, _Mapping]] = ..., submitted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., attempt: _Optional[int] = ..., min_memory_bytes: _Optional[int] = ...) -> None: ...
+    tenant: str
+    def __init__(self, job_id: _Optional[str] = ..., spec: _Optional[_Union[_types_pb2.JobSpec, _Mapping]] = ..., submitted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., attempt: _Optional[int] = ..., min_memory_bytes: _Optional[int] = ..., tenant: _Optional[str] = ...) -> None: ...
 
 class JobPlanned(_message.Message):
-    __slots__ = ("job_id", "options", "reason", "attempt", "submitted_at", "num_params", "deadline")
+    __slots__ = ("job_id", "options", "reason", "attempt", "submitted_at", "num_params", "deadline", "tenant")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
@@ -92,6 +96,7 @@ class JobPlanned(_message.Message):
     SUBMITTED_AT_FIELD_NUMBER: _ClassVar[int]
     NUM_PARAMS_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     options: _containers.RepeatedCompositeFieldContainer[_types_pb2.PlanOption]
     reason: str
@@ -99,7 +104,8 @@ class JobPlanned(_message.Message):
     submitted_at: _timestamp_pb2.Timestamp
     num_params: int
     deadline: _timestamp_pb2.Timestamp
-    def __init__(self, job_id: _Optional[str] = ..., options: _Optional[_Iterable[_Union[_types_pb2.PlanOption, _Mapping]]] = ..., reason: _Optional[str] = ..., attempt: _Optional[int] = ..., submitted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., num_params: _Optional[int] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    tenant: str
+    def __init__(self, job_id: _Optional[str] = ..., options: _Optional[_Iterable[_Union[_types_pb2.PlanOption, _Mapping]]] = ..., reason: _Optional[str] = ..., attempt: _Optional[int] = ..., submitted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., num_params: _Optional[int] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tenant: _Optional[str] = ...) -> None: ...
 
 class JobPlaced(_message.Message):
     __slots__ = ("job_id", "option", "assignments", "attempt", "placement_id", "decision")
@@ -277,3 +283,17 @@ class OrchestratorEpoch(_message.Message):
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     epoch: int
     def __init__(self, epoch: _Optional[int] = ...) -> None: ...
+
+class AgentJoin(_message.Message):
+    __slots__ = ("node_id", "public_key", "join_token_id", "issued_at", "proof")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
+    JOIN_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    ISSUED_AT_FIELD_NUMBER: _ClassVar[int]
+    PROOF_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    public_key: bytes
+    join_token_id: str
+    issued_at: _timestamp_pb2.Timestamp
+    proof: bytes
+    def __init__(self, node_id: _Optional[str] = ..., public_key: _Optional[bytes] = ..., join_token_id: _Optional[str] = ..., issued_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., proof: _Optional[bytes] = ...) -> None: ...

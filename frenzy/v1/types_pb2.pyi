@@ -52,7 +52,7 @@ NODE_READY: NodeState
 NODE_LOST: NodeState
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "model", "training", "constraints", "entrypoint", "env")
+    __slots__ = ("name", "model", "training", "constraints", "entrypoint", "env", "model_config_json")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -66,13 +66,15 @@ class JobSpec(_message.Message):
     CONSTRAINTS_FIELD_NUMBER: _ClassVar[int]
     ENTRYPOINT_FIELD_NUMBER: _ClassVar[int]
     ENV_FIELD_NUMBER: _ClassVar[int]
+    MODEL_CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
     name: str
     model: str
     training: TrainingConfig
     constraints: Constraints
     entrypoint: _containers.RepeatedScalarFieldContainer[str]
     env: _containers.ScalarMap[str, str]
-    def __init__(self, name: _Optional[str] = ..., model: _Optional[str] = ..., training: _Optional[_Union[TrainingConfig, _Mapping]] = ..., constraints: _Optional[_Union[Constraints, _Mapping]] = ..., entrypoint: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    model_config_json: str
+    def __init__(self, name: _Optional[str] = ..., model: _Optional[str] = ..., training: _Optional[_Union[TrainingConfig, _Mapping]] = ..., constraints: _Optional[_Union[Constraints, _Mapping]] = ..., entrypoint: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., model_config_json: _Optional[str] = ...) -> None: ...
 
 class TrainingConfig(_message.Message):
     __slots__ = ("seq_len", "global_batch_size", "tokens", "steps", "precision", "optimizer", "grad_dtype", "attention", "dropout", "framework", "checkpoint_every_steps", "checkpoint_every_s", "checkpoint_keep", "checkpoint_uri", "keep_checkpoints")

@@ -21,9 +21,12 @@ from pathlib import Path
 
 from frenzy.convert import plan_json
 from frenzy.outcomes import STATUS_FILE_ENV, read_status
+from frenzy.security.jobenv import clean_environment
+from frenzy.security.limits import check_job_id
 from frenzy.v1 import events_pb2
 from frenzy_agent.classify import JobFacts
 
+MODEL_CONFIG_FILE = "model_config.json"
 _RECORD_EXIT = '"$@"; rc=$?; echo $rc > "$FRENZY_EXIT_FILE"; exit $rc'
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
@@ -94,7 +97,7 @@ def job_environment(launch: events_pb2.LaunchJob, local_rank: int, workdir: Path
     tokens_per_step = spec.training.seq_len * spec.training.global_batch_size
     steps = spec.training.steps or max(1, -(-spec.training.tokens // max(1, tokens_per_step)))
     return {
-        **os.environ, **dict(spec.env),
+        **clean_environment(), **dict(spec.env),
         "CUDA_VISIBLE_DEVICES": visible_devices,
         "WORLD_SIZE": str(launch.world_size),
         "RANK": str(launch.rank_offset + local_rank),
@@ -107,7 +110,8 @@ def job_environment(launch: events_pb2.LaunchJob, local_rank: int, workdir: Path
         "FRENZY_JOB_ID": launch.job_id,
         "FRENZY_ATTEMPT": str(launch.attempt),
         "FRENZY_GPU_TYPE": option.gpu_type,
-        "FRENZY_MODEL": spec.model,
+        # An inline config.json is written into the job's directory (see launch).
+        "FRENZY_MODEL": str(workdir / MODEL_CONFIG_FILE) if spec.model_config_json else spec.model,
         "FRENZY_SEQ_LEN": str(spec.training.seq_len),
         "FRENZY_GLOBAL_BATCH": str(spec.training.global_batch_size),
         "FRENZY_STEPS": str(steps),
@@ -148,9 +152,14 @@ def checkpoint_environment(launch: events_pb2.LaunchJob, root: Path) -> dict[str
 def launch(launch_cmd: events_pb2.LaunchJob, jobs_dir: Path, time_scale: float,
            visible_devices: str | None = None, cluster_id: str = "",
            checkpoint_root: Path | None = None) -> RunningJob:
+    # The orchestrator admits only valid ids (frenzy.security.limits); a record that bypassed
+    # it still never names a directory outside jobs_dir (job_dir_name is flat whatever the id).
+    check_job_id(launch_cmd.job_id)
     # Absolute: the job runs with this as its cwd, and its environment names files in it.
     workdir = (jobs_dir / job_dir_name(launch_cmd.job_id, launch_cmd.attempt)).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
+    if launch_cmd.spec.model_config_json:
+        (workdir / MODEL_CONFIG_FILE).write_text(launch_cmd.spec.model_config_json)
     command = ["/bin/sh", "-c", _RECORD_EXIT, "sh", *job_command(launch_cmd)]
     pids: list[int] = []
     pgid = 0

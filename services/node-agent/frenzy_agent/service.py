@@ -16,12 +16,14 @@ from frenzy.bus import Bus, partition_for_key
 from frenzy.config import ServiceSettings
 from frenzy.logs import get_logger
 from frenzy.runtime import run_service, run_until_stopped
+from frenzy.security.wiring import agent_security
 from frenzy.v1 import events_pb2, types_pb2
 from frenzy_agent import executor
 from frenzy_agent.classify import Outcome, classify
 from frenzy_agent.gpus import Gpu, NvmlMonitor, discover
 
 log = get_logger("node-agent")
+REJOIN_EVERY_HEARTBEATS = 30
 
 
 class NodeAgent:
@@ -49,6 +51,11 @@ class NodeAgent:
         self.stoppers: set[asyncio.Task] = set()  # checkpoint-now stops in flight
         self.sequence = 0
         self.restarts = 0  # counted in count_start()
+        # Signed commands in, signed status and heartbeats out (frenzy/security); None in
+        # development without an orchestrator key.
+        self.security = agent_security(settings, node_id, state_dir / ".keys" / node_id)
+        if self.security is not None and bus is not None:
+            bus.signer = self.security.signer
 
     # ----- status ---------------------------------------------------------------------
     async def report(self, job: executor.RunningJob, state: int, reason: str = "",
@@ -238,6 +245,11 @@ class NodeAgent:
 
     async def heartbeat_loop(self) -> None:
         while True:
+            # The join goes first on the heartbeat partition, and again now and then for an
+            # orchestrator that lost its agent keys.
+            if self.security is not None and self.sequence % REJOIN_EVERY_HEARTBEATS == 0:
+                await self.bus.publish(topics.NODES_HEARTBEATS, self.node_id,
+                                       self.security.join_record(self.node_id))
             await self.bus.publish(topics.NODES_HEARTBEATS, self.node_id, self.heartbeat())
             await asyncio.sleep(self.settings.heartbeat_interval_s)
 
@@ -257,7 +269,8 @@ class NodeAgent:
             self.count_start()
             await self.adopt_survivors()
             commands = asyncio.create_task(self.bus.run_consumer(
-                consumer, group, {"launch_job": self.on_launch, "stop_job": self.on_stop}, started=True))
+                consumer, group, {"launch_job": self.on_launch, "stop_job": self.on_stop}, started=True,
+                verify=self.security.guard.verify if self.security is not None else None))
             log.info("agent started", node_id=self.node_id, gpus=len(self.gpus),
                      gpu_type=self.gpus[0].gpu_type, partition=mine)
             await run_until_stopped(stop, commands, asyncio.create_task(self.heartbeat_loop()))

@@ -10,6 +10,10 @@ import grpc
 from frenzy.catalog.gpus import get_gpu
 from frenzy.convert import option_to_proto
 from frenzy.jobspec import SpecError, resolve_spec
+from frenzy.security import tenancy
+from frenzy.security.grpc_auth import TRANSPORT_MAX_BYTES, AuthInterceptor, Authenticator, caller
+from frenzy.security.limits import job_id_problem
+from frenzy.security.tls import ServerTls
 from frenzy.v1 import services_pb2, services_pb2_grpc, types_pb2
 from frenzy_orchestrator import lifecycle
 from frenzy_orchestrator.core import MAX_SPEC_BYTES
@@ -24,28 +28,47 @@ async def _invalid(context: grpc.aio.ServicerContext, message: str) -> None:
 
 
 class JobApi(services_pb2_grpc.JobServiceServicer):
-    def __init__(self, service: "OrchestratorService") -> None:
+    """Every job a caller names or lists is scoped to its tenant (admins see all tenants)."""
+
+    def __init__(self, service: "OrchestratorService", auth: Authenticator) -> None:
         self.service = service
+        self.auth = auth
 
     async def SubmitJob(self, request, context):
+        who = caller()
+        if request.job_id and job_id_problem(request.job_id):
+            await _invalid(context, f"job_id: {job_id_problem(request.job_id)}")
         if request.spec.ByteSize() > MAX_SPEC_BYTES:
             await _invalid(context, f"spec: {request.spec.ByteSize()} bytes, more than {MAX_SPEC_BYTES}")
         try:
             resolve_spec(request.spec)
         except SpecError as err:
             await _invalid(context, f"spec.{err}")
+        policy = self.auth.store.tenant(who.tenant) if self.auth.store else None
+        if policy is not None:
+            problem = tenancy.entrypoint_problem(list(request.spec.entrypoint), policy)
+            if problem:
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"spec.entrypoint: {problem}")
+            problem = tenancy.quota_problem(who.tenant, policy, request.spec,
+                                            (r.job for r in self.service.core.jobs.values()))
+            if problem:
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, problem)
         job_id = request.job_id or f"job-{uuid.uuid4().hex[:10]}"
-        if self.service.core.conflicting_spec(job_id, request.spec):
+        if self.service.core.conflicting_spec(job_id, request.spec, who.tenant):
+            # The same message whoever owns it: another tenant's job is not described.
             await context.abort(grpc.StatusCode.ALREADY_EXISTS,
-                                f"job_id: {job_id!r} is taken by a job with another spec")
-        await self.service.submit(job_id, request.spec)
+                                f"job_id: {job_id!r} is taken by a job with another spec or owner")
+        await self.service.submit(job_id, request.spec, who.tenant)
         return services_pb2.SubmitJobResponse(job_id=job_id)
 
     async def _get(self, job_id: str, context) -> types_pb2.Job:
         if not job_id:
             await _invalid(context, "job_id: must not be empty")
+        if job_id_problem(job_id):
+            await _invalid(context, f"job_id: {job_id_problem(job_id)}")
         rec = self.service.core.jobs.get(job_id)
-        if rec is None:
+        # Another tenant's job answers exactly as a missing one: nothing about it leaks.
+        if rec is None or not tenancy.can_see(caller(), rec.job):
             await context.abort(grpc.StatusCode.NOT_FOUND, f"job_id: no job {job_id!r}")
         return rec.job
 
@@ -54,7 +77,9 @@ class JobApi(services_pb2_grpc.JobServiceServicer):
 
     async def ListJobs(self, request, context):
         wanted = set(request.states)
-        jobs = [r.job for r in self.service.core.jobs.values() if not wanted or r.job.state in wanted]
+        who = caller()
+        jobs = [r.job for r in self.service.core.jobs.values()
+                if (not wanted or r.job.state in wanted) and tenancy.can_see(who, r.job)]
         jobs.sort(key=lambda j: (j.submitted_at.ToNanoseconds(), j.id))
         return services_pb2.ListJobsResponse(jobs=jobs)
 
@@ -82,11 +107,15 @@ class JobApi(services_pb2_grpc.JobServiceServicer):
 
 
 class ClusterApi(services_pb2_grpc.ClusterServiceServicer):
-    def __init__(self, service: "OrchestratorService") -> None:
+    """Capacity is visible to every tenant; other tenants' job ids and counts are not."""
+
+    def __init__(self, service: "OrchestratorService", auth: Authenticator) -> None:
         self.service = service
+        self.auth = auth
 
     async def GetCluster(self, request, context):
-        return self.service.core.cluster_summary()
+        return tenancy.scoped_summary(caller(), self.service.core.cluster_summary(),
+                                      (r.job for r in self.service.core.jobs.values()))
 
     async def ListNodes(self, request, context):
         nodes = []
@@ -97,7 +126,9 @@ class ClusterApi(services_pb2_grpc.ClusterServiceServicer):
                                   host=n.host, gpus=n.gpus, running_jobs=n.running_jobs)
             node.last_heartbeat.FromNanoseconds(int(n.last_heartbeat_s * 1e9))
             nodes.append(node)
-        return services_pb2.ListNodesResponse(nodes=nodes)
+        owner = {job_id: r.job.tenant for job_id, r in self.service.core.jobs.items()}
+        return services_pb2.ListNodesResponse(
+            nodes=tenancy.scoped_nodes(caller(), nodes, owner))
 
 
 class PredictorApi(services_pb2_grpc.PredictorServiceServicer):
@@ -116,14 +147,22 @@ class PredictorApi(services_pb2_grpc.PredictorServiceServicer):
             options=[option_to_proto(o, i) for i, o in enumerate(options)], num_params=num_params)
 
 
-async def start_grpc(service: "OrchestratorService", host: str, port: int) -> grpc.aio.Server:
+async def start_grpc(service: "OrchestratorService", host: str, port: int,
+                     auth: Authenticator | None = None, tls: ServerTls | None = None) -> grpc.aio.Server:
+    auth = auth or Authenticator(None)
     # No SO_REUSEPORT: a second orchestrator on a taken port must fail, not share it (clients
     # would reach either one).
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-    services_pb2_grpc.add_JobServiceServicer_to_server(JobApi(service), server)
-    services_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterApi(service), server)
+    server = grpc.aio.server(
+        interceptors=[AuthInterceptor(auth)],
+        options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", TRANSPORT_MAX_BYTES)])
+    services_pb2_grpc.add_JobServiceServicer_to_server(JobApi(service, auth), server)
+    services_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterApi(service, auth), server)
     services_pb2_grpc.add_PredictorServiceServicer_to_server(PredictorApi(), server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    if tls is not None:
+        credentials = grpc.ssl_server_credentials([(tls.key_pem, tls.cert_pem)])
+        bound = server.add_secure_port(f"{host}:{port}", credentials)
+    else:
+        bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise RuntimeError(f"cannot listen on {host}:{port}")
     await server.start()

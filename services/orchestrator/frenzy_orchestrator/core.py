@@ -199,17 +199,20 @@ class OrchestratorCore:
         status.job.CopyFrom(job)
         return [Outgoing(topics.JOBS_STATUS, job.id, status)]
 
-    def conflicting_spec(self, job_id: str, spec: types_pb2.JobSpec) -> bool:
-        """A known job id submitted again with another spec (the same spec is a retry)."""
+    def conflicting_spec(self, job_id: str, spec: types_pb2.JobSpec, tenant: str = "") -> bool:
+        """A known job id submitted again with another spec or by another tenant (the same
+        spec from the same tenant is a retry)."""
         rec = self.jobs.get(job_id)
-        return rec is not None and rec.job.spec != spec
+        return rec is not None and (rec.job.spec != spec or rec.job.tenant != tenant)
 
-    def submit(self, job_id: str, spec: types_pb2.JobSpec, now_s: float) -> list[Outgoing]:
+    def submit(self, job_id: str, spec: types_pb2.JobSpec, now_s: float,
+               tenant: str = "") -> list[Outgoing]:
         """Register a job from JobSubmitted (idempotent: a known job id is left alone, whatever
         spec comes with it; the gRPC edge refuses a different one with ALREADY_EXISTS)."""
         if job_id in self.jobs:
             return []
-        job = types_pb2.Job(id=job_id, spec=spec, state=SUBMITTED, reason="submitted", version=1)
+        job = types_pb2.Job(id=job_id, spec=spec, state=SUBMITTED, reason="submitted", version=1,
+                            tenant=tenant)
         job.submitted_at.FromNanoseconds(int(now_s * 1e9))
         rec = JobRecord(job, history=[(SUBMITTED, "submitted")], since_s=now_s)
         self.jobs[job_id] = rec
@@ -426,6 +429,7 @@ class OrchestratorCore:
                   f"{job.option.peak_bytes_per_gpu}, measured {measured} bytes); re-planning")
         out = self._transition(rec, SUBMITTED, reason, now_s)
         resubmit = events_pb2.JobSubmitted(job_id=job.id, spec=job.spec, attempt=job.attempt,
+                                           tenant=job.tenant,
                                            min_memory_bytes=floor)
         resubmit.submitted_at.CopyFrom(job.submitted_at)
         return out + [Outgoing(topics.JOBS_SUBMITTED, job.id, resubmit)]

@@ -7,9 +7,11 @@ import time
 from frenzy import topics
 from frenzy.bus import Bus
 from frenzy.config import ServiceSettings
-from frenzy.events import submitted_job_id
+from frenzy.events import MalformedEvent, submitted_job_id
 from frenzy.logs import get_logger
 from frenzy.runtime import run_service, run_until_stopped
+from frenzy.security.limits import job_id_problem
+from frenzy.security.wiring import orchestrator_security
 from frenzy.statestore import read_state
 from frenzy.v1 import events_pb2, types_pb2
 from frenzy_orchestrator.api import start_grpc
@@ -33,13 +35,18 @@ class OrchestratorService:
         self.watchers: dict[str, list[asyncio.Queue]] = {}
         self._pending: list[Outgoing] = []  # produced by handled events, not yet published
         self._flush_lock = asyncio.Lock()
+        # Authentication, signed records and TLS (frenzy/security); off without a security dir.
+        self.security = orchestrator_security(settings)
+        if self.security.guard is not None:
+            self.bus.signer = self.security.guard.signer
 
     async def recover(self) -> None:
         """Rebuild jobs and allocations from the state topic before taking any event."""
         started_s = time.monotonic()
         state = await read_state(self.bus.bootstrap, self.bus.producer,
                                  self.bus.topic_name(topics.ORCHESTRATOR_STATE),
-                                 topics.ORCHESTRATOR_STATE.partitions)
+                                 topics.ORCHESTRATOR_STATE.partitions,
+                                 client_options=self.bus.client_options)
         saved_epoch = state.get("meta/epoch")
         epoch = (saved_epoch.orchestrator_epoch.epoch if saved_epoch else 0) + 1
         await self.bus.publish(topics.ORCHESTRATOR_STATE, "meta/epoch",
@@ -99,11 +106,11 @@ class OrchestratorService:
             queue.put_nowait(snapshot)
 
     # Entry points from gRPC.
-    async def submit(self, job_id: str, spec: types_pb2.JobSpec) -> None:
-        submitted = events_pb2.JobSubmitted(job_id=job_id, spec=spec)
+    async def submit(self, job_id: str, spec: types_pb2.JobSpec, tenant: str = "") -> None:
+        submitted = events_pb2.JobSubmitted(job_id=job_id, spec=spec, tenant=tenant)
         submitted.submitted_at.GetCurrentTime()
         await self.bus.publish(topics.JOBS_SUBMITTED, job_id, submitted, trace_id=job_id)
-        await self._run(self.core.submit, job_id, spec)
+        self._pending.extend(self.core.submit(job_id, spec, time.time(), tenant))
         await self.flush()
 
     async def cancel(self, job_id: str) -> None:
@@ -113,9 +120,26 @@ class OrchestratorService:
     # Kafka handlers.
     async def on_submitted(self, env: events_pb2.Envelope, key: str) -> None:
         submitted = env.job_submitted
+        problem = job_id_problem(submitted_job_id(env))
+        if problem:  # a job id names a directory on every agent: never one with a '/'
+            raise MalformedEvent(f"job_id: {problem}")
         if submitted.attempt == 0:  # attempts > 0 are this service's own re-plan requests
             job_id = submitted_job_id(env)
-            await self._run(self.core.submit, job_id, submitted.spec, job_id=job_id)
+            before = len(self._pending)
+            await self._run(self._submit, job_id, submitted.spec, submitted.tenant, job_id=job_id)
+            registered = self._pending[before:]
+            guard = self.security.guard
+            if guard is not None and env.event_id in guard.accepted_pipeline_events:
+                # A pipeline's record, verified: published again, signed by us, for the planner.
+                guard.accepted_pipeline_events.discard(env.event_id)
+                if registered:
+                    again = events_pb2.JobSubmitted(job_id=job_id, spec=submitted.spec,
+                                                    tenant=submitted.tenant,
+                                                    submitted_at=submitted.submitted_at)
+                    self._pending.append(Outgoing(topics.JOBS_SUBMITTED, job_id, again))
+
+    def _submit(self, job_id: str, spec, tenant: str, now_s: float) -> list[Outgoing]:
+        return self.core.submit(job_id, spec, now_s, tenant)
 
     async def on_planned(self, env: events_pb2.Envelope, key: str) -> None:
         await self._run(self.core.on_planned, env.job_planned, job_id=env.job_planned.job_id)
@@ -124,12 +148,18 @@ class OrchestratorService:
         await self._run(self.core.on_placed, env.job_placed, job_id=env.job_placed.job_id)
 
     async def on_reshape(self, env: events_pb2.Envelope, key: str) -> None:
-        await self._run(self.core.on_reshape, env.reshape_job)
+        await self._run(self.core.on_reshape, env.reshape_job, job_id=env.reshape_job.job_id)
 
     async def on_status(self, env: events_pb2.Envelope, key: str) -> None:
         if env.job_status_changed.source == events_pb2.AGENT:
             await self._run(self.core.on_agent_status, env.job_status_changed,
                             job_id=env.job_status_changed.job_id)
+
+    async def on_agent_join(self, env: events_pb2.Envelope, key: str) -> None:
+        if self.security.guard is not None:
+            refused = self.security.guard.join(env.agent_join)
+            if refused:
+                raise MalformedEvent(refused)  # dead-lettered with the reason
 
     async def on_heartbeat(self, env: events_pb2.Envelope, key: str) -> None:
         await self._run(self.core.on_heartbeat, env.node_heartbeat)
@@ -148,7 +178,9 @@ class OrchestratorService:
         await self.recover()
         if self.settings.metrics_port:
             self.metrics.serve(self.settings.grpc_host, self.settings.metrics_port)
-        server = await start_grpc(self, self.settings.grpc_host, self.settings.grpc_port)
+        server = await start_grpc(self, self.settings.grpc_host, self.settings.grpc_port,
+                                  self.security.auth, self.security.tls)
+        verify = self.security.guard.verify if self.security.guard is not None else None
         try:
             # Job events and heartbeats have separate consumers: a flood of heartbeats never
             # queues ahead of a placement, and heartbeats are fetched in larger, rarer batches.
@@ -160,14 +192,15 @@ class OrchestratorService:
             consume_jobs = asyncio.create_task(self.bus.run_consumer(
                 jobs, GROUP, handlers,
                 json_payloads={topics.JOBS_SUBMITTED.name: "job_submitted"},
-                before_commit=self.flush))
+                before_commit=self.flush, verify=verify))
             heartbeats = self.bus.consumer(
                 HEARTBEAT_GROUP, topics.NODES_HEARTBEATS,
                 fetch_max_wait_ms=self.settings.heartbeat_fetch_max_wait_ms,
                 fetch_min_bytes=self.settings.heartbeat_fetch_min_bytes)
             consume_heartbeats = asyncio.create_task(self.bus.run_consumer(
-                heartbeats, HEARTBEAT_GROUP, {"node_heartbeat": self.on_heartbeat},
-                before_commit=self.flush))
+                heartbeats, HEARTBEAT_GROUP,
+                {"node_heartbeat": self.on_heartbeat, "agent_join": self.on_agent_join},
+                before_commit=self.flush, verify=verify))
             log.info("orchestrator started", grpc=f"{self.settings.grpc_host}:{self.settings.grpc_port}")
             await run_until_stopped(stop, consume_jobs, consume_heartbeats,
                                     asyncio.create_task(self.liveness_loop()))

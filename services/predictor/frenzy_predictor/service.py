@@ -5,10 +5,12 @@ import asyncio
 
 from frenzy import topics
 from frenzy.bus import Bus
+from frenzy.config import ServiceSettings
 from frenzy.events import submitted_job_id
 from frenzy.jobspec import SpecError
 from frenzy.logs import get_logger
 from frenzy.runtime import run_service, run_until_stopped
+from frenzy.security.wiring import predictor_verifier
 from frenzy.v1 import events_pb2
 from frenzy_predictor.error_table import changelog_topic
 from frenzy_predictor.margins import MarginBook
@@ -38,6 +40,7 @@ class PredictorService:
             log.warning("cannot plan", job_id=submitted.job_id, error=str(err))
             planned = events_pb2.JobPlanned(job_id=submitted.job_id, attempt=submitted.attempt,
                                             reason=f"unschedulable: cannot plan this model: {err}"[:300])
+        planned.tenant = submitted.tenant  # for the scheduler's fair share (signed upstream)
         await self.bus.publish(topics.JOBS_PLANNED, submitted.job_id, planned, trace_id=env.trace_id)
         log.info("planned", job_id=submitted.job_id, options=len(planned.options),
                  best=planned.options[0].gpu_type if planned.options else None)
@@ -48,7 +51,8 @@ class PredictorService:
             consumer = self.bus.consumer(GROUP, topics.JOBS_SUBMITTED)
             task = asyncio.create_task(self.bus.run_consumer(
                 consumer, GROUP, {"job_submitted": self.on_submitted},
-                json_payloads={topics.JOBS_SUBMITTED.name: "job_submitted"}))
+                json_payloads={topics.JOBS_SUBMITTED.name: "job_submitted"},
+                verify=predictor_verifier(ServiceSettings())))
             margins = asyncio.create_task(self.margin_book.run(stop))
             log.info("predictor started")
             await run_until_stopped(stop, task, margins)

@@ -14,9 +14,11 @@ from frenzy.config import ServiceSettings
 from frenzy.convert import option_to_proto
 from frenzy.logs import get_logger
 from frenzy.runtime import run_service, run_until_stopped
+from frenzy.security.wiring import scheduler_verifier, tenant_policies
 from frenzy.statestore import read_state
 from frenzy.v1 import events_pb2, types_pb2
 from frenzy_scheduler.core import PLACE, PREEMPT, RESIZE, Decision, Placement
+from frenzy_scheduler.fairshare import FairSharePolicy, TenantShare
 from frenzy_scheduler.livestate import LiveState
 from frenzy_scheduler.policies import get_policy
 
@@ -27,8 +29,17 @@ log = get_logger("scheduler")
 class SchedulerService:
     def __init__(self, bus: Bus, policy_name: str, reshape_jobs: bool = False) -> None:
         self.bus = bus
-        self.state = LiveState(get_policy(policy_name, elastic=reshape_jobs),
+        # Tenants share GPUs by weight, within their quotas (frenzy_scheduler.fairshare); each
+        # job's tenant comes from the orchestrator's signed job records.
+        self.tenants: dict[str, str] = {}
+        policies = tenant_policies(ServiceSettings())
+        shares = lambda: {n: TenantShare(p.weight, p.max_gpus) for n, p in policies().items()}  # noqa: E731
+        self.state = LiveState(FairSharePolicy(get_policy(policy_name, elastic=reshape_jobs),
+                                               self._tenant_of, shares),
                                reshape_jobs=reshape_jobs)
+
+    def _tenant_of(self, job_id: str) -> str:
+        return self.tenants.get(job_id, "")
 
     async def _schedule(self) -> None:
         started = time.perf_counter()
@@ -60,8 +71,15 @@ class SchedulerService:
         await self._schedule()
 
     async def on_status(self, env: events_pb2.Envelope, key: str) -> None:
+        self._note_tenant(env.job_status_changed.job)
         self.state.on_status(env.job_status_changed)
         await self._schedule()
+
+    def _note_tenant(self, job: types_pb2.Job) -> None:
+        if job.state in (types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED):
+            self.tenants.pop(job.id, None)
+        elif job.id and job.tenant:
+            self.tenants[job.id] = job.tenant
 
     async def on_availability(self, env: events_pb2.Envelope, key: str) -> None:
         self.state.on_availability(env.gpu_availability_changed)
@@ -76,12 +94,15 @@ class SchedulerService:
 
         async def latest(topic: topics.Topic, payload: str) -> list:
             state = await read_state(self.bus.bootstrap, self.bus.producer,
-                                     self.bus.topic_name(topic), topic.partitions)
+                                     self.bus.topic_name(topic), topic.partitions,
+                                     client_options=self.bus.client_options)
             return [getattr(env, payload) for env in state.values() if env.type == payload]
 
         planned = await latest(topics.JOBS_PLANNED, "job_planned")
         jobs = [r.job for r in await latest(topics.ORCHESTRATOR_STATE, "job_record_state")]
         nodes = await latest(topics.CLUSTER_EVENTS, "gpu_availability_changed")
+        for job in jobs:
+            self._note_tenant(job)
         self.state.restore(planned, jobs, nodes)
         log.info("view recovered", planned=len(planned), jobs=len(jobs), nodes=len(nodes),
                  waiting=len(self.state.waiting()), took_s=round(time.monotonic() - started_s, 3))
@@ -95,7 +116,8 @@ class SchedulerService:
                                          topics.CLUSTER_EVENTS)
             task = asyncio.create_task(self.bus.run_consumer(consumer, GROUP, {
                 "job_planned": self.on_planned, "job_status_changed": self.on_status,
-                "gpu_availability_changed": self.on_availability}))
+                "gpu_availability_changed": self.on_availability},
+                verify=scheduler_verifier(self.bus.settings)))  # orchestrator-signed state only
             log.info("scheduler started", policy=self.state.policy.name)
             await run_until_stopped(stop, task)
         finally:
