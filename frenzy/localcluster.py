@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -31,6 +32,13 @@ class LocalCluster:
     metrics_port: int = 0
     errors_port: int = 0  # the predictor's memory-error record (faust web view)
     namespace: str = ""  # topic and consumer-group prefix (FRENZY_NAMESPACE)
+    dashboard_port: int = 0
+    dashboard_ticket: str = ""  # one-time admin login token of the dashboard
+
+    @property
+    def dashboard_link(self) -> str:
+        """The login link, as Jupyter prints one: the token opens a session once."""
+        return f"http://127.0.0.1:{self.dashboard_port}/login?token={self.dashboard_ticket}"
 
     def topic_name(self, topic) -> str:
         return namespace_prefix(self.namespace) + topic.name
@@ -103,7 +111,7 @@ def start_cluster(cluster_file: Path = DEFAULT_CLUSTER, grpc_port: int = 50051,
                   extra_env: dict[str, str] | None = None, timeout_s: float = 60.0,
                   namespace: str = "") -> LocalCluster:
     """Start broker (unless KAFKA_BOOTSTRAP is set), predictor, scheduler, orchestrator, the
-    predictor's memory-error recorder, agents."""
+    predictor's memory-error recorder, the dashboard, agents."""
     from frenzy_scheduler.clusterfile import build_cluster, load_cluster_file
 
     groups = load_cluster_file(cluster_file)
@@ -129,6 +137,10 @@ def start_cluster(cluster_file: Path = DEFAULT_CLUSTER, grpc_port: int = 50051,
         cluster.spawn("errors", ["frenzy_predictor.error_recorder"],
                       {**env, "FRENZY_ERRORS_WEB_PORT": str(cluster.errors_port),
                        "FRENZY_ERRORS_DATA_DIR": str(workdir / "error-recorder")})
+        cluster.dashboard_port, cluster.dashboard_ticket = free_port(), secrets.token_urlsafe(24)
+        cluster.spawn("dashboard", ["frenzy_dashboard"],
+                      {**env, "FRENZY_DASHBOARD_PORT": str(cluster.dashboard_port),
+                       "FRENZY_DASHBOARD_LOGIN_TICKET": cluster.dashboard_ticket})
         for node in build_cluster(groups).nodes.values():
             cluster.node_ids.append(node.node_id)
             cluster.spawn(f"agent-{node.node_id}", agent_args(node.node_id, node.gpu_type,
@@ -179,6 +191,7 @@ def up_command(cluster_file: Path, grpc_port: int, policy: str, workdir: Path) -
     click.echo(f"metrics: http://127.0.0.1:{cluster.metrics_port}/metrics")
     click.echo(f"memory prediction errors: http://127.0.0.1:{cluster.errors_port}/memory-errors/ "
                f"(Prometheus text at /metrics on the same port)")
+    click.echo(f"dashboard: {cluster.dashboard_link}")
     stopping: list[bool] = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     try:
