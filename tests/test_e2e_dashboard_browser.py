@@ -32,7 +32,6 @@ if not (CHROMIUM and CHROMEDRIVER):
     pytest.skip("no browser: install Debian's chromium and chromium-driver (.ci/run does) to run "
                 "the dashboard's browser tests", allow_module_level=True)
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (dev extra)")
-from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 
@@ -67,6 +66,18 @@ def wait_for(driver, what, timeout_s: float = 30.0):
     return WebDriverWait(driver, timeout_s, poll_frequency=0.2).until(lambda d: what(d))
 
 
+def snapshot(driver, css: str) -> list[dict]:
+    """Class and text of every match, read in one go: the live part is replaced under us, so
+    element handles go stale between two reads."""
+    return driver.execute_script(
+        "return [...document.querySelectorAll(arguments[0])]"
+        ".map(e => ({cls: e.className, text: e.textContent.trim()}));", css)
+
+
+def text_of(driver, css: str) -> str:
+    return " ".join(item["text"] for item in snapshot(driver, css))
+
+
 def mark_page(driver) -> None:
     """A flag that a reload would wipe: the page must change under it by itself."""
     driver.execute_script("window.__notReloaded = true;")
@@ -83,32 +94,31 @@ def spec(name: str) -> types_pb2.JobSpec:
 
 def test_a_submitted_job_lights_up_its_gpus_and_its_page_follows_it_live(cluster, browser):
     browser.get(cluster.dashboard_link)
-    wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".node .gpu"))
+    wait_for(browser, lambda d: snapshot(d, ".node .gpu"))
     assert browser.current_url.endswith("/"), "the login link should land on the cluster view"
     assert "token" not in browser.current_url
-    assert len(browser.find_elements(By.CSS_SELECTOR, ".gpu")) == 12  # 1×4 A100 + 2×4 T4
+    assert len(snapshot(browser, ".gpu")) == 12  # 1×4 A100 + 2×4 T4
     mark_page(browser)
 
     with FrenzyClient(cluster.grpc_address) as client:
         job_id = client.submit(spec("browser-job"))
-        lit = wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, f'.gpu[data-job="{job_id}"]'))
+        lit = wait_for(browser, lambda d: snapshot(d, f'.gpu[data-job="{job_id}"]'))
         browser.save_screenshot(str(ARTIFACTS / "cluster.png"))
         assert not_reloaded(browser)
-        assert all("busy" in gpu.get_attribute("class") for gpu in lit)
+        assert all("busy" in gpu["cls"] for gpu in lit)
 
         browser.get(f"{cluster.dashboard_link.split('/login')[0]}/jobs/{job_id}")
-        options = browser.find_elements(By.CSS_SELECTOR, "#options tbody tr")
-        assert options and "MARP has not planned" not in options[0].text
-        assert browser.find_elements(By.CSS_SELECTOR, "#options tr.chosen, details tr.chosen"), \
-            "the chosen option is marked"
-        decision = browser.find_element(By.ID, "decision").text
+        options = snapshot(browser, "#options tbody tr")
+        assert options and "MARP has not planned" not in options[0]["text"]
+        assert snapshot(browser, "#options tr.chosen, details tr.chosen"), "the chosen option is marked"
+        decision = text_of(browser, "#decision")
         job = client.get(job_id)
         if job.HasField("decision") or "No decision record" not in decision:
             assert job.option.gpu_type in decision  # the scheduler's record names what it chose
         else:
             assert "No decision record yet" in decision  # a scheduler that publishes none
         mark_page(browser)
-        state = lambda d: d.find_element(By.ID, "job-state").text  # noqa: E731
+        state = lambda d: text_of(d, "#job-state")  # noqa: E731
         first = state(browser)
         assert first in {"PLACED", "LAUNCHING", "RUNNING", "SUCCEEDED"}
         wait_for(browser, lambda d: state(d) == "SUCCEEDED", timeout_s=60)
@@ -118,7 +128,7 @@ def test_a_submitted_job_lights_up_its_gpus_and_its_page_follows_it_live(cluster
 
     base = cluster.dashboard_link.split("/login")[0]
     browser.get(f"{base}/jobs")
-    wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, f'tr.job[data-job="{job_id}"]'))
+    wait_for(browser, lambda d: snapshot(d, f'tr.job[data-job="{job_id}"]'))
     browser.save_screenshot(str(ARTIFACTS / "jobs.png"))
     browser.get(f"{base}/memory")
     browser.save_screenshot(str(ARTIFACTS / "memory.png"))
@@ -127,10 +137,10 @@ def test_a_submitted_job_lights_up_its_gpus_and_its_page_follows_it_live(cluster
 def test_a_tenant_sees_only_their_jobs_and_the_login_link_works_once(cluster, browser):
     browser.delete_all_cookies()
     browser.get(cluster.dashboard_link)  # already used by the test above
-    assert "not valid" in browser.find_element(By.TAG_NAME, "body").text
+    assert "not valid" in text_of(browser, "body")
     base = cluster.dashboard_link.split("/login")[0]
     browser.get(f"{base}/login?token={TEAM_TOKEN}")
-    wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".node"))
-    assert "team-a (user)" in browser.find_element(By.TAG_NAME, "nav").text
+    wait_for(browser, lambda d: snapshot(d, ".node"))
+    assert "team-a (user)" in text_of(browser, "nav")
     browser.get(f"{base}/jobs")
-    assert "No jobs yet." in browser.find_element(By.ID, "jobs").text  # jobs so far have no tenant
+    assert "No jobs yet." in text_of(browser, "#jobs")  # jobs so far have no tenant
