@@ -1,6 +1,7 @@
 """The dashboard in a real browser (Debian's chromium, driven by Selenium) against a real cluster:
 what a person sees when they submit a job. Screenshots go to $FRENZY_TEST_ARTIFACTS
-(default test-artifacts/) so a failed run can be looked at."""
+(default test-artifacts/) so a failed run can be looked at. `frenzy explain` runs against the
+same cluster."""
 from __future__ import annotations
 
 import json
@@ -10,8 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from frenzy.broker import free_port
+from frenzy.cli import cli
 from frenzy.client import FrenzyClient
 from frenzy.localcluster import start_cluster
 from frenzy.v1 import types_pb2
@@ -28,11 +31,8 @@ CHROMIUM_FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--disable-dev-shm-usage", "--window-size=1400,1000"]
 
-if not (CHROMIUM and CHROMEDRIVER):
-    pytest.skip("no browser: install Debian's chromium and chromium-driver (.ci/run does) to run "
-                "the dashboard's browser tests", allow_module_level=True)
-webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (dev extra)")
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+NO_BROWSER = ("no browser: install Debian's chromium and chromium-driver (.ci/run does) to run "
+              "the dashboard's browser tests")
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +51,9 @@ def cluster(kafka_bootstrap, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
+    if not (CHROMIUM and CHROMEDRIVER):
+        pytest.skip(NO_BROWSER)
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (dev extra)")
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for flag in CHROMIUM_FLAGS + [f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"]:
@@ -63,6 +66,8 @@ def browser(tmp_path_factory):
 
 
 def wait_for(driver, what, timeout_s: float = 30.0):
+    from selenium.webdriver.support.ui import WebDriverWait
+
     return WebDriverWait(driver, timeout_s, poll_frequency=0.2).until(lambda d: what(d))
 
 
@@ -144,3 +149,26 @@ def test_a_tenant_sees_only_their_jobs_and_the_login_link_works_once(cluster, br
     assert "team-a (user)" in text_of(browser, "nav")
     browser.get(f"{base}/jobs")
     assert "No jobs yet." in text_of(browser, "#jobs")  # jobs so far have no tenant
+
+
+def test_explain_shows_the_decision_and_marps_options_with_the_held_one_marked(cluster):
+    with FrenzyClient(cluster.grpc_address) as client:
+        job_id = client.submit(spec("explained"))
+        deadline = time.monotonic() + 60
+        while client.get(job_id).state not in {types_pb2.SUCCEEDED, types_pb2.FAILED} and time.monotonic() < deadline:
+            time.sleep(0.2)
+        job = client.get(job_id)
+    assert job.state == types_pb2.SUCCEEDED
+    env = {"FRENZY_ADDR": cluster.grpc_address}
+    shown = CliRunner().invoke(cli, ["explain", job_id], env=env)
+    assert shown.exit_code == 0, shown.output
+    assert "MARP's options for this spec" in shown.output and "→" in shown.output
+    assert job.option.gpu_type in shown.output
+    record = json.loads(CliRunner().invoke(cli, ["explain", job_id, "--json"], env=env).output)
+    held = [o for o in record["options"] if o["gpu_type"] == job.option.gpu_type
+            and o["num_gpus"] == job.option.num_gpus]
+    assert record["state"] == "SUCCEEDED" and held, "the option the job holds is among MARP's"
+    if record["decision"] is not None:
+        assert record["decision"]["chosen"]["gpu_type"] == job.option.gpu_type
+    missing = CliRunner().invoke(cli, ["explain", "job-nope"], env=env)
+    assert missing.exit_code == 2 and "job_id: no job 'job-nope'" in missing.output
