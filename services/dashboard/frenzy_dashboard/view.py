@@ -182,6 +182,9 @@ class DashboardState:
         node.memory_used_bytes, node.heartbeat_jobs = used, jobs
         return {"cluster"}
 
+    def gpu_types(self) -> frozenset[str]:
+        return frozenset(n.gpu_type for n in self.nodes.values() if n.gpu_type)
+
     def gpu_holders(self) -> dict[tuple[str, int], str]:
         """(node, GPU index) -> job id, from the live jobs' assignments."""
         holders: dict[tuple[str, int], str] = {}
@@ -257,8 +260,9 @@ def utilisation_series(state: DashboardState) -> dict[str, Any]:
     return {"labels": types, "data": [times, *series]}
 
 
-def wait_reason(view: JobView, now_s: float) -> str:
-    """Why a job is not running yet, in words a user reads at a glance."""
+def wait_reason(view: JobView, now_s: float, cluster_types: frozenset[str] = frozenset()) -> str:
+    """Why a job is not running yet, in words a user reads at a glance. cluster_types: the GPU
+    types this cluster has (MARP ranks options over every catalog type)."""
     job = view.job
     if job.state == types_pb2.SUBMITTED:
         return job.reason if job.reason.startswith("OOM") else "waiting for MARP's plan"
@@ -271,13 +275,15 @@ def wait_reason(view: JobView, now_s: float) -> str:
             text += f"; expected start in {duration_text(max(left_s, 0))}"
         return text
     reason = job.reason or "waiting for GPUs"
-    if view.options:
-        first = view.options[0]
-        reason += f" (MARP's first choice: {gpus_text(first)})"
+    here = [o for o in view.options if not cluster_types or o.gpu_type in cluster_types]
+    if here:
+        reason += f" (MARP's best option here: {gpus_text(here[0])})"
+    elif view.options:
+        reason += " (no option of MARP's fits a GPU type this cluster has)"
     return reason
 
 
-def job_row(view: JobView, now_s: float) -> dict[str, Any]:
+def job_row(view: JobView, now_s: float, cluster_types: frozenset[str] = frozenset()) -> dict[str, Any]:
     job = view.job
     submitted_s = _seconds(job.submitted_at)
     started_s = _seconds(job.started_at) or _seconds(job.placed_at)
@@ -290,7 +296,7 @@ def job_row(view: JobView, now_s: float) -> dict[str, Any]:
         "progress_pct": round(100 * job.progress.fraction),
         "loss": f"{job.progress.loss:.3f}" if job.progress.step else "",
         "waited": duration_text(waited_s) if waited_s >= 0 else "-",
-        "why": wait_reason(view, now_s) if job.state in WAITING else job.reason,
+        "why": wait_reason(view, now_s, cluster_types) if job.state in WAITING else job.reason,
         "colour": job_colour(job.id),
     }
 
@@ -298,7 +304,7 @@ def job_row(view: JobView, now_s: float) -> dict[str, Any]:
 def jobs_view(state: DashboardState, who: Principal, now_s: float) -> dict[str, Any]:
     visible = [v for v in state.jobs.values() if v.job.spec.model and who.may_see(v.job.tenant)]
     visible.sort(key=lambda v: (_seconds(v.job.submitted_at), v.job.id), reverse=True)
-    rows = [job_row(v, now_s) for v in visible]
+    rows = [job_row(v, now_s, state.gpu_types()) for v in visible]
     counts: dict[str, int] = {}
     for row in rows:
         counts[row["state"]] = counts.get(row["state"], 0) + 1
@@ -340,7 +346,7 @@ def job_view(state: DashboardState, job_id: str, who: Principal, now_s: float) -
     measured = job.progress.peak_memory_bytes
     predicted = job.option.peak_bytes_per_gpu
     return {
-        "row": job_row(view, now_s),
+        "row": job_row(view, now_s, state.gpu_types()),
         "options": [option_row(o, chosen) for o in view.options],
         "options_shown": OPTIONS_SHOWN,
         "plan_reason": view.plan_reason,

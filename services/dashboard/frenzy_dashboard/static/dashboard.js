@@ -8,7 +8,9 @@
   // chart name -> options for its data (the server sends {data, labels?}).
   const CHARTS = {
     utilisation: (c) => ({
-      series: [{}, ...c.labels.map((label, i) => ({label, stroke: colour(i), width: 2}))],
+      // Allocation changes at an instant and holds: a step, not a slope.
+      series: [{}, ...c.labels.map((label, i) => ({label, stroke: colour(i), width: 2,
+                                                   paths: uPlot.paths.stepped({align: 1})}))],
       scales: {x: {time: true}, y: {range: [0, 100]}},
       axes: [{}, {label: "% allocated"}],
     }),
@@ -18,7 +20,7 @@
                {label: "loss", scale: "loss", stroke: colour(0), width: 2},
                {label: "tokens/s", scale: "tps", stroke: colour(1), width: 1}],
       axes: [{label: "step"}, {scale: "loss", label: "loss"},
-             {scale: "tps", side: 1, label: "tokens/s", grid: {show: false}}],
+             {scale: "tps", side: 1, label: "tokens/s", size: 90, grid: {show: false}}],
     }),
     scatter: () => ({
       scales: {x: {time: false}},
