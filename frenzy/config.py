@@ -23,6 +23,9 @@ class BusSettings(BaseSettings):
     # Prefix of every topic and consumer group, so that several Frenzy deployments (or test
     # clusters) can share one Kafka cluster without seeing each other's events or state.
     namespace: str = ""
+    # GET /healthz on this port answers while the service runs (Kubernetes and compose probes of
+    # services without a gRPC or web port); 0 = off.
+    health_port: int = 0
 
 
 class ServiceSettings(BusSettings):

@@ -172,3 +172,19 @@ def test_explain_shows_the_decision_and_marps_options_with_the_held_one_marked(c
         assert record["decision"]["chosen"]["gpu_type"] == job.option.gpu_type
     missing = CliRunner().invoke(cli, ["explain", "job-nope"], env=env)
     assert missing.exit_code == 2 and "job_id: no job 'job-nope'" in missing.output
+
+
+def test_the_orchestrator_answers_health_checks_and_reflection(cluster):
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    with grpc.insecure_channel(cluster.grpc_address) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        for service in ("", "frenzy.v1.JobService", "frenzy.v1.ClusterService"):
+            assert health.Check(health_pb2.HealthCheckRequest(service=service), timeout=10).status == \
+                health_pb2.HealthCheckResponse.SERVING
+        (answer,) = reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
+            iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10)
+        names = {s.name for s in answer.list_services_response.service}
+        assert {"frenzy.v1.JobService", "frenzy.v1.PredictorService", "grpc.health.v1.Health"} <= names

@@ -9,6 +9,7 @@ import grpc
 
 from frenzy.catalog.gpus import get_gpu
 from frenzy.convert import option_to_proto
+from frenzy.grpc_ops import enable_health_and_reflection
 from frenzy.jobspec import SpecError, resolve_spec
 from frenzy.v1 import services_pb2, services_pb2_grpc, types_pb2
 from frenzy_orchestrator import lifecycle
@@ -114,6 +115,8 @@ async def start_grpc(service: "OrchestratorService", host: str, port: int) -> gr
     services_pb2_grpc.add_JobServiceServicer_to_server(JobApi(service), server)
     services_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterApi(service), server)
     services_pb2_grpc.add_PredictorServiceServicer_to_server(PredictorApi(), server)
+    await enable_health_and_reflection(
+        server, [s.full_name for s in services_pb2.DESCRIPTOR.services_by_name.values()])
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise RuntimeError(f"cannot listen on {host}:{port}")
