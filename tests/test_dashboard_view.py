@@ -12,7 +12,7 @@ from frenzy.config import DashboardSettings
 from frenzy.v1 import events_pb2, types_pb2
 from frenzy_dashboard import view
 from frenzy_dashboard.auth import SESSION_COOKIE, Gate, StaticTokens, principal_from
-from frenzy_dashboard.service import Dashboard, build_app
+from frenzy_dashboard.service import DASHBOARD, Dashboard, build_app
 from frenzy_dashboard.view import DashboardState, Principal
 
 ADMIN = Principal("admin", "admin")
@@ -232,3 +232,15 @@ async def test_live_part_arrives_as_a_server_sent_event(http):
 
 async def test_health_answers_without_login(http):
     assert (await http.get("/healthz")).status == 200
+
+
+async def test_event_data_cannot_inject_markup(http):
+    """Names come from the event stream (agents declare GPU types, users name jobs)."""
+    await http.get("/login?token=ticket", allow_redirects=False)
+    evil = "</script><script>alert(1)</script>"
+    dashboard = http.server.app[DASHBOARD]
+    dashboard.state.apply(availability("n9", [0], total=1, gpu_type=evil))
+    dashboard.state.apply(job_record("job-x", types_pb2.QUEUED, 1, reason=evil))
+    for path in ("/", "/jobs", "/jobs/job-x"):
+        page = await (await http.get(path)).text()
+        assert "<script>alert" not in page, path

@@ -131,7 +131,16 @@ class Dashboard:
             return None
         return self.templates.get_template(PAGES[page]).render(
             page=page, who=who, job_id=job_id, live=self.render_live(page, ctx),
-            charts_json=json.dumps(ctx["charts"]), **ctx)
+            charts_json=script_json(ctx["charts"]), **ctx)
+
+
+DASHBOARD = web.AppKey("dashboard", Dashboard)
+
+
+def script_json(data: Any) -> str:
+    """JSON to inline in a <script> element: "<" escaped, so no value (a GPU type or a job name
+    from the event stream) can close the element and start markup of its own."""
+    return json.dumps(data).replace("<", "\\u003c")
 
 
 # ---- HTTP ----------------------------------------------------------------------------------
@@ -214,6 +223,7 @@ def build_app(dashboard: Dashboard) -> web.Application:
         return web.Response(text="ok")
 
     app = web.Application(middlewares=[require_login])
+    app[DASHBOARD] = dashboard
     app.router.add_get("/login", login)
     app.router.add_post("/login", login)
     app.router.add_get("/logout", logout)
