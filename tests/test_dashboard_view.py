@@ -82,12 +82,12 @@ def test_a_user_sees_only_their_tenants_jobs():
 def test_waiting_job_says_why_and_how_long():
     row = view.jobs_view(running_state(), ADMIN, 1300)["waiting"][0]
     assert row["id"] == "job-b" and row["waited"] == "5 min"
-    assert row["why"] == "waiting for GPUs (no option of MARP's fits a GPU type this cluster has)"
-    state = running_state()
+    assert row["why"] == "waiting for GPUs (none of MARP's options fits this cluster's GPUs)"
+    state = running_state()  # 8 A100-80GB in all
     state.apply(events.envelope(events_pb2.JobPlanned(job_id="job-b", options=[
-        option("H100", 8), option("A100-80GB", 4, 1)])))
+        option("H100", 8), option("A100-80GB", 16, 1), option("A100-80GB", 8, 2)])))
     assert view.jobs_view(state, ADMIN, 1300)["waiting"][0]["why"] == (
-        "waiting for GPUs (MARP's best option here: 4×A100-80GB)")
+        "waiting for GPUs (MARP's best option that fits this cluster: 8×A100-80GB)")
 
 
 def test_a_hold_decision_gives_the_wait_reason_and_expected_start():

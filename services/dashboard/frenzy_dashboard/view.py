@@ -182,8 +182,13 @@ class DashboardState:
         node.memory_used_bytes, node.heartbeat_jobs = used, jobs
         return {"cluster"}
 
-    def gpu_types(self) -> frozenset[str]:
-        return frozenset(n.gpu_type for n in self.nodes.values() if n.gpu_type)
+    def gpu_capacity(self) -> dict[str, int]:
+        """GPUs per type over the nodes that are not lost."""
+        capacity: dict[str, int] = {}
+        for n in self.nodes.values():
+            if n.gpu_type and n.state != "lost":
+                capacity[n.gpu_type] = capacity.get(n.gpu_type, 0) + n.gpus_total
+        return capacity
 
     def gpu_holders(self) -> dict[tuple[str, int], str]:
         """(node, GPU index) -> job id, from the live jobs' assignments."""
@@ -260,9 +265,9 @@ def utilisation_series(state: DashboardState) -> dict[str, Any]:
     return {"labels": types, "data": [times, *series]}
 
 
-def wait_reason(view: JobView, now_s: float, cluster_types: frozenset[str] = frozenset()) -> str:
-    """Why a job is not running yet, in words a user reads at a glance. cluster_types: the GPU
-    types this cluster has (MARP ranks options over every catalog type)."""
+def wait_reason(view: JobView, now_s: float, capacity: dict[str, int] | None = None) -> str:
+    """Why a job is not running yet, in words a user reads at a glance. capacity: GPUs per type
+    in this cluster (MARP ranks options over every catalog type and any count)."""
     job = view.job
     if job.state == types_pb2.SUBMITTED:
         return job.reason if job.reason.startswith("OOM") else "waiting for MARP's plan"
@@ -275,15 +280,15 @@ def wait_reason(view: JobView, now_s: float, cluster_types: frozenset[str] = fro
             text += f"; expected start in {duration_text(max(left_s, 0))}"
         return text
     reason = job.reason or "waiting for GPUs"
-    here = [o for o in view.options if not cluster_types or o.gpu_type in cluster_types]
+    here = [o for o in view.options if capacity is None or o.num_gpus <= capacity.get(o.gpu_type, 0)]
     if here:
-        reason += f" (MARP's best option here: {gpus_text(here[0])})"
+        reason += f" (MARP's best option that fits this cluster: {gpus_text(here[0])})"
     elif view.options:
-        reason += " (no option of MARP's fits a GPU type this cluster has)"
+        reason += " (none of MARP's options fits this cluster's GPUs)"
     return reason
 
 
-def job_row(view: JobView, now_s: float, cluster_types: frozenset[str] = frozenset()) -> dict[str, Any]:
+def job_row(view: JobView, now_s: float, capacity: dict[str, int] | None = None) -> dict[str, Any]:
     job = view.job
     submitted_s = _seconds(job.submitted_at)
     started_s = _seconds(job.started_at) or _seconds(job.placed_at)
@@ -296,7 +301,7 @@ def job_row(view: JobView, now_s: float, cluster_types: frozenset[str] = frozens
         "progress_pct": round(100 * job.progress.fraction),
         "loss": f"{job.progress.loss:.3f}" if job.progress.step else "",
         "waited": duration_text(waited_s) if waited_s >= 0 else "-",
-        "why": wait_reason(view, now_s, cluster_types) if job.state in WAITING else job.reason,
+        "why": wait_reason(view, now_s, capacity) if job.state in WAITING else job.reason,
         "colour": job_colour(job.id),
     }
 
@@ -304,7 +309,7 @@ def job_row(view: JobView, now_s: float, cluster_types: frozenset[str] = frozens
 def jobs_view(state: DashboardState, who: Principal, now_s: float) -> dict[str, Any]:
     visible = [v for v in state.jobs.values() if v.job.spec.model and who.may_see(v.job.tenant)]
     visible.sort(key=lambda v: (_seconds(v.job.submitted_at), v.job.id), reverse=True)
-    rows = [job_row(v, now_s, state.gpu_types()) for v in visible]
+    rows = [job_row(v, now_s, state.gpu_capacity()) for v in visible]
     counts: dict[str, int] = {}
     for row in rows:
         counts[row["state"]] = counts.get(row["state"], 0) + 1
@@ -346,7 +351,7 @@ def job_view(state: DashboardState, job_id: str, who: Principal, now_s: float) -
     measured = job.progress.peak_memory_bytes
     predicted = job.option.peak_bytes_per_gpu
     return {
-        "row": job_row(view, now_s, state.gpu_types()),
+        "row": job_row(view, now_s, state.gpu_capacity()),
         "options": [option_row(o, chosen) for o in view.options],
         "options_shown": OPTIONS_SHOWN,
         "plan_reason": view.plan_reason,
