@@ -38,7 +38,7 @@ PRINCIPAL = web.RequestKey("principal", Principal)
 
 log = get_logger("dashboard")
 
-# page name -> (template, what the live part shows)
+# page name -> its template; the live part is the same name with a leading underscore
 PAGES = {"cluster": "cluster.html", "jobs": "jobs.html", "job": "job.html", "memory": "memory.html"}
 
 
@@ -49,6 +49,7 @@ class Dashboard:
         self.state = DashboardState()
         self.prefix = topics.namespace_prefix(settings.namespace)
         self.following = False
+        self.versions: dict[str, int] = {}  # view name ("cluster", "job/<id>", ...) -> changes
         self._wake = asyncio.Event()
         self.templates = jinja2.Environment(
             loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
@@ -76,6 +77,8 @@ class Dashboard:
                 for records in batch.values():
                     for record in records:
                         changed |= self._apply(record)
+                for name in changed:
+                    self.versions[name] = self.versions.get(name, 0) + 1
                 if changed:
                     self._wake.set()
                     self._wake = asyncio.Event()
@@ -94,6 +97,15 @@ class Dashboard:
         except Exception:  # a view bug must not stop the dashboard
             log.exception("event not shown", event_type=env.type, event_id=env.event_id)
             return set()
+
+    @staticmethod
+    def watched(page: str, job_id: str) -> tuple[str, ...]:
+        """The views (names `DashboardState.apply` reports) a page's live part shows."""
+        return {"cluster": ("cluster", "jobs"), "jobs": ("jobs",), "job": (f"job/{job_id}",),
+                "memory": ("memory",)}[page]
+
+    def versions_of(self, names: tuple[str, ...]) -> tuple[int, ...]:
+        return tuple(self.versions.get(name, 0) for name in names)
 
     async def changed(self, timeout_s: float) -> None:
         try:
@@ -201,21 +213,25 @@ def build_app(dashboard: Dashboard) -> web.Application:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                                "Cache-Control": "no-store", "X-Accel-Buffering": "no"})
         await response.prepare(request)
-        last, quiet_s = "", 0.0
+        watched, refresh_s = dashboard.watched(page, job_id), dashboard.settings.dashboard_refresh_s
+        last, seen, rendered_s, written_s = "", None, 0.0, time.monotonic()
         while True:
-            ctx = dashboard.context(page, who, job_id)
-            if ctx is not None:
-                payload = json.dumps({"html": dashboard.render_live(page, ctx), "charts": ctx["charts"]})
+            # Render when a view this page shows changed, and every refresh_s anyway (waiting
+            # times tick); send only what differs from the last update.
+            now_s, versions = time.monotonic(), dashboard.versions_of(watched)
+            if versions != seen or now_s - rendered_s >= refresh_s:
+                seen, rendered_s = versions, now_s
+                ctx = dashboard.context(page, who, job_id)  # None: the job is not (yet) known
+                payload = last if ctx is None else json.dumps(
+                    {"html": dashboard.render_live(page, ctx), "charts": ctx["charts"]})
                 if payload != last:
                     await response.write(f"event: update\ndata: {payload}\n\n".encode())
-                    last, quiet_s = payload, 0.0
-            if quiet_s >= SSE_KEEPALIVE_S:
+                    last, written_s = payload, now_s
+            if now_s - written_s >= SSE_KEEPALIVE_S:
                 await response.write(b": keep-alive\n\n")  # also notices a closed browser
-                quiet_s = 0.0
-            started = time.monotonic()
-            await dashboard.changed(dashboard.settings.dashboard_refresh_s)
+                written_s = now_s
+            await dashboard.changed(refresh_s)
             await asyncio.sleep(COALESCE_S)
-            quiet_s += time.monotonic() - started
 
     async def health(request: web.Request) -> web.Response:
         if not dashboard.following:
