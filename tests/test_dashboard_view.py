@@ -103,7 +103,16 @@ def test_job_page_shows_options_decision_and_the_chosen_option():
     page = view.job_view(running_state(), "job-a", TEAM_A, 2000)
     assert [o["gpus"] for o in page["options"]] == ["2×A100-80GB", "8×V100"]
     assert [o["chosen"] for o in page["options"]] == [True, False]
-    assert page["options"][0]["gpu_hours"] == "2.00"
+    assert page["options"][0]["gpu_hours"] == "2.00" and page["more_options"] == []
+
+
+def test_the_chosen_option_stays_in_sight_when_the_rest_fold_away():
+    state = running_state()
+    many = [option("V100", 8, rank) for rank in range(20)] + [option(rank=20)]
+    state.apply(events.envelope(events_pb2.JobPlanned(job_id="job-a", options=many)))
+    page = view.job_view(state, "job-a", ADMIN, 2000)
+    assert [o["rank"] for o in page["options"]] == [*range(view.OPTIONS_SHOWN), 20]
+    assert page["options"][-1]["chosen"] and len(page["more_options"]) == 20 - view.OPTIONS_SHOWN
     decision = page["decision"]
     assert decision["chosen"]["gpus"] == "2×A100-80GB" and decision["reason"] == "earliest completion"
     assert decision["alternatives"][0]["verdict"] == "later completion"

@@ -30,7 +30,7 @@ NODE_STATE = {types_pb2.NODE_READY: "ready", types_pb2.NODE_LOST: "lost"}
 CURVE_POINTS = 2000        # progress points kept per job (loss and throughput curve)
 UTILISATION_SAMPLES = 2000  # cluster-wide samples kept for the utilisation chart
 HIDDEN_JOB = "another tenant"
-OPTIONS_SHOWN = 12  # MARP often offers 50+ options; the rest fold away
+OPTIONS_SHOWN = 12  # MARP often offers 100+ options; the rest fold away
 
 
 @dataclass(frozen=True)
@@ -350,10 +350,11 @@ def job_view(state: DashboardState, job_id: str, who: Principal, now_s: float) -
     chosen = job.option if job.option.gpu_type else None
     measured = job.progress.peak_memory_bytes
     predicted = job.option.peak_bytes_per_gpu
+    options = [option_row(o, chosen) for o in view.options]  # the chosen one always in sight
     return {
         "row": job_row(view, now_s, state.gpu_capacity()),
-        "options": [option_row(o, chosen) for o in view.options],
-        "options_shown": OPTIONS_SHOWN,
+        "options": options[:OPTIONS_SHOWN] + [o for o in options[OPTIONS_SHOWN:] if o["chosen"]],
+        "more_options": [o for o in options[OPTIONS_SHOWN:] if not o["chosen"]],
         "plan_reason": view.plan_reason,
         "decision": decision_view(view.decision),
         "memory": {"predicted": gib(predicted), "measured": gib(measured),
