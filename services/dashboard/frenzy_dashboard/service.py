@@ -34,6 +34,7 @@ FROM_END = (topics.NODES_HEARTBEATS,)
 PUBLIC_PREFIXES = ("/login", "/healthz", "/static/")
 COALESCE_S = 0.2  # a burst of events becomes one update
 SSE_KEEPALIVE_S = 15.0
+SHUTDOWN_S = 2.0
 PRINCIPAL = web.RequestKey("principal", Principal)
 
 log = get_logger("dashboard")
@@ -215,7 +216,8 @@ def build_app(dashboard: Dashboard) -> web.Application:
         await response.prepare(request)
         watched, refresh_s = dashboard.watched(page, job_id), dashboard.settings.dashboard_refresh_s
         last, seen, rendered_s, written_s = "", None, 0.0, time.monotonic()
-        while True:
+        # aiohttp does not cancel a handler when its client goes away: watch the connection.
+        while request.transport is not None and not request.transport.is_closing():
             # Render when a view this page shows changed, and every refresh_s anyway (waiting
             # times tick); send only what differs from the last update.
             now_s, versions = time.monotonic(), dashboard.versions_of(watched)
@@ -232,6 +234,7 @@ def build_app(dashboard: Dashboard) -> web.Application:
                 written_s = now_s
             await dashboard.changed(refresh_s)
             await asyncio.sleep(COALESCE_S)
+        return response
 
     async def health(request: web.Request) -> web.Response:
         if not dashboard.following:
@@ -267,7 +270,9 @@ async def serve(stop: asyncio.Event, settings: DashboardSettings | None = None) 
     # The topics may not exist yet when the dashboard starts first; assigning needs them.
     await ensure_topics(bootstrap(settings), prefix=dashboard.prefix,
                         replication_factor=settings.replication_factor)
-    runner = web.AppRunner(build_app(dashboard), access_log=None)
+    # Open event streams end within a refresh period of their browser leaving; at shutdown,
+    # aiohttp waits this long for them (its default of 60 s would outlast a SIGTERM's grace).
+    runner = web.AppRunner(build_app(dashboard), access_log=None, shutdown_timeout=SHUTDOWN_S)
     await runner.setup()
     await web.TCPSite(runner, settings.dashboard_host, settings.dashboard_port).start()
     log.info("dashboard listening", host=settings.dashboard_host, port=settings.dashboard_port)
