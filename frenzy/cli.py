@@ -15,6 +15,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "cancel": "frenzy.cli_jobs:cancel",
     "nodes": "frenzy.cli_jobs:nodes",
     "cluster": "frenzy.cli_jobs:cluster",
+    "explain": "frenzy.cli_explain:explain",
     "predict": "frenzy_predictor.cli_predict:predict",
     "profile": "frenzy_predictor.cli_profile:profile",
     "simulate": "frenzy_scheduler.cli_simulate:simulate",

@@ -39,6 +39,9 @@ class BusSettings(BaseSettings):
     kafka_ssl_cafile: str = ""
     kafka_ssl_certfile: str = ""
     kafka_ssl_keyfile: str = ""
+    # GET /healthz on this port answers while the service runs (Kubernetes and compose probes of
+    # services without a gRPC or web port); 0 = off.
+    health_port: int = 0
 
 
 class ServiceSettings(BusSettings):
@@ -97,3 +100,20 @@ class ErrorRecorderSettings(BusSettings):
     errors_web_port: int = Field(0, description="faust web view (/memory-errors/, /metrics); 0 = off")
     errors_web_host: str = "127.0.0.1"
     errors_data_dir: str = Field(".frenzy/error-recorder", description="faust's data directory")
+
+
+class DashboardSettings(BusSettings):
+    """The web dashboard (`frenzy_dashboard`); docs/dashboard.md."""
+
+    dashboard_host: str = "127.0.0.1"
+    dashboard_port: int = 8265
+    # A one-time admin login ticket, the token in the link `frenzy up` prints; empty: none.
+    dashboard_login_ticket: str = ""
+    # JSON {"<token>": {"tenant": ..., "role": "admin"|"user"}}: API tokens that open a session.
+    dashboard_tokens_file: str = ""
+    # "module:factory" returning an object with authenticate(token) -> Principal | None; it
+    # replaces the tokens file (the plug for a shared token store).
+    dashboard_authenticator: str = ""
+    dashboard_session_ttl_s: float = 12 * 3600
+    # How often a live page is re-rendered even without events (waiting times tick).
+    dashboard_refresh_s: float = 2.0

@@ -117,6 +117,7 @@ def demo_command(cluster_file: Path, grpc_port: int, policy: str, time_scale: fl
     try:
         console.print(f"cluster ready in {time.monotonic() - started:.1f}s; "
                       f"{len(cluster.node_ids)} nodes; gRPC {cluster.grpc_address}; logs in {workdir / 'logs'}")
+        click.echo(f"dashboard: {cluster.dashboard_link}")
         with cluster.client() as client:  # the admin token `frenzy up` made, transparently
             jobs = run_workload(client, sample_specs(), console, timeout_s)
         console.print(summary_table(jobs))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -74,6 +75,8 @@ class LocalCluster:
     lock_fd: int | None = None
     reaper: subprocess.Popen | None = None
     security: LocalSecurity | None = None  # admin token, join token, CA (frenzy/security)
+    dashboard_port: int = 0
+    dashboard_ticket: str = ""  # one-time admin login token of the dashboard
 
     def client(self, timeout_s: float = 10.0):
         """A client with this cluster's admin token and CA, whatever FRENZY_TOKEN says."""
@@ -81,6 +84,11 @@ class LocalCluster:
 
         return FrenzyClient(self.grpc_address, timeout_s, token=self.security.admin_token,
                             ca_pem=self.security.ca_pem)
+
+    @property
+    def dashboard_link(self) -> str:
+        """The login link, as Jupyter prints one: the token opens a session once."""
+        return f"http://127.0.0.1:{self.dashboard_port}/login?token={self.dashboard_ticket}"
 
     def topic_name(self, topic) -> str:
         return namespace_prefix(self.namespace) + topic.name
@@ -257,7 +265,7 @@ def start_cluster(cluster_file: Path = DEFAULT_CLUSTER, grpc_port: int = 50051,
                   namespace: str = "", persistent: bool = False,
                   bound_to_parent: bool = False) -> LocalCluster:
     """Start broker (unless KAFKA_BOOTSTRAP is set), predictor, scheduler, orchestrator, the
-    predictor's memory-error recorder, agents.
+    predictor's memory-error recorder, the dashboard, agents.
 
     persistent: the embedded broker keeps its data in workdir/broker (`frenzy up`'s default).
     bound_to_parent: every process dies with the caller, however it ends (`frenzy up`).
@@ -298,6 +306,10 @@ def start_cluster(cluster_file: Path = DEFAULT_CLUSTER, grpc_port: int = 50051,
         cluster.spawn("errors", ["frenzy_predictor.error_recorder"],
                       {**env, "FRENZY_ERRORS_WEB_PORT": str(cluster.errors_port),
                        "FRENZY_ERRORS_DATA_DIR": str(workdir / "error-recorder")})
+        cluster.dashboard_port, cluster.dashboard_ticket = free_port(), secrets.token_urlsafe(24)
+        cluster.spawn("dashboard", ["frenzy_dashboard"],
+                      {**env, "FRENZY_DASHBOARD_PORT": str(cluster.dashboard_port),
+                       "FRENZY_DASHBOARD_LOGIN_TICKET": cluster.dashboard_ticket})
         for node in build_cluster(groups).nodes.values():
             cluster.node_ids.append(node.node_id)
             cluster.spawn(f"agent-{node.node_id}", agent_args(node.node_id, node.gpu_type,
@@ -362,6 +374,7 @@ def up_command(cluster_file: Path, grpc_port: int, policy: str, workdir: Path, e
     click.echo(f"metrics: http://127.0.0.1:{cluster.metrics_port}/metrics")
     click.echo(f"memory prediction errors: http://127.0.0.1:{cluster.errors_port}/memory-errors/ "
                f"(Prometheus text at /metrics on the same port)")
+    click.echo(f"dashboard: {cluster.dashboard_link}")
     try:
         while not stopping:
             time.sleep(0.2)

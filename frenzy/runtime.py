@@ -5,11 +5,38 @@ import asyncio
 import signal
 from typing import Awaitable, Callable
 
+from frenzy.config import BusSettings
 from frenzy.logs import setup_logging
+
+HEALTHY = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\nConnection: close\r\n\r\nok\n"
+
+
+async def serve_health(port: int, host: str = "0.0.0.0") -> asyncio.Server | None:
+    """A health endpoint that answers while the service's event loop runs.
+
+    That is the right signal for these services: each runs its consumers as tasks under
+    `run_until_stopped`, which ends the process when any of them dies, so a live process with a
+    responsive loop is a working one. Any request path gets the answer; 0 = off.
+    """
+    if not port:
+        return None
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+            writer.write(HEALTHY)
+            await writer.drain()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError, OSError):
+            pass
+        finally:
+            writer.close()
+
+    return await asyncio.start_server(answer, host, port)
 
 
 def run_service(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
-    """Run main(stop) until it returns; SIGTERM or SIGINT sets `stop`."""
+    """Run main(stop) until it returns; SIGTERM or SIGINT sets `stop`. With FRENZY_HEALTH_PORT
+    set, GET /healthz answers 200 on that port meanwhile (probes of the Kafka-only services)."""
     setup_logging()
 
     async def runner() -> None:
@@ -17,7 +44,12 @@ def run_service(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await main(stop)
+        health = await serve_health(BusSettings().health_port)
+        try:
+            await main(stop)
+        finally:
+            if health is not None:
+                health.close()
 
     asyncio.run(runner())
 

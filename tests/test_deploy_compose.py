@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from frenzy.config import ErrorRecorderSettings, ServiceSettings
+from frenzy.config import DashboardSettings, ErrorRecorderSettings, ServiceSettings
 from frenzy_agent.gpus import parse_inventory
 from frenzy_agent.service import arg_parser
 
@@ -27,7 +27,7 @@ def test_every_frenzy_container_runs_an_existing_module_against_the_advertised_b
         assert service["environment"]["KAFKA_BOOTSTRAP"] == advertised, name
         assert service["depends_on"]["kafka"]["condition"] == "service_healthy", name
         # Every FRENZY_* variable names a real setting (a typo would be silently ignored).
-        known = {f"FRENZY_{field.upper()}" for settings in (ServiceSettings, ErrorRecorderSettings)
+        known = {f"FRENZY_{field.upper()}" for settings in (ServiceSettings, ErrorRecorderSettings, DashboardSettings)
                  for field in settings.model_fields}
         unknown = {k for k in service["environment"] if k.startswith("FRENZY_")} - known
         assert not unknown, f"{name}: unknown settings {unknown}"

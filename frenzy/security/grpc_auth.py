@@ -22,6 +22,7 @@ from frenzy.security.ratelimit import RateLimiter
 from frenzy.security.store import DEFAULT_TENANT, Identity, SecurityStore
 
 TRANSPORT_MAX_BYTES = 8 * MAX_REQUEST_BYTES
+HEALTH_METHOD_PREFIX = "/grpc.health.v1.Health/"  # the standard health service (frenzy.grpc_ops)
 NOT_AUTHENTICATED = "not authenticated: missing or invalid token (set FRENZY_TOKEN or run " \
                     "`frenzy token create`)"
 # With no security directory (a developer running one service by hand), every caller is an
@@ -82,8 +83,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(self, continuation, details):
         handler = await continuation(details)
-        if handler is None:
-            return None
+        if handler is None or details.method.startswith(HEALTH_METHOD_PREFIX):
+            return handler  # probes carry no token; health says nothing about any job
         metadata = details.invocation_metadata
         admit = self._admit
         if handler.unary_unary is not None:

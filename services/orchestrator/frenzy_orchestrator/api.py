@@ -9,6 +9,7 @@ import grpc
 
 from frenzy.catalog.gpus import get_gpu
 from frenzy.convert import option_to_proto
+from frenzy.grpc_ops import enable_health_and_reflection
 from frenzy.jobspec import SpecError, resolve_spec
 from frenzy.security import tenancy
 from frenzy.security.grpc_auth import TRANSPORT_MAX_BYTES, AuthInterceptor, Authenticator, caller
@@ -158,6 +159,8 @@ async def start_grpc(service: "OrchestratorService", host: str, port: int,
     services_pb2_grpc.add_JobServiceServicer_to_server(JobApi(service, auth), server)
     services_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterApi(service, auth), server)
     services_pb2_grpc.add_PredictorServiceServicer_to_server(PredictorApi(), server)
+    await enable_health_and_reflection(
+        server, [s.full_name for s in services_pb2.DESCRIPTOR.services_by_name.values()])
     if tls is not None:
         credentials = grpc.ssl_server_credentials([(tls.key_pem, tls.cert_pem)])
         bound = server.add_secure_port(f"{host}:{port}", credentials)

@@ -1,0 +1,3 @@
+from frenzy_dashboard.service import main
+
+main()
