@@ -21,6 +21,7 @@ from frenzy.client import FrenzyClient  # noqa: E402
 from frenzy.config import BusSettings  # noqa: E402
 from frenzy.localcluster import start_cluster  # noqa: E402
 from frenzy.v1 import events_pb2, types_pb2  # noqa: E402
+from frenzy_agent.executor import job_dir_name, job_key  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.torch]
 DATA = Path(__file__).parent / "data"
@@ -76,7 +77,7 @@ def _publish(cluster, reshape: events_pb2.ReshapeJob) -> None:
 
 def _logs(cluster, job_id: str) -> str:
     parts = []
-    for log in sorted((cluster.workdir / "agents").glob(f"*/{job_id}.*/rank*.log")):
+    for log in sorted((cluster.workdir / "agents").glob(f"*/{job_key(job_id)}.*/rank*.log")):
         parts.append(f"--- {log.parent.name}/{log.name}\n{log.read_text(errors='replace')[-1500:]}")
     return "\n".join(parts)
 
@@ -133,7 +134,7 @@ def test_node_killed_after_first_checkpoint_resumes_on_the_other_node_from_that_
         killed_at_step = job.progress.step
         killed = time.monotonic()
         cluster.stop_process(f"agent-{node}", signal.SIGKILL)
-        for state in (cluster.workdir / "agents" / node).glob(f"{job_id}.0/state.json"):
+        for state in (cluster.workdir / "agents" / node).glob(f"{job_dir_name(job_id, 0)}/state.json"):
             os.killpg(json.loads(state.read_text())["pgid"], signal.SIGKILL)
         job, seen = _wait(client, job_id, lambda j: j.attempt == 1 and j.state == types_pb2.RUNNING
                           and j.progress.step > j.resumed_from_step, timeout_s=120)
