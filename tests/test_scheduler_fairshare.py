@@ -66,3 +66,31 @@ def test_a_gpu_quota_keeps_a_tenant_waiting_even_on_an_idle_cluster() -> None:
     placed = fair("fifo", a=TenantShare(1.0, max_gpus=2)).schedule(queue, cluster, 0.0)
     assert [p.option.num_gpus for p in placed] == [2]  # the 4-GPU option is over quota
     assert fair("fifo", a=TenantShare(1.0, max_gpus=1)).schedule(queue, cluster, 0.0) == []
+
+
+class _Elastic:
+    """An elastic inner policy's answer, fixed: grow a-old to 6 GPUs, preempt b-old, place a-new."""
+
+    name, round_s = "stub", 30.0
+
+    def schedule(self, queue, cluster, now_s, running=()):
+        from frenzy_scheduler.core import PLACE, PREEMPT, RESIZE, Placement
+        grow = Placement("a-old", option("T4", 6, 10), (("n0", (0, 1, 2, 3, 4, 5)),), RESIZE)
+        out = [grow, Placement("b-old", option("T4", 2, 10), (), PREEMPT)]
+        return out + [Placement(j.job_id, j.options[0], (("n0", (6, 7)),), PLACE) for j in queue][:1]
+
+
+def test_an_elastic_policys_reshapes_pass_through_and_growth_keeps_the_quota() -> None:
+    """The live scheduler wraps its (optionally elastic) policy in FairSharePolicy."""
+    cluster = nodes({"n0": ("T4", 8, [])})
+    running = [RunningJob("a-old", option("T4", 2, 100), (("n0", (0, 1)),), 0.0, 100.0),
+               RunningJob("b-old", option("T4", 2, 100), (("n0", (2, 3)),), 0.0, 100.0)]
+    queue = [job("a-new", 0.0, option("T4", 2, 10))]
+    free = FairSharePolicy(_Elastic(), tenant_of, lambda: {})
+    assert free.round_s == 30.0
+    assert sorted((p.job_id, p.kind) for p in free.schedule(queue, cluster, 1.0, running)) == [
+        ("a-new", "place"), ("a-old", "resize"), ("b-old", "preempt")]
+    capped = FairSharePolicy(_Elastic(), tenant_of, lambda: {"a": TenantShare(1.0, max_gpus=4)})
+    # a holds 2; a-new takes 2 more (at the quota), so growing a-old by 4 is dropped.
+    assert sorted((p.job_id, p.kind) for p in capped.schedule(queue, cluster, 1.0, running)) == [
+        ("a-new", "place"), ("b-old", "preempt")]
