@@ -295,3 +295,12 @@ def test_launch_environment_names_the_jobs_checkpoint_directory_and_policy(tmp_p
     assert "FRENZY_CHECKPOINT_EVERY_S" not in env
     launch.spec.training.checkpoint_uri = "/shared/ckpt/j1"
     assert job_environment(launch, 0, tmp_path, 1.0)["FRENZY_CHECKPOINT_URI"] == "/shared/ckpt/j1"
+
+
+@given(_codes, st.lists(_status, max_size=4), st.booleans())
+def test_a_checkpoint_now_stop_always_ends_as_a_preemption(codes, statuses, down):
+    """Whatever its ranks did, a job the agent asked to checkpoint and yield is reported with
+    the PREEMPTED prefix (the orchestrator resumes it), never as a success or a plain failure."""
+    result = classify(JobFacts(tuple(codes), tuple(statuses[:len(codes)]), stop_reason="RESIZE",
+                               checkpoint_requested=True, agent_was_down=down))
+    assert result.state == "failed" and result.reason.startswith("PREEMPTED: ")
