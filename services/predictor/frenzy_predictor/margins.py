@@ -26,8 +26,10 @@ log = get_logger("predictor-margins")
 class MarginBook:
     """Records of the error table, updated from its changelog; `margins()` is what planning uses."""
 
-    def __init__(self, bootstrap: str, changelog_topic: str) -> None:
+    def __init__(self, bootstrap: str, changelog_topic: str,
+                 client_options: dict | None = None) -> None:
         self.bootstrap, self.topic = bootstrap, changelog_topic
+        self.client_options = client_options or {}  # Kafka TLS/SASL (frenzy.security.kafka)
         self.records: dict[str, dict[str, Any]] = {}
         self._margins: dict[str, float] | None = {}
 
@@ -74,7 +76,7 @@ class MarginBook:
         topic to appear."""
         consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None,
                                     enable_auto_commit=False, auto_offset_reset="earliest",
-                                    client_id="frenzy-predictor-margins")
+                                    client_id="frenzy-predictor-margins", **self.client_options)
         await consumer.start()
         try:
             while not stop.is_set():

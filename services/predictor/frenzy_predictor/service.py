@@ -24,7 +24,7 @@ class PredictorService:
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
         # learned memory margins, from the error recorder's table (empty until it has records)
-        self.margin_book = MarginBook(bus.bootstrap, changelog_topic(bus.prefix))
+        self.margin_book = MarginBook(bus.bootstrap, changelog_topic(bus.prefix), bus.client_options)
 
     async def on_submitted(self, env: events_pb2.Envelope, key: str) -> None:
         submitted = events_pb2.JobSubmitted()
