@@ -22,6 +22,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from frenzy import events, topics
 from frenzy.bus import ensure_topics
 from frenzy.config import DashboardSettings, bootstrap
+from frenzy.security.kafka import kafka_client_options
 from frenzy.logs import get_logger
 from frenzy.runtime import run_service, run_until_stopped
 from frenzy_dashboard import view
@@ -62,7 +63,8 @@ class Dashboard:
         """Fold every record of the followed topics into the state, until cancelled."""
         consumer = AIOKafkaConsumer(
             bootstrap_servers=bootstrap(self.settings), group_id=None, enable_auto_commit=False,
-            fetch_max_wait_ms=self.settings.fetch_max_wait_ms, client_id="frenzy-dashboard")
+            fetch_max_wait_ms=self.settings.fetch_max_wait_ms, client_id="frenzy-dashboard",
+            **kafka_client_options(self.settings))  # TLS/SASL on a locked-down broker
         await consumer.start()
         try:
             start = [TopicPartition(self.prefix + t.name, p) for t in FROM_BEGINNING for p in range(t.partitions)]
