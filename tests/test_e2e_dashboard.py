@@ -179,12 +179,20 @@ def test_the_orchestrator_answers_health_checks_and_reflection(cluster):
     from grpc_health.v1 import health_pb2, health_pb2_grpc
     from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-    with grpc.insecure_channel(cluster.grpc_address) as channel:
+    # The local cluster serves TLS (frenzy/security); probes carry no token, reflection needs one.
+    credentials = grpc.ssl_channel_credentials(root_certificates=cluster.security.ca_pem.encode())
+    with grpc.secure_channel(cluster.grpc_address, credentials) as channel:
         health = health_pb2_grpc.HealthStub(channel)
         for service in ("", "frenzy.v1.JobService", "frenzy.v1.ClusterService"):
             assert health.Check(health_pb2.HealthCheckRequest(service=service), timeout=10).status == \
                 health_pb2.HealthCheckResponse.SERVING
-        (answer,) = reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
-            iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10)
+        reflect = reflection_pb2_grpc.ServerReflectionStub(channel)
+        with pytest.raises(grpc.RpcError) as refused:
+            list(reflect.ServerReflectionInfo(
+                iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10))
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        (answer,) = reflect.ServerReflectionInfo(
+            iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10,
+            metadata=(("authorization", f"Bearer {cluster.security.admin_token}"),))
         names = {s.name for s in answer.list_services_response.service}
         assert {"frenzy.v1.JobService", "frenzy.v1.PredictorService", "grpc.health.v1.Health"} <= names

@@ -17,6 +17,7 @@ from frenzy import topics
 from frenzy.broker import free_port
 from frenzy.client import FrenzyClient
 from frenzy.localcluster import start_cluster
+from frenzy.security.signing import pipeline_headers
 from frenzy.v1 import types_pb2
 
 pytestmark = pytest.mark.e2e
@@ -90,15 +91,22 @@ def test_a_user_programs_exit_code_3_or_4_fails_the_job_with_that_code(cluster, 
             (types_pb2.FAILED, f"exit code {code}", code, 0)
 
 
-def _produce_json(bootstrap: str, topic: str, body: dict) -> None:
+def _produce_json(cluster, body: dict) -> None:
+    """A pipeline's JobSubmitted straight onto Kafka, signed with a pipeline key of the cluster's
+    default tenant (frenzy/security: unsigned records are dead-lettered)."""
     from aiokafka import AIOKafkaProducer
 
+    key_id, secret = cluster.security.create_pipeline_key()
+    value, key = json.dumps(body).encode(), body["jobId"].encode()
+    headers = [("content-type", b"application/json")] + pipeline_headers(
+        key_id, secret, topics.JOBS_SUBMITTED.name, key, value)
+
     async def go() -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=False)
+        producer = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap, enable_idempotence=False)
         await producer.start()
         try:
-            await producer.send_and_wait(topic, json.dumps(body).encode(), key=body["jobId"].encode(),
-                                         headers=[("content-type", b"application/json")])
+            await producer.send_and_wait(cluster.topic_name(topics.JOBS_SUBMITTED), value, key=key,
+                                         headers=headers)
         finally:
             await producer.stop()
 
@@ -155,15 +163,15 @@ def test_no_job_waits_forever_for_gpus_the_cluster_does_not_have(cluster):
             assert done.state == types_pb2.FAILED and "unschedulable" in done.reason, done.reason
 
 
-def test_an_unplannable_config_json_on_kafka_fails_with_a_reason(cluster, tmp_path):
-    config = tmp_path / "config.json"
-    config.write_text(json.dumps({"model_type": "gpt2", "n_layer": 10**8, "n_embd": 10**9, "n_head": 1,
-                                  "vocab_size": 10**9, "n_positions": 1024}))
+def test_an_unplannable_config_json_on_kafka_fails_with_a_reason(cluster):
+    config = json.dumps({"model_type": "gpt2", "n_layer": 10**8, "n_embd": 10**9, "n_head": 1,
+                         "vocab_size": 10**9, "n_positions": 1024})
     job_id = f"absurd-{int(time.time() * 1000)}"
-    _produce_json(cluster.bootstrap, cluster.topic_name(topics.JOBS_SUBMITTED),
-                  {"jobId": job_id, "spec": {"name": "absurd", "model": str(config),
-                                             "training": {"seqLen": 512, "globalBatchSize": 8,
-                                                          "tokens": "1000000"}}})
+    # An inline config.json: the services open no model paths (frenzy/security).
+    _produce_json(cluster, {"jobId": job_id, "spec": {"name": "absurd", "model": "absurd",
+                                                      "modelConfigJson": config,
+                                                      "training": {"seqLen": 512, "globalBatchSize": 8,
+                                                                   "tokens": "1000000"}}})
     with FrenzyClient(cluster.grpc_address) as client:
         done = _ends_with_a_reason(client, job_id)
         assert done.state == types_pb2.FAILED and done.reason, done

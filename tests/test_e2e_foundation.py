@@ -198,7 +198,8 @@ def test_cli_status_and_nodes_json(cluster, client, tmp_path):
     wait_terminal(client, job_id)
     rows = json.loads(_cli(cluster, "status", "--json").stdout)
     row = next(r for r in rows if r["id"] == job_id)
-    assert set(row) == {"id", "name", "state", "reason", "gpu_type", "num_gpus"}
+    assert set(row) == {"id", "name", "state", "reason", "gpu_type", "num_gpus", "attempt", "step",
+                        "checkpoint_step", "resumed_from_step"}
     assert row["state"] == "SUCCEEDED" and row["num_gpus"] > 0
     nodes = json.loads(_cli(cluster, "nodes", "--json").stdout)
     assert {n["id"] for n in nodes} == set(cluster.node_ids)

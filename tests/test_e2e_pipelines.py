@@ -47,7 +47,9 @@ def run_example(script: str, *args: str, cluster, timeout_s: float = 90) -> subp
 def test_a_job_produced_onto_kafka_by_a_plain_producer_succeeds(cluster, tmp_path):
     spec = tmp_path / "spec.yaml"
     spec.write_text(SPEC.format(name="from-kafka"))
-    produced = run_example("produce_job.py", str(spec), "--job-id", "pipeline-kafka-1", cluster=cluster)
+    key_id, secret = cluster.security.create_pipeline_key()  # the tenant's pipeline key
+    produced = run_example("produce_job.py", str(spec), "--job-id", "pipeline-kafka-1",
+                           "--pipeline-key", f"{key_id}.{secret.decode()}", cluster=cluster)
     assert produced.returncode == 0, produced.stderr
     assert produced.stdout.strip() == "pipeline-kafka-1"
     with FrenzyClient(cluster.grpc_address) as client:

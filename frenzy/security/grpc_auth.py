@@ -75,10 +75,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                                     f"rate limit: tenant {who.tenant!r} is over "
                                     f"{policy.requests_per_s:g} requests/s; retry later")
-        size = request.ByteSize()
-        if size > MAX_REQUEST_BYTES:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"request: {size} bytes exceeds the limit of {MAX_REQUEST_BYTES}")
+        if request is not None:
+            await _check_size(request, context)
         return who
 
     async def intercept_service(self, continuation, details):
@@ -111,4 +109,28 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             return grpc.unary_stream_rpc_method_handler(
                 unary_stream, request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer)
-        return None  # streaming requests: none exist; refusing beats serving them unchecked
+        if handler.stream_stream is not None:  # server reflection (frenzy.grpc_ops)
+            inner_bidi = handler.stream_stream
+
+            async def stream_stream(requests, context):
+                _CALLER.set(await admit(None, context, metadata))
+
+                async def bounded():
+                    async for request in requests:
+                        await _check_size(request, context)
+                        yield request
+
+                async for item in inner_bidi(bounded(), context):
+                    yield item
+
+            return grpc.stream_stream_rpc_method_handler(
+                stream_stream, request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer)
+        return None  # client streaming: none exist; refusing beats serving it unchecked
+
+
+async def _check_size(request, context) -> None:
+    size = request.ByteSize()
+    if size > MAX_REQUEST_BYTES:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                            f"request: {size} bytes exceeds the limit of {MAX_REQUEST_BYTES}")
