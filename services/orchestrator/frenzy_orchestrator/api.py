@@ -39,12 +39,12 @@ class JobApi(services_pb2_grpc.JobServiceServicer):
         who = caller()
         if request.job_id and job_id_problem(request.job_id):
             await _invalid(context, f"job_id: {job_id_problem(request.job_id)}")
-        if request.spec.ByteSize() > MAX_SPEC_BYTES:
-            await _invalid(context, f"spec: {request.spec.ByteSize()} bytes, more than {MAX_SPEC_BYTES}")
         try:
-            resolve_spec(request.spec)
+            resolve_spec(request.spec)  # per-field limits first: the error names the field
         except SpecError as err:
             await _invalid(context, f"spec.{err}")
+        if request.spec.ByteSize() > MAX_SPEC_BYTES:
+            await _invalid(context, f"spec: {request.spec.ByteSize()} bytes, more than {MAX_SPEC_BYTES}")
         policy = self.auth.store.tenant(who.tenant) if self.auth.store else None
         if policy is not None:
             problem = tenancy.entrypoint_problem(list(request.spec.entrypoint), policy)
