@@ -19,7 +19,7 @@ from frenzy.broker import free_port  # noqa: E402
 from frenzy.client import FrenzyClient  # noqa: E402
 from frenzy.localcluster import start_cluster  # noqa: E402
 from frenzy.v1 import types_pb2  # noqa: E402
-from frenzy_agent.executor import job_dir_name, job_key  # noqa: E402
+from frenzy_agent.executor import job_dir_name  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.torch]
 DATA = Path(__file__).parent / "data"
@@ -115,7 +115,8 @@ def _logs(cluster, job_id: str) -> str:
     """The job's rank logs (kept when it fails; last lines first, where the exception is) and
     the agent log tail, for the failure message."""
     parts = []
-    for log in sorted((cluster.workdir / "agents").glob(f"*/{job_key(job_id)}.*/rank*.log")):
+    attempts = job_dir_name(job_id, 0).rsplit(".", 1)[0] + ".*"  # every attempt's directory
+    for log in sorted((cluster.workdir / "agents").glob(f"*/{attempts}/rank*.log")):
         text = log.read_text(errors="replace")
         last = "\n".join(text.splitlines()[-3:])
         parts.append(f"--- {log.parent.name}/{log.name} ends: {last}\n{text[-3000:]}")
