@@ -197,20 +197,29 @@ def test_a_job_id_cannot_escape_and_the_server_opens_no_client_path(cluster):
 
 
 def test_quotas_and_rate_limits_are_enforced(cluster, store):
-    with tenant_client(cluster, store, "team-q", TenantPolicy(max_queued_jobs=1, max_gpus=2)) as q:
-        # Only H100s would do, and the cluster has none: the job waits in the queue.
-        waiting = q.submit(spec("waits", constraints=types_pb2.Constraints(gpu_types=["H100-80GB"])))
-        wait_state(q, waiting, {types_pb2.QUEUED})
-        with pytest.raises(grpc.RpcError) as err:
-            q.submit(spec("second"))
-        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "queued" in err.value.details()
-        q.cancel(waiting)
-        with pytest.raises(grpc.RpcError) as err:
-            q.submit(spec("wide", constraints=types_pb2.Constraints(min_gpus=4)))
-        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "at most 2" in err.value.details()
-        with pytest.raises(grpc.RpcError) as err:
-            q.submit(spec("shell", entrypoint=["sh", "-c", "id"]))
-        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    # All four A100s busy (a job the cluster cannot hold at all fails as unschedulable instead
+    # of waiting, so the queued job waits behind this one).
+    with cluster.client() as admin:
+        blocker = admin.submit(spec("a100-blocker", entrypoint=["sleep", "120"],
+                                    constraints=types_pb2.Constraints(gpu_types=["A100-80GB"], min_gpus=4)))
+        wait_state(admin, blocker, {types_pb2.RUNNING})
+        try:
+            with tenant_client(cluster, store, "team-q", TenantPolicy(max_queued_jobs=1, max_gpus=2)) as q:
+                # Only A100s would do, and all are busy: the job waits in the queue.
+                waiting = q.submit(spec("waits", constraints=types_pb2.Constraints(gpu_types=["A100-80GB"])))
+                wait_state(q, waiting, {types_pb2.QUEUED})
+                with pytest.raises(grpc.RpcError) as err:
+                    q.submit(spec("second"))
+                assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "queued" in err.value.details()
+                q.cancel(waiting)
+                with pytest.raises(grpc.RpcError) as err:
+                    q.submit(spec("wide", constraints=types_pb2.Constraints(min_gpus=4)))
+                assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "at most 2" in err.value.details()
+                with pytest.raises(grpc.RpcError) as err:
+                    q.submit(spec("shell", entrypoint=["sh", "-c", "id"]))
+                assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        finally:
+            admin.cancel(blocker)
     with tenant_client(cluster, store, "team-r", TenantPolicy(requests_per_s=0.1, burst=2)) as r:
         r.list()
         r.list()
