@@ -88,6 +88,8 @@ def _act_bytes(recipe: Recipe) -> int:
 def rank_layer_params(arch: ModelArch, plan: ParallelPlan) -> int:
     """Parameters of one layer a rank holds before tensor parallelism: expert parallelism
     (plan.ep) spreads a mixture-of-experts layer's routed experts over ep ranks."""
+    if plan.ep == 1:
+        return arch.layer_params()
     experts = arch.expert_layer_params()
     return arch.layer_params() - experts + experts // plan.ep
 
@@ -96,6 +98,8 @@ def expert_replica_params(arch: ModelArch, plan: ParallelPlan) -> int:
     """Parameters of one stage's tp rank held by another rank of the ep group: ZeRO shards
     experts over the dp / ep ranks that replicate them (Megatron's expert data-parallel
     group), so a rank's shard is the model's share over dp, not its own holding's."""
+    if plan.ep == 1:
+        return 0
     experts = arch.expert_layer_params() * (arch.num_layers // plan.pp)
     return -(-(experts - experts // plan.ep) // plan.tp)
 
