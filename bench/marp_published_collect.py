@@ -31,7 +31,7 @@ SKIP = ("resume", "fp8", "experts", "mla", "grpo", "inference", "release", "reru
 UNMODELLED = ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
               "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
               "--microbatch-group-size-per-virtual-pipeline-stage", "--cross-entropy-loss-fusion",
-              "--defer-embedding-wgrad-compute", "--num-distributed-optimizer-instances")
+              "--num-distributed-optimizer-instances")
 
 
 def _git(repo: str, *args: str) -> str:
@@ -114,6 +114,7 @@ def rows(repo: str) -> list[dict]:
             "attention": "eager" if a.get("--attention-backend") in ("unfused", "local")
             or a.get("--transformer-impl") == "local" else "flash",
             "cross_entropy_fusion": bool(a.get("--cross-entropy-loss-fusion")),
+            "defer_embedding_wgrad": bool(a.get("--defer-embedding-wgrad-compute")),
             "metric": "allocated", "rank": "last",
             "measured_bytes": int(steps[-1][1]),
             "mapping": "clean" if exact and not vp and not unmodelled else "approximate",

@@ -167,3 +167,38 @@ def test_stages_a_stack_lacks_are_neither_searched_nor_gathered_fsdp_style():
     options = enumerate_options(LLAMA3_8B, TrainingSpec(2048, 64, 64 * 2048 * 10, meg),
                                 [get_gpu("H100-80GB")])
     assert options and all(o.plan.zero <= 1 for o in options)
+
+
+def test_megatron_deferred_output_wgrad_keeps_logit_grad_and_input_per_micro_batch():
+    plan = ParallelPlan(tp=2, micro_batch=2)
+    tokens = 2 * 4096
+    per_mb = stacks.megatron_deferred_output_wgrad_bytes(LLAMA3_8B, R, plan, 4096)
+    assert per_mb == pytest.approx(2 * tokens * (LLAMA3_8B.vocab_size / 2 + LLAMA3_8B.hidden_size),
+                                   rel=1e-4)
+    sp = ParallelPlan(tp=2, micro_batch=2, sequence_parallel=True)  # the input is SP-sharded
+    assert per_mb - stacks.megatron_deferred_output_wgrad_bytes(LLAMA3_8B, R, sp, 4096) == \
+        pytest.approx(tokens * LLAMA3_8B.hidden_size, rel=1e-4)
+
+
+@pytest.mark.parametrize("accum", [2, 4, 8])
+def test_deferred_output_wgrad_grows_the_last_stage_with_the_micro_batches_deferred(accum):
+    plan = ParallelPlan(dp=2, tp=2, pp=2, micro_batch=1)
+
+    def est(stage, defer):
+        return estimate_memory(LLAMA3_8B, R, plan, 4096, grad_accum=accum, framework="megatron",
+                               stage=stage, defer_output_wgrad=defer)
+
+    per_mb = stacks.megatron_deferred_output_wgrad_bytes(LLAMA3_8B, R, plan, 4096)
+    grown = est(1, True).peak_allocated_bytes - est(1, False).peak_allocated_bytes
+    assert (accum - 1) * per_mb <= grown <= accum * per_mb
+    assert est(1, True).breakdown["deferred_output_wgrad"] in ((accum - 1) * per_mb, accum * per_mb)
+    assert est(0, True) == est(0, False)  # only the last stage holds the output layer
+
+
+def test_deferred_output_wgrad_needs_a_pipeline_and_megatron():
+    with pytest.raises(ValueError, match="defer_output_wgrad"):
+        estimate_memory(LLAMA3_8B, R, ParallelPlan(tp=2), 4096, framework="megatron",
+                        defer_output_wgrad=True)
+    with pytest.raises(ValueError, match="defer_output_wgrad"):
+        estimate_memory(LLAMA3_8B, R, ParallelPlan(pp=2), 4096, framework="torchtitan",
+                        defer_output_wgrad=True)

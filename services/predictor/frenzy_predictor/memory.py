@@ -480,6 +480,10 @@ class RecipeProfile:
     # stay whole and only the profile's model_states term knows the stage.
     fsdp_stages: tuple[int, ...] = (2, 3)
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)  # what the stack offers: the plan search tries these
+    # (arch, recipe, plan, seq_len) -> bytes one micro-batch leaves in the output layer's
+    # deferred weight-gradient buffers (Megatron's --defer-embedding-wgrad-compute); None: the
+    # stack has no such option.
+    deferred_output_wgrad: Callable[..., int] | None = None
 
 
 def _memoised(memo: dict | None, key: tuple, term, *args):
@@ -523,13 +527,15 @@ def pipeline_in_flight(plan: ParallelPlan, stage: int, accum: int, virtual_stage
 def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len: int, *,
                     grad_accum: int | None = None, memo: dict | None = None,
                     framework: str | None = None, stage: int | None = None,
-                    virtual_stages: int = 1) -> MemoryEstimate:
+                    virtual_stages: int = 1, defer_output_wgrad: bool = False) -> MemoryEstimate:
     """Per-rank peak memory of one training step of the reference recipe, or of another
     stack's recipe profile (`framework`, default recipe.framework; see frenzy_predictor.stacks).
 
     stage: only this pipeline stage's ranks (a stack that logs one rank's peak, as Megatron
     logs the last); None: the largest over stages. virtual_stages: Megatron's interleaved
-    schedule's model chunks per rank (1: plain 1F1B).
+    schedule's model chunks per rank (1: plain 1F1B). defer_output_wgrad: the output layer's
+    weight gradient waits for the pipeline flush (Megatron's --defer-embedding-wgrad-compute),
+    so the last stage keeps every micro-batch's buffers through backward.
 
     grad_accum: micro-batches per optimizer step; None (unknown) assumes more than one, the
     conservative case (FSDP's sharded grads then live through forward, and 1F1B has pp
@@ -550,6 +556,9 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
     if virtual_stages < 1 or (arch.num_layers // plan.pp) % virtual_stages:
         raise ValueError(f"virtual_stages: {virtual_stages} must divide the "
                          f"{arch.num_layers // plan.pp} layers of a stage")
+    if defer_output_wgrad and (profile.deferred_output_wgrad is None or plan.pp == 1):
+        raise ValueError(f"defer_output_wgrad: needs a pipeline (pp > 1) and a stack that "
+                         f"offers it (megatron), got pp {plan.pp} and {framework}")
     if memo is not None:
         memo["job"] = job
     cp = plan.cp
@@ -639,6 +648,12 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
             + (layer_act if full else 0) + layer_live
         layer_bwd = {**states_bwd, "activations": layer_acts, "logits_loss": 0,
                      "temporaries": inputs + pending + buffers[k]}
+        if defer_output_wgrad and last:
+            # The last micro-batch's backward: the earlier ones' deferred buffers at the loss,
+            # its own too once the output layer has run backward.
+            deferred = profile.deferred_output_wgrad(arch, recipe, plan, seq_len)
+            backward["deferred_output_wgrad"] = (accum - 1) * deferred
+            layer_bwd["deferred_output_wgrad"] = accum * deferred
         if fsdp:
             layer_bwd["parameters"] = own_params + layer_weights
             if accum == 1:

@@ -69,9 +69,26 @@ def megatron_logits_loss_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPl
     return _r(logits * FP32_BYTES) + _r(logits * _act_bytes(recipe))
 
 
+def megatron_deferred_output_wgrad_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
+                                         seq_len: int) -> int:
+    """--defer-embedding-wgrad-compute (wgrad_deferral_limit 0: every micro-batch): the output
+    layer's forward appends its input (input_parallel, sequence-parallel-sharded when SP is on)
+    to embedding_activation_buffer (tensor_parallel/layers.py ColumnParallelLinear.forward), and
+    its backward appends the 16-bit logit gradient to grad_output_buffer instead of computing
+    the weight gradient (LinearWithGradAccumulationAndAsyncCommunication.backward). Both lists
+    are drained by drain_embedding_wgrad_compute (core/utils.py) only at the pipeline flush
+    (pipeline_parallel/schedules.py finish_embedding_wgrad_compute), so on the last stage each
+    micro-batch keeps tokens x (vocab / tp + hidden) 16-bit values through the rest of
+    backward."""
+    rep = plan.tp if plan.sequence_parallel else 1
+    tokens, e = _tokens(plan, seq_len), _act_bytes(recipe)
+    return _r(tokens * _vocab_shard(arch, plan) * e) + _r(tokens * arch.hidden_size * e // rep)
+
+
 MEGATRON = RecipeProfile("megatron", model_states=megatron_model_state_bytes,
                          layer=megatron_layer_bytes, logits_loss=megatron_logits_loss_bytes,
-                         fsdp_stages=(), zero_stages=(0, 1))
+                         fsdp_stages=(), zero_stages=(0, 1),
+                         deferred_output_wgrad=megatron_deferred_output_wgrad_bytes)
 
 
 # ---------------------------------------------------------------- torchtitan (FSDP2)
