@@ -202,3 +202,30 @@ def test_deferred_output_wgrad_needs_a_pipeline_and_megatron():
     with pytest.raises(ValueError, match="defer_output_wgrad"):
         estimate_memory(LLAMA3_8B, R, ParallelPlan(pp=2), 4096, framework="torchtitan",
                         defer_output_wgrad=True)
+
+
+@pytest.mark.parametrize("zero,in_backward,at_step", [(0, 0, 0), (1, 1, 0), (2, 1, 0), (3, 1, 1)])
+def test_deepspeed_reduce_buckets_follow_the_stage(zero, in_backward, at_step):
+    """ZeRO-1/2 allocate reduce_bucket_size 16-bit elements at the first gradient hook and free
+    them at the step; ZeRO-3 keeps its bucket; no ZeRO, no bucket."""
+    plan = ParallelPlan(dp=8, zero=zero)
+    bucket = 2 * stacks.DEEPSPEED_REDUCE_BUCKET_ELEMENTS
+    assert stacks.deepspeed_reduce_bucket_bytes(LLAMA3_8B, R, plan, False) == in_backward * bucket
+    assert stacks.deepspeed_reduce_bucket_bytes(LLAMA3_8B, R, plan, True) == at_step * bucket
+
+
+def test_hf_trainer_fills_the_reduce_bucket_with_hidden_squared():
+    plan = ParallelPlan(dp=8, zero=2)
+    h = LLAMA3_8B.hidden_size
+    assert stacks.hf_reduce_bucket_bytes(LLAMA3_8B, R, plan, False) == pytest.approx(2 * h * h, rel=1e-4)
+    assert stacks.hf_reduce_bucket_bytes(LLAMA3_8B, R, ParallelPlan(dp=8), False) == 0
+
+
+def test_deepspeed_estimate_carries_the_bucket_in_backward():
+    plan = ParallelPlan(dp=8, zero=2, micro_batch=1, recompute="full")
+    est = estimate_memory(LLAMA3_8B, Recipe(grad_dtype="16bit"), plan, 4096, grad_accum=8,
+                          framework="deepspeed")
+    bucket = 2 * stacks.DEEPSPEED_REDUCE_BUCKET_ELEMENTS
+    assert est.peak_phase == "backward" and est.breakdown["reduce_buckets"] == bucket
+    no_zero = estimate_memory(LLAMA3_8B, R, ParallelPlan(dp=8), 4096, framework="deepspeed")
+    assert "reduce_buckets" not in no_zero.breakdown

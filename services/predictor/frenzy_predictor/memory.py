@@ -484,6 +484,9 @@ class RecipeProfile:
     # deferred weight-gradient buffers (Megatron's --defer-embedding-wgrad-compute); None: the
     # stack has no such option.
     deferred_output_wgrad: Callable[..., int] | None = None
+    # (arch, recipe, plan, at_step) -> bytes of the stack's gradient reduce buckets, in backward
+    # (at_step False) or at the optimizer step (True); None: counted elsewhere or none.
+    reduce_buckets: Callable[..., int] | None = None
 
 
 def _memoised(memo: dict | None, key: tuple, term, *args):
@@ -688,6 +691,10 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
                              ("optimizer", optimizer)):
             if terms is None:
                 continue
+            if profile.reduce_buckets is not None:
+                buckets = profile.reduce_buckets(arch, recipe, states_plan, phase == "optimizer")
+                if buckets:
+                    terms["reduce_buckets"] = buckets
             total = sum(terms.values())
             if best is None or total > best[0]:
                 best = (total, terms, phase, stage)

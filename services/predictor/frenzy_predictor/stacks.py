@@ -166,8 +166,7 @@ def deepspeed_model_state_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelP
     - ZeRO-3 (zero/stage3.py): 16-bit parameter partition (fp16_partitioned_groups_flat) and
       gradient partition (grad_partitions_flat_buffer), the fp32 partition's grad at the step,
       fp32 master partition + Adam: (2 + 2 + 4 + 12) / dp.
-    The ZeRO-2 reduce buckets (reduce_bucket_size 16-bit elements during backward) are not
-    counted.
+    The reduce buckets are a term of their own (deepspeed_reduce_bucket_bytes).
     """
     dp, e = plan.dp, _act_bytes(recipe)
     moments = {"adamw": 8, "sgd": 4}[recipe.optimizer]
@@ -201,10 +200,42 @@ def hf_logits_loss_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
     return logits_loss_bytes(arch, recipe, plan, seq_len)
 
 
+# DeepSpeed's default zero_optimization.reduce_bucket_size, in elements (zero/config.py).
+DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 500_000_000
+
+
+def deepspeed_reduce_bucket_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
+                                  at_step: bool, bucket_elements: int = DEEPSPEED_REDUCE_BUCKET_ELEMENTS
+                                  ) -> int:
+    """The gradient reduce buckets DeepSpeed allocates with contiguous_gradients (on by
+    default), reduce_bucket_size elements in the optimizer's 16-bit dtype:
+
+    - ZeRO-1/2 (zero/stage_1_and_2.py setup_buckets): one at the first gradient hook of each
+      micro-step (a second with overlap_comm, whose default is off below ZeRO-3), released by
+      _release_ipg_buffers at the step: held through backward, not at the step;
+    - ZeRO-3 (zero/stage3.py, after initialize_optimizer_states): one, kept for the run.
+    ZeRO-0 has none. DeepSpeedExamples#336 (a maintainer) names this buffer as why ZeRO-2 peaks
+    above ZeRO-1 when activations dominate.
+    """
+    if plan.zero == 0 or (plan.zero < 3 and at_step):
+        return 0
+    return _r(bucket_elements * _act_bytes(recipe))
+
+
+def hf_reduce_bucket_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
+                           at_step: bool) -> int:
+    """With a ZeRO stage the Trainer fills reduce_bucket_size "auto" with hidden_size²
+    (transformers/integrations/deepspeed.py, HfTrainerDeepSpeedConfig.trainer_config_finalize);
+    DeepSpeed's buckets otherwise. No ZeRO: DDP's buckets are in hf_model_state_bytes."""
+    return deepspeed_reduce_bucket_bytes(arch, recipe, plan, at_step,
+                                         arch.hidden_size * arch.hidden_size)
+
+
 # ZeRO-3 fetches each module's partitioned parameters before it runs and releases them after,
 # with prefetching (partitioned_param_coordinator.py): modelled as FSDP's ZeRO-3 gathering.
 DEEPSPEED = RecipeProfile("deepspeed", model_states=deepspeed_model_state_bytes,
-                          layer=layer_bytes, logits_loss=hf_logits_loss_bytes, fsdp_stages=(3,))
+                          layer=layer_bytes, logits_loss=hf_logits_loss_bytes, fsdp_stages=(3,),
+                          reduce_buckets=deepspeed_reduce_bucket_bytes)
 
 
 # ---------------------------------------------------------------- HF Trainer (AMP + DDP)
@@ -228,6 +259,7 @@ def hf_model_state_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, pa
 
 
 HF = RecipeProfile("hf", model_states=hf_model_state_bytes, layer=layer_bytes,
-                   logits_loss=hf_logits_loss_bytes, fsdp_stages=(3,))
+                   logits_loss=hf_logits_loss_bytes, fsdp_stages=(3,),
+                   reduce_buckets=hf_reduce_bucket_bytes)
 
 PROFILES: dict[str, RecipeProfile] = {p.name: p for p in (MEGATRON, TORCHTITAN, DEEPSPEED, HF)}
