@@ -229,3 +229,17 @@ def test_deepspeed_estimate_carries_the_bucket_in_backward():
     assert est.peak_phase == "backward" and est.breakdown["reduce_buckets"] == bucket
     no_zero = estimate_memory(LLAMA3_8B, R, ParallelPlan(dp=8), 4096, framework="deepspeed")
     assert "reduce_buckets" not in no_zero.breakdown
+
+
+def test_hf_rmsnorm_keeps_fp32_input_and_normalised_copy_per_norm():
+    """Two eager LlamaRMSNorms per layer: 4 B per element more than the fused norm each; none
+    for GPT-2's fused LayerNorm; under full recompute only the recomputed layer holds them."""
+    plan = ParallelPlan(micro_batch=2)
+    tokens, h = 2 * 4096, LLAMA3_8B.hidden_size
+    saved, live = stacks.hf_layer_bytes(LLAMA3_8B, R, plan, 4096)
+    ref_saved, ref_live = layer_bytes(LLAMA3_8B, R, plan, 4096)
+    assert saved - ref_saved == pytest.approx(2 * 4 * tokens * h, rel=1e-4)
+    assert live - ref_live == pytest.approx(2 * 4 * tokens * h, rel=1e-4)
+    full = ParallelPlan(micro_batch=2, recompute="full")
+    assert stacks.hf_layer_bytes(LLAMA3_8B, R, full, 4096)[0] == layer_bytes(LLAMA3_8B, R, full, 4096)[0]
+    assert stacks.hf_layer_bytes(GPT2, R, plan, 1024) == layer_bytes(GPT2, R, plan, 1024)

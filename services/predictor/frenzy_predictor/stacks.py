@@ -200,6 +200,29 @@ def hf_logits_loss_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
     return logits_loss_bytes(arch, recipe, plan, seq_len)
 
 
+# ---------------------------------------------------------------- HF transformers modules
+
+def hf_layer_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
+                   seq_len: int) -> tuple[int, int]:
+    """A transformers decoder layer (what DeepSpeed and the HF Trainer run) saves the reference
+    layer's tensors, except in its two RMSNorms. LlamaRMSNorm (models/llama/modeling_llama.py;
+    Mistral, Qwen2, Mixtral, Qwen2-MoE and Phi-3 copy it) runs eagerly:
+    `x.to(float32)`, `x.pow(2).mean(-1)`, `x * torch.rsqrt(variance + eps)`,
+    `weight * x.to(input_dtype)`: autograd keeps the fp32 input (pow and mul) and the normalised
+    16-bit tensor (the weight's product), where the reference's fused norm keeps the 16-bit
+    input: 4 B more per element, per norm. Their RoPE (q * cos + rotate_half(q) * sin) keeps
+    only cos and sin (no grad), like the reference. GPT-2 uses nn.LayerNorm (fused: the
+    reference term); Gemma's norm differs and is not re-derived (the reference term).
+    Full recompute keeps the block input only; the recomputed layer running backward holds the
+    norms' tensors again."""
+    saved, live = layer_bytes(arch, recipe, plan, seq_len)
+    if arch.family in ("gpt2", "gemma"):
+        return saved, live
+    rep = plan.tp if plan.sequence_parallel else 1
+    norms = 2 * _r(_tokens(plan, seq_len) * arch.hidden_size * FP32_BYTES // rep)
+    return (saved if plan.recompute == "full" else saved + norms), live + norms
+
+
 # DeepSpeed's default zero_optimization.reduce_bucket_size, in elements (zero/config.py).
 DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 500_000_000
 
@@ -234,7 +257,7 @@ def hf_reduce_bucket_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
 # ZeRO-3 fetches each module's partitioned parameters before it runs and releases them after,
 # with prefetching (partitioned_param_coordinator.py): modelled as FSDP's ZeRO-3 gathering.
 DEEPSPEED = RecipeProfile("deepspeed", model_states=deepspeed_model_state_bytes,
-                          layer=layer_bytes, logits_loss=hf_logits_loss_bytes, fsdp_stages=(3,),
+                          layer=hf_layer_bytes, logits_loss=hf_logits_loss_bytes, fsdp_stages=(3,),
                           reduce_buckets=deepspeed_reduce_bucket_bytes)
 
 
@@ -258,7 +281,7 @@ def hf_model_state_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, pa
             "optimizer_states": (moments // 4) * _r(params * 4)}
 
 
-HF = RecipeProfile("hf", model_states=hf_model_state_bytes, layer=layer_bytes,
+HF = RecipeProfile("hf", model_states=hf_model_state_bytes, layer=hf_layer_bytes,
                    logits_loss=hf_logits_loss_bytes, fsdp_stages=(3,),
                    reduce_buckets=hf_reduce_bucket_bytes)
 
