@@ -92,6 +92,8 @@ def rows(repo: str) -> list[dict]:
             notes.append(f"interleaved 1F1B, {vp} layer(s) per virtual stage")
         unmodelled = [flag for flag in UNMODELLED if a.get(flag)]
         notes += [f"{flag} (not modelled)" for flag in unmodelled]
+        if a.get("--defer-embedding-wgrad-compute"):
+            notes.append("--defer-embedding-wgrad-compute")
         if a.get("--transformer-impl") == "local":
             notes.append("local (non-TE) layers")
         if a.get("--attention-backend"):
