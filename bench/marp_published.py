@@ -3,7 +3,7 @@
     .venv/bin/python bench/marp_published.py [--all]
 
 Reads bench/data/marp_published.yaml (collected first hand: Megatron-LM's functional-test golden
-values, torchtitan's benchmark tables; see the file's header and bench/marp_published_collect.py).
+values, torchtitan's benchmark tables, a DeepSpeed ZeRO-2/3 table; see the file's header and bench/marp_published_collect.py).
 For each row: the measured peak, MARP with the stack's recipe profile (`ours`), MARP with the
 reference trainer's profile as it was before profiles (`frenzy`), and the three formulas of
 bench/marp_accuracy.py (Frenzy paper, Korthikanti, DeepSpeed's estimator). `ours` is compared
@@ -48,7 +48,8 @@ def row_arch(row: dict) -> ModelArch:
 def row_job(row: dict) -> tuple[ModelArch, Recipe, ParallelPlan, int, int]:
     """(arch, recipe, plan, seq_len, grad_accum) as the row's stack ran it."""
     arch = row_arch(row)
-    recipe = Recipe(dropout=row.get("dropout", 0.0), attention=row.get("attention", "flash"))
+    recipe = Recipe(dropout=row.get("dropout", 0.0), attention=row.get("attention", "flash"),
+                    grad_dtype=row.get("grad_dtype", "fp32"))
     if row["stack"] == "megatron":
         zero = 1 if row.get("distributed_optimizer") else 0
     else:
@@ -78,7 +79,8 @@ def predict(row: dict) -> dict[str, float]:
     arch, recipe, plan, seq_len, accum = row_job(row)
     stage = plan.pp - 1 if row["rank"] == "last" else None
     est = estimate_memory(arch, recipe, plan, seq_len, grad_accum=accum, framework=row["stack"],
-                          stage=stage, virtual_stages=row.get("virtual_stages", 1))
+                          stage=stage, virtual_stages=row.get("virtual_stages", 1),
+                          defer_output_wgrad=row.get("defer_embedding_wgrad", False))
     ours = est.peak_allocated_bytes if row["metric"] == "allocated" else est.peak_reserved_bytes
     before = estimate_memory(arch, recipe, plan, seq_len, grad_accum=accum)
     return {"ours": ours, "frenzy": before.peak_tensor_bytes, **baselines(arch, plan, seq_len)}

@@ -31,7 +31,7 @@ SKIP = ("resume", "fp8", "experts", "mla", "grpo", "inference", "release", "reru
 UNMODELLED = ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
               "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
               "--microbatch-group-size-per-virtual-pipeline-stage", "--cross-entropy-loss-fusion",
-              "--defer-embedding-wgrad-compute", "--num-distributed-optimizer-instances")
+              "--num-distributed-optimizer-instances")
 
 
 def _git(repo: str, *args: str) -> str:
@@ -92,6 +92,8 @@ def rows(repo: str) -> list[dict]:
             notes.append(f"interleaved 1F1B, {vp} layer(s) per virtual stage")
         unmodelled = [flag for flag in UNMODELLED if a.get(flag)]
         notes += [f"{flag} (not modelled)" for flag in unmodelled]
+        if a.get("--defer-embedding-wgrad-compute"):
+            notes.append("--defer-embedding-wgrad-compute")
         if a.get("--transformer-impl") == "local":
             notes.append("local (non-TE) layers")
         if a.get("--attention-backend"):
@@ -114,6 +116,7 @@ def rows(repo: str) -> list[dict]:
             "attention": "eager" if a.get("--attention-backend") in ("unfused", "local")
             or a.get("--transformer-impl") == "local" else "flash",
             "cross_entropy_fusion": bool(a.get("--cross-entropy-loss-fusion")),
+            "defer_embedding_wgrad": bool(a.get("--defer-embedding-wgrad-compute")),
             "metric": "allocated", "rank": "last",
             "measured_bytes": int(steps[-1][1]),
             "mapping": "clean" if exact and not vp and not unmodelled else "approximate",

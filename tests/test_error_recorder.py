@@ -158,3 +158,15 @@ def test_app_settings_respect_the_namespace_and_the_embedded_broker():
     assert app.error_table.changelog_topic.get_topic_name() == "ns.frenzy-error-recorder-memory-errors-changelog"
     subscribed = {t for agent in app.agents.values() for t in agent.channel.topics}
     assert "ns.frenzy.jobs.status" in subscribed
+
+
+def test_the_record_compares_the_measured_peak_with_marps_allocated_prediction_not_the_margin():
+    """Trainers report max_memory_allocated: the record compares it with peak_allocated_bytes,
+    and a learned margin applied to the option never enters the record (it would shrink the next
+    margin: a feedback loop)."""
+    event = status(predicted=13 * GIB, measured=10 * GIB)
+    event.job.option.peak_allocated_bytes = 11 * GIB
+    event.job.option.memory_margin = 1.3
+    assert error_table.measurement_of(event).predicted_bytes == 11 * GIB
+    event.job.option.peak_allocated_bytes = 0  # an option from before the three peaks
+    assert error_table.measurement_of(event).predicted_bytes == round(13 * GIB / 1.3)

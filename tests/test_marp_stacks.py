@@ -167,3 +167,79 @@ def test_stages_a_stack_lacks_are_neither_searched_nor_gathered_fsdp_style():
     options = enumerate_options(LLAMA3_8B, TrainingSpec(2048, 64, 64 * 2048 * 10, meg),
                                 [get_gpu("H100-80GB")])
     assert options and all(o.plan.zero <= 1 for o in options)
+
+
+def test_megatron_deferred_output_wgrad_keeps_logit_grad_and_input_per_micro_batch():
+    plan = ParallelPlan(tp=2, micro_batch=2)
+    tokens = 2 * 4096
+    per_mb = stacks.megatron_deferred_output_wgrad_bytes(LLAMA3_8B, R, plan, 4096)
+    assert per_mb == pytest.approx(2 * tokens * (LLAMA3_8B.vocab_size / 2 + LLAMA3_8B.hidden_size),
+                                   rel=1e-4)
+    sp = ParallelPlan(tp=2, micro_batch=2, sequence_parallel=True)  # the input is SP-sharded
+    assert per_mb - stacks.megatron_deferred_output_wgrad_bytes(LLAMA3_8B, R, sp, 4096) == \
+        pytest.approx(tokens * LLAMA3_8B.hidden_size, rel=1e-4)
+
+
+@pytest.mark.parametrize("accum", [2, 4, 8])
+def test_deferred_output_wgrad_grows_the_last_stage_with_the_micro_batches_deferred(accum):
+    plan = ParallelPlan(dp=2, tp=2, pp=2, micro_batch=1)
+
+    def est(stage, defer):
+        return estimate_memory(LLAMA3_8B, R, plan, 4096, grad_accum=accum, framework="megatron",
+                               stage=stage, defer_output_wgrad=defer)
+
+    per_mb = stacks.megatron_deferred_output_wgrad_bytes(LLAMA3_8B, R, plan, 4096)
+    grown = est(1, True).peak_allocated_bytes - est(1, False).peak_allocated_bytes
+    assert (accum - 1) * per_mb <= grown <= accum * per_mb
+    assert est(1, True).breakdown["deferred_output_wgrad"] in ((accum - 1) * per_mb, accum * per_mb)
+    assert est(0, True) == est(0, False)  # only the last stage holds the output layer
+
+
+def test_deferred_output_wgrad_needs_a_pipeline_and_megatron():
+    with pytest.raises(ValueError, match="defer_output_wgrad"):
+        estimate_memory(LLAMA3_8B, R, ParallelPlan(tp=2), 4096, framework="megatron",
+                        defer_output_wgrad=True)
+    with pytest.raises(ValueError, match="defer_output_wgrad"):
+        estimate_memory(LLAMA3_8B, R, ParallelPlan(pp=2), 4096, framework="torchtitan",
+                        defer_output_wgrad=True)
+
+
+@pytest.mark.parametrize("zero,in_backward,at_step", [(0, 0, 0), (1, 1, 0), (2, 1, 0), (3, 1, 1)])
+def test_deepspeed_reduce_buckets_follow_the_stage(zero, in_backward, at_step):
+    """ZeRO-1/2 allocate reduce_bucket_size 16-bit elements at the first gradient hook and free
+    them at the step; ZeRO-3 keeps its bucket; no ZeRO, no bucket."""
+    plan = ParallelPlan(dp=8, zero=zero)
+    bucket = 2 * stacks.DEEPSPEED_REDUCE_BUCKET_ELEMENTS
+    assert stacks.deepspeed_reduce_bucket_bytes(LLAMA3_8B, R, plan, False) == in_backward * bucket
+    assert stacks.deepspeed_reduce_bucket_bytes(LLAMA3_8B, R, plan, True) == at_step * bucket
+
+
+def test_hf_trainer_fills_the_reduce_bucket_with_hidden_squared():
+    plan = ParallelPlan(dp=8, zero=2)
+    h = LLAMA3_8B.hidden_size
+    assert stacks.hf_reduce_bucket_bytes(LLAMA3_8B, R, plan, False) == pytest.approx(2 * h * h, rel=1e-4)
+    assert stacks.hf_reduce_bucket_bytes(LLAMA3_8B, R, ParallelPlan(dp=8), False) == 0
+
+
+def test_deepspeed_estimate_carries_the_bucket_in_backward():
+    plan = ParallelPlan(dp=8, zero=2, micro_batch=1, recompute="full")
+    est = estimate_memory(LLAMA3_8B, Recipe(grad_dtype="16bit"), plan, 4096, grad_accum=8,
+                          framework="deepspeed")
+    bucket = 2 * stacks.DEEPSPEED_REDUCE_BUCKET_ELEMENTS
+    assert est.peak_phase == "backward" and est.breakdown["reduce_buckets"] == bucket
+    no_zero = estimate_memory(LLAMA3_8B, R, ParallelPlan(dp=8), 4096, framework="deepspeed")
+    assert "reduce_buckets" not in no_zero.breakdown
+
+
+def test_hf_rmsnorm_keeps_fp32_input_and_normalised_copy_per_norm():
+    """Two eager LlamaRMSNorms per layer: 4 B per element more than the fused norm each; none
+    for GPT-2's fused LayerNorm; under full recompute only the recomputed layer holds them."""
+    plan = ParallelPlan(micro_batch=2)
+    tokens, h = 2 * 4096, LLAMA3_8B.hidden_size
+    saved, live = stacks.hf_layer_bytes(LLAMA3_8B, R, plan, 4096)
+    ref_saved, ref_live = layer_bytes(LLAMA3_8B, R, plan, 4096)
+    assert saved - ref_saved == pytest.approx(2 * 4 * tokens * h, rel=1e-4)
+    assert live - ref_live == pytest.approx(2 * 4 * tokens * h, rel=1e-4)
+    full = ParallelPlan(micro_batch=2, recompute="full")
+    assert stacks.hf_layer_bytes(LLAMA3_8B, R, full, 4096)[0] == layer_bytes(LLAMA3_8B, R, full, 4096)[0]
+    assert stacks.hf_layer_bytes(GPT2, R, plan, 1024) == layer_bytes(GPT2, R, plan, 1024)

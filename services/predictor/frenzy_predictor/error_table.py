@@ -109,6 +109,16 @@ def prediction_error(predicted: int, measured: int) -> float:
     return (predicted - measured) / measured
 
 
+def predicted_peak_bytes(option: types_pb2.PlanOption) -> int:
+    """MARP's prediction of what the job measures: the trainer reports
+    torch.cuda.max_memory_allocated (on CPU, its tracked tensors), so peak_allocated_bytes when
+    the option carries it; else the device peak without the learned margin (a margin that
+    entered the record would shrink the next one: the record must see MARP, not the guard)."""
+    if option.peak_allocated_bytes > 0:
+        return option.peak_allocated_bytes
+    return round(option.peak_bytes_per_gpu / (option.memory_margin or 1.0))
+
+
 def measurement_of(status: events_pb2.JobStatusChanged) -> Measurement | None:
     """The measurement an orchestrator status event carries, or None if it carries none.
 
@@ -131,7 +141,7 @@ def measurement_of(status: events_pb2.JobStatusChanged) -> Measurement | None:
     else:
         return None
     measured = job.progress.peak_memory_bytes or status.progress.peak_memory_bytes
-    predicted = job.option.peak_bytes_per_gpu
+    predicted = predicted_peak_bytes(job.option)
     if measured <= 0 or predicted <= 0:
         return None
     return Measurement(job_id=status.job_id or job.id, attempt=attempt,

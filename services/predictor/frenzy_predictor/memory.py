@@ -88,6 +88,8 @@ def _act_bytes(recipe: Recipe) -> int:
 def rank_layer_params(arch: ModelArch, plan: ParallelPlan) -> int:
     """Parameters of one layer a rank holds before tensor parallelism: expert parallelism
     (plan.ep) spreads a mixture-of-experts layer's routed experts over ep ranks."""
+    if plan.ep == 1:
+        return arch.layer_params()
     experts = arch.expert_layer_params()
     return arch.layer_params() - experts + experts // plan.ep
 
@@ -96,6 +98,8 @@ def expert_replica_params(arch: ModelArch, plan: ParallelPlan) -> int:
     """Parameters of one stage's tp rank held by another rank of the ep group: ZeRO shards
     experts over the dp / ep ranks that replicate them (Megatron's expert data-parallel
     group), so a rank's shard is the model's share over dp, not its own holding's."""
+    if plan.ep == 1:
+        return 0
     experts = arch.expert_layer_params() * (arch.num_layers // plan.pp)
     return -(-(experts - experts // plan.ep) // plan.tp)
 
@@ -476,6 +480,13 @@ class RecipeProfile:
     # stay whole and only the profile's model_states term knows the stage.
     fsdp_stages: tuple[int, ...] = (2, 3)
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)  # what the stack offers: the plan search tries these
+    # (arch, recipe, plan, seq_len) -> bytes one micro-batch leaves in the output layer's
+    # deferred weight-gradient buffers (Megatron's --defer-embedding-wgrad-compute); None: the
+    # stack has no such option.
+    deferred_output_wgrad: Callable[..., int] | None = None
+    # (arch, recipe, plan, at_step) -> bytes of the stack's gradient reduce buckets, in backward
+    # (at_step False) or at the optimizer step (True); None: counted elsewhere or none.
+    reduce_buckets: Callable[..., int] | None = None
 
 
 def _memoised(memo: dict | None, key: tuple, term, *args):
@@ -519,13 +530,15 @@ def pipeline_in_flight(plan: ParallelPlan, stage: int, accum: int, virtual_stage
 def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len: int, *,
                     grad_accum: int | None = None, memo: dict | None = None,
                     framework: str | None = None, stage: int | None = None,
-                    virtual_stages: int = 1) -> MemoryEstimate:
+                    virtual_stages: int = 1, defer_output_wgrad: bool = False) -> MemoryEstimate:
     """Per-rank peak memory of one training step of the reference recipe, or of another
     stack's recipe profile (`framework`, default recipe.framework; see frenzy_predictor.stacks).
 
     stage: only this pipeline stage's ranks (a stack that logs one rank's peak, as Megatron
     logs the last); None: the largest over stages. virtual_stages: Megatron's interleaved
-    schedule's model chunks per rank (1: plain 1F1B).
+    schedule's model chunks per rank (1: plain 1F1B). defer_output_wgrad: the output layer's
+    weight gradient waits for the pipeline flush (Megatron's --defer-embedding-wgrad-compute),
+    so the last stage keeps every micro-batch's buffers through backward.
 
     grad_accum: micro-batches per optimizer step; None (unknown) assumes more than one, the
     conservative case (FSDP's sharded grads then live through forward, and 1F1B has pp
@@ -546,6 +559,9 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
     if virtual_stages < 1 or (arch.num_layers // plan.pp) % virtual_stages:
         raise ValueError(f"virtual_stages: {virtual_stages} must divide the "
                          f"{arch.num_layers // plan.pp} layers of a stage")
+    if defer_output_wgrad and (profile.deferred_output_wgrad is None or plan.pp == 1):
+        raise ValueError(f"defer_output_wgrad: needs a pipeline (pp > 1) and a stack that "
+                         f"offers it (megatron), got pp {plan.pp} and {framework}")
     if memo is not None:
         memo["job"] = job
     cp = plan.cp
@@ -635,6 +651,12 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
             + (layer_act if full else 0) + layer_live
         layer_bwd = {**states_bwd, "activations": layer_acts, "logits_loss": 0,
                      "temporaries": inputs + pending + buffers[k]}
+        if defer_output_wgrad and last:
+            # The last micro-batch's backward: the earlier ones' deferred buffers at the loss,
+            # its own too once the output layer has run backward.
+            deferred = profile.deferred_output_wgrad(arch, recipe, plan, seq_len)
+            backward["deferred_output_wgrad"] = (accum - 1) * deferred
+            layer_bwd["deferred_output_wgrad"] = accum * deferred
         if fsdp:
             layer_bwd["parameters"] = own_params + layer_weights
             if accum == 1:
@@ -669,6 +691,10 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
                              ("optimizer", optimizer)):
             if terms is None:
                 continue
+            if profile.reduce_buckets is not None:
+                buckets = profile.reduce_buckets(arch, recipe, states_plan, phase == "optimizer")
+                if buckets:
+                    terms["reduce_buckets"] = buckets
             total = sum(terms.values())
             if best is None or total > best[0]:
                 best = (total, terms, phase, stage)

@@ -69,9 +69,26 @@ def megatron_logits_loss_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPl
     return _r(logits * FP32_BYTES) + _r(logits * _act_bytes(recipe))
 
 
+def megatron_deferred_output_wgrad_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
+                                         seq_len: int) -> int:
+    """--defer-embedding-wgrad-compute (wgrad_deferral_limit 0: every micro-batch): the output
+    layer's forward appends its input (input_parallel, sequence-parallel-sharded when SP is on)
+    to embedding_activation_buffer (tensor_parallel/layers.py ColumnParallelLinear.forward), and
+    its backward appends the 16-bit logit gradient to grad_output_buffer instead of computing
+    the weight gradient (LinearWithGradAccumulationAndAsyncCommunication.backward). Both lists
+    are drained by drain_embedding_wgrad_compute (core/utils.py) only at the pipeline flush
+    (pipeline_parallel/schedules.py finish_embedding_wgrad_compute), so on the last stage each
+    micro-batch keeps tokens x (vocab / tp + hidden) 16-bit values through the rest of
+    backward."""
+    rep = plan.tp if plan.sequence_parallel else 1
+    tokens, e = _tokens(plan, seq_len), _act_bytes(recipe)
+    return _r(tokens * _vocab_shard(arch, plan) * e) + _r(tokens * arch.hidden_size * e // rep)
+
+
 MEGATRON = RecipeProfile("megatron", model_states=megatron_model_state_bytes,
                          layer=megatron_layer_bytes, logits_loss=megatron_logits_loss_bytes,
-                         fsdp_stages=(), zero_stages=(0, 1))
+                         fsdp_stages=(), zero_stages=(0, 1),
+                         deferred_output_wgrad=megatron_deferred_output_wgrad_bytes)
 
 
 # ---------------------------------------------------------------- torchtitan (FSDP2)
@@ -149,8 +166,7 @@ def deepspeed_model_state_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelP
     - ZeRO-3 (zero/stage3.py): 16-bit parameter partition (fp16_partitioned_groups_flat) and
       gradient partition (grad_partitions_flat_buffer), the fp32 partition's grad at the step,
       fp32 master partition + Adam: (2 + 2 + 4 + 12) / dp.
-    The ZeRO-2 reduce buckets (reduce_bucket_size 16-bit elements during backward) are not
-    counted.
+    The reduce buckets are a term of their own (deepspeed_reduce_bucket_bytes).
     """
     dp, e = plan.dp, _act_bytes(recipe)
     moments = {"adamw": 8, "sgd": 4}[recipe.optimizer]
@@ -184,10 +200,65 @@ def hf_logits_loss_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
     return logits_loss_bytes(arch, recipe, plan, seq_len)
 
 
+# ---------------------------------------------------------------- HF transformers modules
+
+def hf_layer_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
+                   seq_len: int) -> tuple[int, int]:
+    """A transformers decoder layer (what DeepSpeed and the HF Trainer run) saves the reference
+    layer's tensors, except in its two RMSNorms. LlamaRMSNorm (models/llama/modeling_llama.py;
+    Mistral, Qwen2, Mixtral, Qwen2-MoE and Phi-3 copy it) runs eagerly:
+    `x.to(float32)`, `x.pow(2).mean(-1)`, `x * torch.rsqrt(variance + eps)`,
+    `weight * x.to(input_dtype)`: autograd keeps the fp32 input (pow and mul) and the normalised
+    16-bit tensor (the weight's product), where the reference's fused norm keeps the 16-bit
+    input: 4 B more per element, per norm. Their RoPE (q * cos + rotate_half(q) * sin) keeps
+    only cos and sin (no grad), like the reference. GPT-2 uses nn.LayerNorm (fused: the
+    reference term); Gemma's norm differs and is not re-derived (the reference term).
+    Full recompute keeps the block input only; the recomputed layer running backward holds the
+    norms' tensors again."""
+    saved, live = layer_bytes(arch, recipe, plan, seq_len)
+    if arch.family in ("gpt2", "gemma"):
+        return saved, live
+    rep = plan.tp if plan.sequence_parallel else 1
+    norms = 2 * _r(_tokens(plan, seq_len) * arch.hidden_size * FP32_BYTES // rep)
+    return (saved if plan.recompute == "full" else saved + norms), live + norms
+
+
+# DeepSpeed's default zero_optimization.reduce_bucket_size, in elements (zero/config.py).
+DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 500_000_000
+
+
+def deepspeed_reduce_bucket_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
+                                  at_step: bool, bucket_elements: int = DEEPSPEED_REDUCE_BUCKET_ELEMENTS
+                                  ) -> int:
+    """The gradient reduce buckets DeepSpeed allocates with contiguous_gradients (on by
+    default), reduce_bucket_size elements in the optimizer's 16-bit dtype:
+
+    - ZeRO-1/2 (zero/stage_1_and_2.py setup_buckets): one at the first gradient hook of each
+      micro-step (a second with overlap_comm, whose default is off below ZeRO-3), released by
+      _release_ipg_buffers at the step: held through backward, not at the step;
+    - ZeRO-3 (zero/stage3.py, after initialize_optimizer_states): one, kept for the run.
+    ZeRO-0 has none. DeepSpeedExamples#336 (a maintainer) names this buffer as why ZeRO-2 peaks
+    above ZeRO-1 when activations dominate.
+    """
+    if plan.zero == 0 or (plan.zero < 3 and at_step):
+        return 0
+    return _r(bucket_elements * _act_bytes(recipe))
+
+
+def hf_reduce_bucket_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
+                           at_step: bool) -> int:
+    """With a ZeRO stage the Trainer fills reduce_bucket_size "auto" with hidden_size²
+    (transformers/integrations/deepspeed.py, HfTrainerDeepSpeedConfig.trainer_config_finalize);
+    DeepSpeed's buckets otherwise. No ZeRO: DDP's buckets are in hf_model_state_bytes."""
+    return deepspeed_reduce_bucket_bytes(arch, recipe, plan, at_step,
+                                         arch.hidden_size * arch.hidden_size)
+
+
 # ZeRO-3 fetches each module's partitioned parameters before it runs and releases them after,
 # with prefetching (partitioned_param_coordinator.py): modelled as FSDP's ZeRO-3 gathering.
 DEEPSPEED = RecipeProfile("deepspeed", model_states=deepspeed_model_state_bytes,
-                          layer=layer_bytes, logits_loss=hf_logits_loss_bytes, fsdp_stages=(3,))
+                          layer=hf_layer_bytes, logits_loss=hf_logits_loss_bytes, fsdp_stages=(3,),
+                          reduce_buckets=deepspeed_reduce_bucket_bytes)
 
 
 # ---------------------------------------------------------------- HF Trainer (AMP + DDP)
@@ -210,7 +281,8 @@ def hf_model_state_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, pa
             "optimizer_states": (moments // 4) * _r(params * 4)}
 
 
-HF = RecipeProfile("hf", model_states=hf_model_state_bytes, layer=layer_bytes,
-                   logits_loss=hf_logits_loss_bytes, fsdp_stages=(3,))
+HF = RecipeProfile("hf", model_states=hf_model_state_bytes, layer=hf_layer_bytes,
+                   logits_loss=hf_logits_loss_bytes, fsdp_stages=(3,),
+                   reduce_buckets=hf_reduce_bucket_bytes)
 
 PROFILES: dict[str, RecipeProfile] = {p.name: p for p in (MEGATRON, TORCHTITAN, DEEPSPEED, HF)}
