@@ -244,3 +244,16 @@ def test_a_reused_job_id_from_another_cluster_is_launched_not_mistaken_for_a_red
 
     asyncio.run(go())
     assert [s.state for s in bus.published] == [types_pb2.RUNNING, types_pb2.SUCCEEDED]
+
+
+def test_heartbeats_list_ended_attempts_until_forgotten(tmp_path):
+    bus = _RecordingBus()
+    agent = NodeAgent(bus, "node-0", parse_inventory("1xT4"), tmp_path, ServiceSettings())  # type: ignore[arg-type]
+
+    async def go():
+        await agent.on_launch(events_pb2.Envelope(launch_job=launch_cmd("job-1")), "node-0")
+        await asyncio.gather(*agent.supervisors.values())
+
+    asyncio.run(go())
+    hb = agent.heartbeat()
+    assert list(hb.running_jobs) == [] and list(hb.ended_jobs) == ["job-1:0"]

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import socket
+from collections import OrderedDict
 from pathlib import Path
 
 from aiokafka import TopicPartition
@@ -22,6 +23,7 @@ from frenzy_agent.classify import Outcome, classify
 from frenzy_agent.gpus import Gpu, NvmlMonitor, discover
 
 log = get_logger("node-agent")
+ENDED_REMEMBERED = 256  # ended attempts listed in heartbeats (a few KiB)
 
 
 class NodeAgent:
@@ -44,6 +46,7 @@ class NodeAgent:
         self.supervisors: dict[str, asyncio.Task] = {}
         self.sequence = 0
         self.restarts = 0  # counted in count_start()
+        self.ended: OrderedDict[str, None] = OrderedDict()  # "job:attempt", newest last
 
     # ----- status ---------------------------------------------------------------------
     async def report(self, job: executor.RunningJob, state: int, reason: str = "",
@@ -74,6 +77,9 @@ class NodeAgent:
 
     async def finish(self, job: executor.RunningJob, result: Outcome) -> None:
         """Report how a job ended (supervised or found after a restart), then tidy its files."""
+        self.ended[f"{job.job_id}:{job.attempt}"] = None
+        while len(self.ended) > ENDED_REMEMBERED:
+            self.ended.popitem(last=False)
         log.info("job processes ended", job_id=job.job_id, attempt=job.attempt,
                  outcome=result.state, reason=result.reason, exit_code=result.exit_code)
         state = {"succeeded": types_pb2.SUCCEEDED, "failed": types_pb2.FAILED,
@@ -218,6 +224,7 @@ class NodeAgent:
             agent_restarts=self.restarts,
             simulated=all(g.simulated for g in self.gpus),
             running_jobs=[f"{j.job_id}:{j.attempt}" for j in self.running.values()],
+            ended_jobs=list(self.ended),
             gpus=[self.gpu_status(g, busy.get(g.index)) for g in self.gpus])
 
     async def heartbeat_loop(self) -> None:
