@@ -194,6 +194,10 @@ def test_a_node_that_returns_after_being_declared_lost_is_fenced(cluster):
     from frenzy_agent.executor import job_dir_name
 
     with FrenzyClient(cluster.grpc_address) as client:
+        for name in cluster.dead():  # an earlier test's killed agent: attempt 1 needs its node
+            cluster.restart(name)
+        wait_for(lambda: all(n.state == types_pb2.NODE_READY for n in client.list_nodes()), 30,
+                 "every node ready")
         script = "import os, time; time.sleep(120 if os.environ['FRENZY_ATTEMPT'] == '0' else 4)"
         job_id = client.submit(spec("fenced", [sys.executable, "-c", script]))
         job = wait_for(lambda: (j := client.get(job_id)).state == types_pb2.RUNNING and j, 30, "RUNNING")

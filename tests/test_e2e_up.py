@@ -96,8 +96,11 @@ def alive(pid: int) -> bool:
         return False
 
 
-def job_pgids(workdir: Path) -> list[int]:
-    return [json.loads(f.read_text())["pgid"] for f in (workdir / "agents").glob("*/*/state.json")]
+def job_pgids(workdir: Path, job_id: str) -> list[int]:
+    from frenzy_agent.executor import job_dir_name
+
+    return [json.loads(f.read_text())["pgid"]
+            for f in (workdir / "agents").glob(f"*/{job_dir_name(job_id, 0)}/state.json")]
 
 
 def test_supervised_cluster_survives_an_agent_kill_refuses_a_second_up_and_dies_whole(tmp_path):
@@ -132,7 +135,7 @@ def test_supervised_cluster_survives_an_agent_kill_refuses_a_second_up_and_dies_
             running = client.submit(spec("orphan-candidate", 300))
             wait_for(lambda: client.get(running).state == types_pb2.RUNNING, 60, "RUNNING")
 
-        pids = list(up.state()["pids"].values()) + job_pgids(up.workdir)
+        pids = list(up.state()["pids"].values()) + job_pgids(up.workdir, running)
         assert len(pids) >= 8 and all(alive(p) for p in pids)
         up.proc.kill()  # SIGKILL: no chance to clean up
         wait_for(lambda: not any(alive(p) for p in pids), 20, f"every process to go: {pids}")
