@@ -19,6 +19,7 @@ from frenzy.broker import free_port  # noqa: E402
 from frenzy.client import FrenzyClient  # noqa: E402
 from frenzy.localcluster import start_cluster  # noqa: E402
 from frenzy.v1 import types_pb2  # noqa: E402
+from frenzy_agent.executor import job_dir_name  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.torch]
 DATA = Path(__file__).parent / "data"
@@ -73,7 +74,7 @@ def test_two_rank_ddp_trainer_succeeds_with_falling_loss(cluster):
         for job in client.watch(job_id, timeout_s=120):
             snapshots.append(job)
             if job.state == types_pb2.RUNNING:
-                for workdir in (cluster.workdir / "agents").glob(f"*/{job_id}.{job.attempt}"):
+                for workdir in (cluster.workdir / "agents").glob(f"*/{job_dir_name(job_id, job.attempt)}"):
                     ranks.update(trainer_ranks(workdir))
                 for node in client.list_nodes():
                     gpu_readings += [g.memory_used_bytes for g in node.gpus if g.job_id == job_id]
@@ -114,7 +115,8 @@ def _logs(cluster, job_id: str) -> str:
     """The job's rank logs (kept when it fails; last lines first, where the exception is) and
     the agent log tail, for the failure message."""
     parts = []
-    for log in sorted((cluster.workdir / "agents").glob(f"*/{job_id}.*/rank*.log")):
+    attempts = job_dir_name(job_id, 0).rsplit(".", 1)[0] + ".*"  # every attempt's directory
+    for log in sorted((cluster.workdir / "agents").glob(f"*/{attempts}/rank*.log")):
         text = log.read_text(errors="replace")
         last = "\n".join(text.splitlines()[-3:])
         parts.append(f"--- {log.parent.name}/{log.name} ends: {last}\n{text[-3000:]}")
