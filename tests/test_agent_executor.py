@@ -304,3 +304,15 @@ def test_a_checkpoint_now_stop_always_ends_as_a_preemption(codes, statuses, down
     result = classify(JobFacts(tuple(codes), tuple(statuses[:len(codes)]), stop_reason="RESIZE",
                                checkpoint_requested=True, agent_was_down=down))
     assert result.state == "failed" and result.reason.startswith("PREEMPTED: ")
+
+def test_heartbeats_list_ended_attempts_until_forgotten(tmp_path):
+    bus = _RecordingBus()
+    agent = NodeAgent(bus, "node-0", parse_inventory("1xT4"), tmp_path, ServiceSettings())  # type: ignore[arg-type]
+
+    async def go():
+        await agent.on_launch(events_pb2.Envelope(launch_job=launch_cmd("job-1")), "node-0")
+        await asyncio.gather(*agent.supervisors.values())
+
+    asyncio.run(go())
+    hb = agent.heartbeat()
+    assert list(hb.running_jobs) == [] and list(hb.ended_jobs) == ["job-1:0"]

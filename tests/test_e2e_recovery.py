@@ -169,3 +169,32 @@ def test_killed_scheduler_rebuilds_its_view_and_places_waiting_jobs(cluster):
                 f"waiting jobs never placed after the scheduler restart, e.g. {job.id}: {job.reason}"
             time.sleep(0.5)
         assert all(client.get(j).state == types_pb2.SUCCEEDED for j in job_ids)
+
+
+def test_a_poison_record_on_the_state_topic_is_skipped_on_restart(cluster):
+    """A record with a non-UTF-8 key on the orchestrator's state topic used to crash the
+    orchestrator and the scheduler on every restart (both read the topic back)."""
+    from aiokafka import AIOKafkaProducer
+
+    async def poison() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap, enable_idempotence=False)
+        await producer.start()
+        try:
+            for partition in range(topics.ORCHESTRATOR_STATE.partitions):
+                await producer.send_and_wait(cluster.topic_name(topics.ORCHESTRATOR_STATE), b"\xff",
+                                             key=b"\xff\xfejob/poison", partition=partition)
+        finally:
+            await producer.stop()
+
+    asyncio.run(poison())
+    for name in ("orchestrator", "scheduler"):
+        cluster.stop_process(name, signal.SIGKILL)
+        cluster.restart(name)
+    with FrenzyClient(cluster.grpc_address, timeout_s=60) as client:
+        job_id = client.submit(spec(1), job_id=f"after-poison-{cluster.namespace}")
+        deadline = time.monotonic() + 90
+        while (job := client.get(job_id)).state not in TERMINAL:
+            assert time.monotonic() < deadline, job
+            time.sleep(0.3)
+        assert job.state == types_pb2.SUCCEEDED, job.reason
+    assert not cluster.dead()

@@ -475,3 +475,27 @@ def test_preempt_requeues_without_spending_a_retry_and_stale_reshapes_are_ignore
     core.on_placed(placed("a", "n1", [0, 1], attempt=1), 5)
     core.on_agent_status(agent_status("a", FAILED, attempt=1, reason="RENDEZVOUS: port"), 6)
     assert rec.job.state == QUEUED and rec.job.attempt == 2
+
+def test_an_attempt_whose_end_is_reported_but_not_yet_received_is_not_taken_for_lost():
+    """Under load the status consumer lags the heartbeat consumer by more than a node timeout;
+    the heartbeat's ended list keeps that from re-running a job that already finished."""
+    core = queued_core("a")
+    core.on_placed(placed("a", "n1", [0, 1]), 1)
+    core.on_agent_status(agent_status("a", RUNNING), 2)
+    hb = heartbeat("n1")
+    hb.ended_jobs.append("a:0")
+    for t in (3, 20, 40):
+        core.on_heartbeat(hb, t)
+    assert core.jobs["a"].job.state == RUNNING and core.jobs["a"].job.attempt == 0
+    core.on_agent_status(agent_status("a", SUCCEEDED), 41)
+    assert core.jobs["a"].job.state == SUCCEEDED
+
+
+def test_a_launch_its_agent_already_runs_is_not_timed_out_while_its_status_lags():
+    core = queued_core("a")
+    core.launch_timeout_s = 30
+    core.on_placed(placed("a", "n1", [0, 1]), 1)
+    core.on_heartbeat(busy_heartbeat("n1", {0: ("a", 0), 1: ("a", 0)}), 20)
+    core.on_heartbeat(heartbeat("n2"), 20)
+    core.check_deadlines(40)
+    assert core.jobs["a"].job.state == LAUNCHING and core.jobs["a"].job.attempt == 0

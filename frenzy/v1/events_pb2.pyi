@@ -212,7 +212,7 @@ class JobStatusChanged(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., state: _Optional[_Union[_types_pb2.JobState, str]] = ..., reason: _Optional[str] = ..., progress: _Optional[_Union[_types_pb2.Progress, _Mapping]] = ..., source: _Optional[_Union[StatusSource, str]] = ..., node_id: _Optional[str] = ..., attempt: _Optional[int] = ..., exit_code: _Optional[int] = ..., job: _Optional[_Union[_types_pb2.Job, _Mapping]] = ..., checkpoint_step: _Optional[int] = ...) -> None: ...
 
 class NodeHeartbeat(_message.Message):
-    __slots__ = ("node_id", "host", "agent_pid", "gpus", "running_jobs", "sequence", "simulated", "agent_restarts")
+    __slots__ = ("node_id", "host", "agent_pid", "gpus", "running_jobs", "sequence", "simulated", "agent_restarts", "ended_jobs")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
     AGENT_PID_FIELD_NUMBER: _ClassVar[int]
@@ -221,6 +221,7 @@ class NodeHeartbeat(_message.Message):
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     SIMULATED_FIELD_NUMBER: _ClassVar[int]
     AGENT_RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    ENDED_JOBS_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     host: str
     agent_pid: int
@@ -229,7 +230,8 @@ class NodeHeartbeat(_message.Message):
     sequence: int
     simulated: bool
     agent_restarts: int
-    def __init__(self, node_id: _Optional[str] = ..., host: _Optional[str] = ..., agent_pid: _Optional[int] = ..., gpus: _Optional[_Iterable[_Union[_types_pb2.GpuStatus, _Mapping]]] = ..., running_jobs: _Optional[_Iterable[str]] = ..., sequence: _Optional[int] = ..., simulated: _Optional[bool] = ..., agent_restarts: _Optional[int] = ...) -> None: ...
+    ended_jobs: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, node_id: _Optional[str] = ..., host: _Optional[str] = ..., agent_pid: _Optional[int] = ..., gpus: _Optional[_Iterable[_Union[_types_pb2.GpuStatus, _Mapping]]] = ..., running_jobs: _Optional[_Iterable[str]] = ..., sequence: _Optional[int] = ..., simulated: _Optional[bool] = ..., agent_restarts: _Optional[int] = ..., ended_jobs: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GpuAvailabilityChanged(_message.Message):
     __slots__ = ("node_id", "gpu_type", "gpus_total", "free_gpu_indices", "node_state", "version", "cause", "allocated_jobs")

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import socket
+from collections import OrderedDict
 from pathlib import Path
 
 from aiokafka import TopicPartition
@@ -24,6 +25,7 @@ from frenzy_agent.gpus import Gpu, NvmlMonitor, discover
 
 log = get_logger("node-agent")
 REJOIN_EVERY_HEARTBEATS = 30
+ENDED_REMEMBERED = 256  # ended attempts listed in heartbeats (a few KiB)
 
 
 class NodeAgent:
@@ -56,6 +58,7 @@ class NodeAgent:
         self.security = agent_security(settings, node_id, state_dir / ".keys" / node_id)
         if self.security is not None and bus is not None:
             bus.signer = self.security.signer
+        self.ended: OrderedDict[str, None] = OrderedDict()  # "job:attempt", newest last
 
     # ----- status ---------------------------------------------------------------------
     async def report(self, job: executor.RunningJob, state: int, reason: str = "",
@@ -88,6 +91,9 @@ class NodeAgent:
 
     async def finish(self, job: executor.RunningJob, result: Outcome) -> None:
         """Report how a job ended (supervised or found after a restart), then tidy its files."""
+        self.ended[f"{job.job_id}:{job.attempt}"] = None
+        while len(self.ended) > ENDED_REMEMBERED:
+            self.ended.popitem(last=False)
         log.info("job processes ended", job_id=job.job_id, attempt=job.attempt,
                  outcome=result.state, reason=result.reason, exit_code=result.exit_code)
         # A preemption is reported as FAILED with the PREEMPTED reason prefix, as OOM and
@@ -241,6 +247,7 @@ class NodeAgent:
             agent_restarts=self.restarts,
             simulated=all(g.simulated for g in self.gpus),
             running_jobs=[f"{j.job_id}:{j.attempt}" for j in self.running.values()],
+            ended_jobs=list(self.ended),
             gpus=[self.gpu_status(g, busy.get(g.index)) for g in self.gpus])
 
     async def heartbeat_loop(self) -> None:

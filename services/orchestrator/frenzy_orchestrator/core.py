@@ -53,6 +53,8 @@ class NodeRecord:
     # GPUs the agent says a job uses that these records do not allocate to it there: a stale
     # attempt still running. Never free until a heartbeat shows them released.
     fenced_gpus: set[int] = field(default_factory=set)
+    # "job:attempt" the agent's last heartbeat runs or has seen end (its status may lag).
+    known_attempts: set[str] = field(default_factory=set)
     stops_sent_s: dict[str, float] = field(default_factory=dict)  # "job:attempt" -> last StopJob
 
     @property
@@ -498,17 +500,19 @@ class OrchestratorCore:
 
         A process of an attempt that is not current is stopped (again every STOP_RESEND_S while
         it shows), and the GPUs it holds are fenced. A confirmed running attempt that the agent
-        has not listed for a node timeout is lost: it is retried like a job on a lost node.
+        lists neither as running nor as ended for a node timeout is lost: it is retried like a
+        job on a lost node. (Heartbeats and job statuses travel on different topics and
+        consumers, so an ended attempt's status can arrive many seconds after the heartbeat
+        that no longer runs it; the ended list keeps that from looking like a loss.)
         """
         out: list[Outgoing] = []
-        reported: set[tuple[str, int]] = set()
+        node.known_attempts = set(hb.running_jobs) | set(hb.ended_jobs)
         for entry in hb.running_jobs:
             job_id, _, attempt_text = entry.rpartition(":")
             try:
                 attempt = int(attempt_text)
             except ValueError:
                 continue
-            reported.add((job_id, attempt))
             if self._current_here(job_id, attempt, node.node_id):
                 node.stops_sent_s.pop(entry, None)
                 continue
@@ -523,8 +527,8 @@ class OrchestratorCore:
             rec = self.jobs[job_id]
             if rec.job.state != RUNNING or rec.node_outcomes.get(node.node_id) != RUNNING:
                 continue
-            if (job_id, rec.job.attempt) in reported:
-                rec.missing_since_s.pop(node.node_id, None)
+            if f"{job_id}:{rec.job.attempt}" in node.known_attempts:  # running, or its end
+                rec.missing_since_s.pop(node.node_id, None)  # is reported and on its way
                 continue
             since = rec.missing_since_s.setdefault(node.node_id, now_s)
             if now_s - since > self.node_timeout_s:
@@ -567,13 +571,20 @@ class OrchestratorCore:
                 out += self._transition(rec, FAILED, f"unschedulable: every plan needs more GPUs "
                                                      f"than the cluster has (wants {wanted}; "
                                                      f"cluster has {have})", now_s)
-            elif state in (PLACED, LAUNCHING) and age_s > self.launch_timeout_s:
+            elif state in (PLACED, LAUNCHING) and age_s > self.launch_timeout_s \
+                    and not self._agent_has_it(rec):
                 silent = sorted(n for n, s in rec.node_outcomes.items() if s == LAUNCHING)
                 cause = f"launch timeout: no report from {', '.join(silent) or 'its nodes'} " \
                         f"within {self.launch_timeout_s:g} s"
                 stops = self._stop_commands(rec, cause) + self._release(rec, f"job {rec.id} re-queued")
                 out += self._requeue(rec, cause, now_s) + stops
         return out
+
+    def _agent_has_it(self, rec: JobRecord) -> bool:
+        """An agent's heartbeat lists the attempt (running or ended): it was launched, and only
+        its status is slow to arrive, so a launch timeout would be wrong."""
+        entry = f"{rec.id}:{rec.job.attempt}"
+        return any(entry in self.nodes[n].known_attempts for n in rec.node_outcomes if n in self.nodes)
 
     def _requeue_lost(self, rec: JobRecord, node_id: str, now_s: float) -> list[Outgoing]:
         out = self._stop_commands(rec, f"node {node_id} lost", skip=node_id)
