@@ -159,3 +159,36 @@ def test_launch_environment_names_the_jobs_checkpoint_directory_and_policy(tmp_p
     assert "FRENZY_CHECKPOINT_EVERY_S" not in env
     launch.spec.training.checkpoint_uri = "/shared/ckpt/j1"
     assert job_environment(launch, 0, tmp_path, 1.0)["FRENZY_CHECKPOINT_URI"] == "/shared/ckpt/j1"
+
+
+def test_checkpoint_now_reaches_the_program_not_the_wrapper_and_reads_as_preempted(tmp_path):
+    """A real process group: SIGUSR1 goes to the `sh` exit-recording wrapper and the program;
+    the wrapper survives it, the program saves (here: writes the marker) and exits 0."""
+    import sys
+
+    from frenzy.v1 import events_pb2
+    from frenzy_agent.executor import checkpoint_and_stop, launch, wait_for_exit
+
+    program = ("import json, os, signal, time\n"
+               "got = []\n"
+               "signal.signal(signal.SIGUSR1, lambda *a: got.append(1))\n"
+               "open('ready', 'w').close()\n"
+               "while not got: time.sleep(0.01)\n"
+               "marker = os.path.join(os.path.dirname(os.environ['FRENZY_PROGRESS_FILE']), 'preempted.json')\n"
+               "json.dump({'step': 9, 'checkpoint_step': 9}, open(marker, 'w'))\n")
+    cmd = events_pb2.LaunchJob(job_id="j", attempt=0, gpu_indices=[0], world_size=1,
+                               spec=types_pb2.JobSpec(entrypoint=[sys.executable, "-c", program]))
+    job = launch(cmd, tmp_path, 1.0, "", tmp_path / "ckpt")
+
+    async def scenario():
+        waiter = asyncio.create_task(wait_for_exit(job, lambda p: asyncio.sleep(0)))
+        for _ in range(500):
+            if (job.workdir / "ready").exists():
+                break
+            await asyncio.sleep(0.01)
+        await checkpoint_and_stop(job, "RESIZE", checkpoint_grace_s=20, stop_grace_s=2)
+        return await asyncio.wait_for(waiter, 20)
+
+    result = asyncio.run(scenario())
+    assert (job.workdir / "exit.0").read_text().strip() == "0"  # the wrapper recorded the exit
+    assert result.state == "preempted" and result.reason == "PREEMPTED: checkpoint at step 9"

@@ -99,7 +99,7 @@ def test_dp2_resized_to_dp1_and_back_then_preempted_finishes_from_its_checkpoint
             option = types_pb2.PlanOption()
             option.CopyFrom(current.option)
             option.num_gpus, option.plan.dp = dp, dp
-            node = current.assignments[0].node_id
+            node, decided_at = current.assignments[0].node_id, current.progress.step
             _publish(cluster, events_pb2.ReshapeJob(
                 job_id=job_id, kind=events_pb2.RESIZE, attempt=attempt, option=option,
                 assignments=[types_pb2.GpuAssignment(node_id=node, gpu_indices=list(range(dp)))]))
@@ -108,11 +108,13 @@ def test_dp2_resized_to_dp1_and_back_then_preempted_finishes_from_its_checkpoint
                               and j.checkpoint_step > j.resumed_from_step)
             seen += more
             assert job.option.num_gpus == dp and job.option.plan.dp == dp, job.option
+            # checkpoint-now saved at the next step boundary: nothing before the decision is redone
+            assert job.resumed_from_step >= decided_at, (job.resumed_from_step, decided_at)
             resumed = _losses(more, attempt + 1)
             assert resumed and resumed[0][0] > job.resumed_from_step, resumed
             # the loss continues: far below where the job started, not back at the start
             assert resumed[0][1] < first_loss - 0.5, (first_loss, resumed)
-        preempted_at = client.get(job_id).checkpoint_step
+        preempted_at = client.get(job_id).progress.step
         _publish(cluster, events_pb2.ReshapeJob(job_id=job_id, kind=events_pb2.PREEMPT, attempt=2))
         job, more = _wait(client, job_id, lambda j: j.state == types_pb2.SUCCEEDED, timeout_s=180)
         seen += more

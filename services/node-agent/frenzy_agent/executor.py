@@ -22,7 +22,10 @@ from frenzy.outcomes import (EXIT_OOM, EXIT_RENDEZVOUS, EXIT_SIGTERM, OOM_REASON
 from frenzy.v1 import events_pb2
 
 OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "out of memory")
-_RECORD_EXIT = '"$@"; rc=$?; echo $rc > "$FRENZY_EXIT_FILE"; exit $rc'
+# `trap : USR1`: the checkpoint-now signal goes to the whole process group; the wrapper must
+# outlive it (else the agent sees the job gone before the trainer saved). A caught signal is
+# reset to its default in the program `sh` runs, so the trainer installs its own handler.
+_RECORD_EXIT = 'trap : USR1; "$@"; rc=$?; echo $rc > "$FRENZY_EXIT_FILE"; exit $rc'
 
 
 @dataclass
