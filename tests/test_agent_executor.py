@@ -192,3 +192,10 @@ def test_checkpoint_now_reaches_the_program_not_the_wrapper_and_reads_as_preempt
     result = asyncio.run(scenario())
     assert (job.workdir / "exit.0").read_text().strip() == "0"  # the wrapper recorded the exit
     assert result.state == "preempted" and result.reason == "PREEMPTED: checkpoint at step 9"
+
+
+def test_a_job_that_finished_as_checkpoint_now_arrived_succeeded(tmp_path):
+    job = ended_job(tmp_path, [0, 0])
+    job.checkpoint_first = True
+    job.progress_file.write_text('{"step": 5}\n{"event": "done", "step": 5}\n')
+    assert outcome(job).state == "succeeded"

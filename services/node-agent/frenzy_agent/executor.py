@@ -229,7 +229,8 @@ def outcome(job: RunningJob) -> Outcome:
         if isinstance(step, int):
             job.checkpoint_step = max(job.checkpoint_step or 0, step)
         return Outcome("preempted", f"{PREEMPTED_REASON}: checkpoint at step {step}", 0)
-    if job.checkpoint_first:  # no checkpoint-now support, or past the grace period
+    # No checkpoint-now support, or past the grace period; unless the job finished first.
+    if job.checkpoint_first and read_progress(job).get("event") != "done":
         return Outcome("preempted", f"{PREEMPTED_REASON}: stopped without a new checkpoint "
                                     f"({job.stop_reason})", EXIT_SIGTERM)
     if job.stopping:
