@@ -193,8 +193,12 @@ def test_cli_status_and_nodes_json(cluster, client, tmp_path):
     wait_terminal(client, job_id)
     rows = json.loads(_cli(cluster, "status", "--json").stdout)
     row = next(r for r in rows if r["id"] == job_id)
-    assert set(row) == {"id", "name", "state", "reason", "gpu_type", "num_gpus"}
+    assert set(row) == {"id", "name", "state", "reason", "gpu_type", "num_gpus", "attempt", "step",
+                        "checkpoint_step", "resumed_from_step"}
     assert row["state"] == "SUCCEEDED" and row["num_gpus"] > 0
+    # the synthetic workload keeps no checkpoints: a first attempt from step 0
+    assert (row["attempt"], row["checkpoint_step"], row["resumed_from_step"]) == (0, None, 0)
+    assert row["step"] == client.get(job_id).progress.step
     nodes = json.loads(_cli(cluster, "nodes", "--json").stdout)
     assert {n["id"] for n in nodes} == set(cluster.node_ids)
     assert all(set(n) == {"id", "gpu_type", "gpus_total", "gpus_free", "state", "agent_pid"} for n in nodes)
