@@ -1,6 +1,6 @@
 """GPU check for a machine with an NVIDIA driver: the node agent's real NVML path, end to end.
 
-    PYTHONPATH=.:services/node-agent python3 bench/gpu_check.py [--train] [--json FILE]
+    PYTHONPATH=.:services/node-agent python3 bench/gpu_check.py [--train] [--plans] [--json FILE]
 
 Needs only nvidia-ml-py (and torch for checks 3-4), not the rest of Frenzy's dependencies.
 
@@ -12,6 +12,12 @@ Needs only nvidia-ml-py (and torch for checks 3-4), not the rest of Frenzy's dep
 4. --train: the reference trainer as one rank on GPU 0 (tiny-gpt2, 20 steps): it exits 0, the
    loss falls, and its measured peak (torch.cuda.max_memory_allocated) is > 0 and at most the
    most memory NVML saw in use on that GPU while it ran.
+5. --plans: the reference trainer on nccl under each plan the GPUs allow (1 GPU: ZeRO-0,
+   full recompute; 2+: DP2 ZeRO-1, DP2 ZeRO-3, TP2 with sequence parallelism, PP2 1F1B, TP2 x
+   PP2 on 4), with a checkpoint every 3 steps: each exits 0 with a falling loss and a
+   committed checkpoint, and its max_memory_allocated is printed beside MARP's
+   peak_tensor_bytes for the same plan (the error is reported, not judged). Then the DP2 ZeRO-1
+   checkpoint resumes under TP2 (DCP resharding on nccl) and must continue from step 3.
 
 Prints the inventory and one line per check; exit 0 if all pass, 1 if one fails, 2 when NVML
 is unavailable (the agent would refuse to start without --gpus, with the same reason).
@@ -29,7 +35,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-for path in (ROOT, ROOT / "services" / "node-agent"):
+for path in (ROOT, ROOT / "services" / "node-agent", ROOT / "services" / "predictor"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
@@ -51,7 +57,7 @@ def show(gpus: list[Gpu]) -> None:
 
 def child_env(uuid: str) -> dict[str, str]:
     pythonpath = os.pathsep.join([str(ROOT), str(ROOT / "services" / "node-agent"),
-                                  os.environ.get("PYTHONPATH", "")])
+                                  str(ROOT / "services" / "predictor"), os.environ.get("PYTHONPATH", "")])
     return {**os.environ, "CUDA_VISIBLE_DEVICES": uuid, "PYTHONPATH": pythonpath,
             "PYTHONUNBUFFERED": "1"}
 
@@ -113,9 +119,92 @@ def check_training(gpu: Gpu, monitor: NvmlMonitor, steps: int = 20) -> tuple[lis
     return failures, summary
 
 
+# (name, plan) for --plans; ranks = dp x tp x pp GPUs
+PLAN_CHECKS = [
+    ("dp1-z0-full", {"dp": 1, "zero": 0, "micro_batch": 4, "recompute": "full"}),
+    ("dp2-z1", {"dp": 2, "zero": 1, "micro_batch": 4}),
+    ("dp2-z3", {"dp": 2, "zero": 3, "micro_batch": 4}),
+    ("tp2-sp", {"dp": 1, "tp": 2, "micro_batch": 4, "sequence_parallel": True}),
+    ("pp2", {"dp": 1, "pp": 2, "micro_batch": 2}),
+    ("tp2-pp2-sp", {"dp": 1, "tp": 2, "pp": 2, "micro_batch": 2, "sequence_parallel": True}),
+]
+PLAN_MODEL, PLAN_SEQ_LEN, PLAN_BATCH, PLAN_STEPS = "gpt2", 512, 8, 6
+
+
+def _run_ranks(gpus: list[Gpu], plan: dict, workdir: Path, args: list[str]) -> tuple[list[int], str]:
+    from frenzy.broker import free_port
+
+    ranks = plan.get("dp", 1) * plan.get("tp", 1) * plan.get("pp", 1)
+    port = str(free_port())
+    procs = []
+    for rank in range(ranks):
+        env = child_env(",".join(g.uuid or str(g.index) for g in gpus[:ranks]))
+        env.update({"WORLD_SIZE": str(ranks), "RANK": str(rank), "LOCAL_RANK": str(rank),
+                    "LOCAL_WORLD_SIZE": str(ranks), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
+                    "FRENZY_PLAN": json.dumps(plan), "FRENZY_PROGRESS_FILE": str(workdir / "progress.jsonl"),
+                    "FRENZY_DIST_TIMEOUT_S": "300"})
+        procs.append(subprocess.Popen([sys.executable, "-m", "frenzy_trainer", *args], env=env, cwd=workdir,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outputs = [p.communicate(timeout=900)[0] for p in procs]
+    return [p.returncode for p in procs], "\n".join(o[-800:] for o in outputs)
+
+
+def check_plans(gpus: list[Gpu]) -> tuple[list[str], list[dict]]:
+    from frenzy.catalog.models import load_model
+    from frenzy.domain import ParallelPlan, Recipe
+    from frenzy_predictor.memory import estimate_memory
+
+    arch, failures, rows = load_model(PLAN_MODEL), [], []
+    common = ["--model", PLAN_MODEL, "--seq-len", str(PLAN_SEQ_LEN), "--global-batch", str(PLAN_BATCH),
+              "--lr", "3e-4", "--checkpoint-every-steps", "3", "--keep-checkpoints"]
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, plan in PLAN_CHECKS:
+            ranks = plan.get("dp", 1) * plan.get("tp", 1) * plan.get("pp", 1)
+            if ranks > len(gpus):
+                print(f"plan {name}: skipped (needs {ranks} GPUs, {len(gpus)} here)")
+                continue
+            workdir = Path(tmp) / name
+            workdir.mkdir()
+            codes, output = _run_ranks(gpus, plan, workdir, [*common, "--steps", str(PLAN_STEPS),
+                                                             "--checkpoint-uri", str(workdir / "ckpt")])
+            lines = [json.loads(l) for l in (workdir / "progress.jsonl").read_text().splitlines()] \
+                if (workdir / "progress.jsonl").exists() else []
+            steps = [l for l in lines if "event" not in l]
+            full = ParallelPlan(**{"dp": 1, "tp": 1, "pp": 1, "zero": 0, "micro_batch": 1,
+                                   "recompute": "none", "sequence_parallel": False, **plan})
+            grad_accum = PLAN_BATCH // (full.dp * full.micro_batch)
+            predicted = estimate_memory(arch, Recipe(), full, PLAN_SEQ_LEN, grad_accum=grad_accum).peak_tensor_bytes
+            measured = lines[-1].get("peak_memory_bytes", 0) if lines else 0
+            row = {"plan": name, "exit_codes": codes, "measured_peak_bytes": measured,
+                   "marp_peak_tensor_bytes": predicted,
+                   "marp_error": round((predicted - measured) / measured, 4) if measured else None,
+                   "checkpoints": [l["step"] for l in lines if l.get("event") == "checkpoint"]}
+            rows.append(row)
+            print(f"plan {name}: {json.dumps(row)}")
+            if any(codes):
+                failures.append(f"plan {name}: exit codes {codes}: {output[-600:]}")
+            elif not (steps and steps[-1]["loss"] < steps[0]["loss"] and row["checkpoints"] == [3]):
+                failures.append(f"plan {name}: loss {steps[0]['loss'] if steps else None} -> "
+                                f"{steps[-1]['loss'] if steps else None}, checkpoints {row['checkpoints']}")
+        source = Path(tmp) / "dp2-z1" / "ckpt"
+        if source.is_dir() and len(gpus) >= 2:
+            workdir = Path(tmp) / "reshard"
+            workdir.mkdir()
+            codes, output = _run_ranks(gpus, dict(PLAN_CHECKS[3][1]), workdir,
+                                       [*common, "--steps", str(PLAN_STEPS), "--checkpoint-uri", str(source)])
+            lines = [json.loads(l) for l in (workdir / "progress.jsonl").read_text().splitlines()] \
+                if (workdir / "progress.jsonl").exists() else []
+            print(f"reshard dp2-z1 -> tp2-sp: exit {codes}, first line {lines[0] if lines else None}")
+            if any(codes) or not lines or lines[0] != {"event": "resumed", "step": 3}:
+                failures.append(f"reshard dp2-z1 -> tp2-sp: exit {codes}: {output[-600:]}")
+    return failures, rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--train", action="store_true", help="also run the reference trainer on GPU 0")
+    parser.add_argument("--plans", action="store_true",
+                        help="also run every plan the GPUs allow on nccl, with checkpoints, beside MARP")
     parser.add_argument("--json", type=Path, help="write the inventory and results as JSON here")
     args = parser.parse_args()
     try:
@@ -144,6 +233,9 @@ def main() -> int:
         if args.train and healthy:
             train_failures, results["training"] = check_training(healthy[0], monitor)
             failures += train_failures
+        if args.plans and healthy:
+            plan_failures, results["plans"] = check_plans(healthy)
+            failures += plan_failures
     else:
         print("visibility/training: skipped (torch with CUDA not available)")
     monitor.close()

@@ -316,3 +316,41 @@ def test_heartbeats_list_ended_attempts_until_forgotten(tmp_path):
     asyncio.run(go())
     hb = agent.heartbeat()
     assert list(hb.running_jobs) == [] and list(hb.ended_jobs) == ["job-1:0"]
+
+
+def test_checkpoint_now_reaches_the_program_not_the_wrapper_and_reads_as_preempted(tmp_path):
+    """A real process group: SIGUSR1 goes to the `sh` exit-recording wrapper and the program;
+    the wrapper survives it, the program saves (here: writes its PREEMPTED status) and exits 0."""
+    from frenzy_agent.executor import checkpoint_and_stop, launch, wait_for_exit
+
+    program = ("import signal, time\n"
+               "from frenzy.outcomes import write_status\n"
+               "got = []\n"
+               "signal.signal(signal.SIGUSR1, lambda *a: got.append(1))\n"
+               "open('ready', 'w').close()\n"
+               "while not got: time.sleep(0.01)\n"
+               "write_status('PREEMPTED', 'checkpoint at step 9', checkpoint_step=9)\n")
+    cmd = events_pb2.LaunchJob(job_id="j", attempt=0, gpu_indices=[0], world_size=1,
+                               spec=types_pb2.JobSpec(entrypoint=[sys.executable, "-c", program]))
+    job = launch(cmd, tmp_path, 1.0, "", checkpoint_root=tmp_path / "ckpt")
+
+    async def scenario():
+        waiter = asyncio.create_task(wait_for_exit(job, lambda p: asyncio.sleep(0)))
+        for _ in range(500):
+            if (job.workdir / "ready").exists():
+                break
+            await asyncio.sleep(0.01)
+        await checkpoint_and_stop(job, "RESIZE", checkpoint_grace_s=20, stop_grace_s=2)
+        return await asyncio.wait_for(waiter, 20)
+
+    result = classify(asyncio.run(scenario()))
+    assert (job.workdir / "exit.0").read_text().strip() == "0"  # the wrapper recorded the exit
+    assert result.state == "failed" and result.reason == "PREEMPTED: checkpoint at step 9"
+    assert job.checkpoint_step == 9
+
+
+def test_a_job_that_finished_as_checkpoint_now_arrived_succeeded(tmp_path):
+    job = ended_job(tmp_path, [0, 0])
+    job.checkpoint_first, job.stop_reason = True, "RESIZE"
+    job.progress_file.write_text('{"step": 5}\n{"event": "done", "step": 5}\n')
+    assert outcome(job).state == "succeeded"

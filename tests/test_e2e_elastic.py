@@ -50,7 +50,7 @@ def spec(name: str, steps: int) -> types_pb2.JobSpec:
                                           checkpoint_every_steps=EVERY))
 
 
-def _wait(client: FrenzyClient, job_id: str, until, timeout_s: float = 120) -> tuple[types_pb2.Job, list]:
+def _wait(client: FrenzyClient, job_id: str, until, timeout_s: float = 240) -> tuple[types_pb2.Job, list]:
     """Watch until `until(job)`; returns that snapshot and all snapshots seen."""
     seen = []
     for job in client.watch(job_id, timeout_s=timeout_s):
@@ -87,41 +87,56 @@ def _losses(snapshots: list[types_pb2.Job], attempt: int) -> list[tuple[int, flo
             if j.attempt == attempt and j.progress.step > 0 and j.state == types_pb2.RUNNING]
 
 
-def test_dp2_resized_to_dp1_and_back_then_preempted_finishes_from_its_checkpoints(cluster):
+# RESIZE legs after MARP's DP2: (GPUs, plan fields); the checkpoint reshards every time.
+LEGS = [(1, {"dp": 1}), (2, {"dp": 1, "tp": 2, "sequence_parallel": True}), (2, {"dp": 1, "pp": 2})]
+
+
+@pytest.mark.timeout(600)  # five attempts, each starting torch; about 2 min on an idle machine
+def test_dp2_resized_to_dp1_tp2_pp2_then_preempted_and_back_to_dp2_with_the_loss_continuing(cluster):
+    """Every leg resumes from the checkpoint the previous one saved on checkpoint-now (nothing
+    before the decision is redone), trains, and commits a checkpoint under its own plan: DP1,
+    then a 2-rank TP run and a 2-stage PP run through the whole system; then a preemption sends
+    the job back to the queue, HAS places it on MARP's DP2 plan again, and it finishes."""
     with FrenzyClient(cluster.grpc_address) as client:
         job_id = client.submit(spec("elastic-resize", 120))
         job, seen = _wait(client, job_id, lambda j: j.HasField("checkpoint_step")
                           and j.checkpoint_step >= EVERY)
         assert job.option.plan.dp == 2, job.option
         first_loss = _losses(seen, 0)[0][1]
-        for attempt, dp in ((0, 1), (1, 2)):
+        for attempt, (gpus, fields) in enumerate(LEGS):
             current = client.get(job_id)
             assert current.attempt == attempt and current.state == types_pb2.RUNNING, current
             option = types_pb2.PlanOption()
             option.CopyFrom(current.option)
-            option.num_gpus, option.plan.dp = dp, dp
-            node = current.assignments[0].node_id
+            option.num_gpus = gpus
+            option.plan.CopyFrom(types_pb2.ParallelPlan(**{
+                "micro_batch": option.plan.micro_batch or 1, "zero": option.plan.zero,
+                "recompute": option.plan.recompute, "tp": 1, "pp": 1, **fields}))
+            node, decided_at = current.assignments[0].node_id, current.progress.step
             _publish(cluster, events_pb2.ReshapeJob(
                 job_id=job_id, kind=events_pb2.RESIZE, attempt=attempt, option=option,
-                assignments=[types_pb2.GpuAssignment(node_id=node, gpu_indices=list(range(dp)))]))
+                assignments=[types_pb2.GpuAssignment(node_id=node, gpu_indices=list(range(gpus)))]))
             job, more = _wait(client, job_id, lambda j, a=attempt: j.attempt == a + 1
                               and j.progress.step > j.resumed_from_step > 0
                               and j.checkpoint_step > j.resumed_from_step)
             seen += more
-            assert job.option.num_gpus == dp and job.option.plan.dp == dp, job.option
+            assert job.option.plan == option.plan, (job.option, _logs(cluster, job_id))
+            assert job.resumed_from_step >= decided_at, (job.resumed_from_step, decided_at)
             resumed = _losses(more, attempt + 1)
             assert resumed and resumed[0][0] > job.resumed_from_step, resumed
             # the loss continues: far below where the job started, not back at the start
             assert resumed[0][1] < first_loss - 0.5, (first_loss, resumed)
-        preempted_at = client.get(job_id).checkpoint_step
-        _publish(cluster, events_pb2.ReshapeJob(job_id=job_id, kind=events_pb2.PREEMPT, attempt=2))
-        job, more = _wait(client, job_id, lambda j: j.state == types_pb2.SUCCEEDED, timeout_s=180)
+        preempted_at = client.get(job_id).progress.step
+        _publish(cluster, events_pb2.ReshapeJob(job_id=job_id, kind=events_pb2.PREEMPT,
+                                                attempt=len(LEGS)))
+        job, more = _wait(client, job_id, lambda j: j.state == types_pb2.SUCCEEDED, timeout_s=300)
         seen += more
-    assert job.attempt == 3 and job.resumed_from_step >= preempted_at > 0, (job, _logs(cluster, job_id))
+    assert job.attempt == len(LEGS) + 1, (job, _logs(cluster, job_id))
+    assert job.resumed_from_step >= preempted_at > 0 and job.option.plan.dp == 2, job
     assert any(s.state == types_pb2.QUEUED and s.reason.startswith("PREEMPTED") for s in more)
     assert job.progress.step == 120
-    reasons = [s.reason for s in seen if s.state == types_pb2.LAUNCHING]
-    assert sum(r.startswith("launch") for r in reasons) >= 3, reasons
+    final = _losses(more, len(LEGS) + 1)
+    assert final[-1][1] < final[0][1] + 0.1 and final[0][1] < first_loss - 0.5, final
 
 
 def test_node_killed_after_first_checkpoint_resumes_on_the_other_node_from_that_step(cluster):
@@ -137,11 +152,11 @@ def test_node_killed_after_first_checkpoint_resumes_on_the_other_node_from_that_
         for state in (cluster.workdir / "agents" / node).glob(f"{job_dir_name(job_id, 0)}/state.json"):
             os.killpg(json.loads(state.read_text())["pgid"], signal.SIGKILL)
         job, seen = _wait(client, job_id, lambda j: j.attempt == 1 and j.state == types_pb2.RUNNING
-                          and j.progress.step > j.resumed_from_step, timeout_s=120)
+                          and j.progress.step > j.resumed_from_step, timeout_s=240)
         back_s = time.monotonic() - killed
         assert job.assignments[0].node_id != node
-        job, _ = _wait(client, job_id, lambda j: j.state == types_pb2.SUCCEEDED, timeout_s=180)
+        job, _ = _wait(client, job_id, lambda j: j.state == types_pb2.SUCCEEDED, timeout_s=300)
     assert job.resumed_from_step >= EVERY, job
     redone = killed_at_step - job.resumed_from_step
     assert redone <= 2 * EVERY + 5, (killed_at_step, job.resumed_from_step)  # loose: report latency
-    assert job.progress.step == 60 and back_s < 90, back_s
+    assert job.progress.step == 60 and back_s < 240, back_s

@@ -201,6 +201,9 @@ def test_cli_status_and_nodes_json(cluster, client, tmp_path):
     assert set(row) == {"id", "name", "state", "reason", "gpu_type", "num_gpus", "attempt", "step",
                         "checkpoint_step", "resumed_from_step"}
     assert row["state"] == "SUCCEEDED" and row["num_gpus"] > 0
+    # the synthetic workload keeps no checkpoints: a first attempt from step 0
+    assert (row["attempt"], row["checkpoint_step"], row["resumed_from_step"]) == (0, None, 0)
+    assert row["step"] == client.get(job_id).progress.step
     nodes = json.loads(_cli(cluster, "nodes", "--json").stdout)
     assert {n["id"] for n in nodes} == set(cluster.node_ids)
     assert all(set(n) == {"id", "gpu_type", "gpus_total", "gpus_free", "state", "agent_pid",

@@ -40,6 +40,7 @@ class JobFacts:
     stop_reason: str | None = None  # set when this agent stopped the job on command
     checkpoint_requested: bool = False  # the stop was checkpoint-now (SIGUSR1 first)
     agent_was_down: bool = False  # the job ended while no agent watched it
+    finished: bool = False  # the progress file's last line says training completed
 
 
 def classify(facts: JobFacts) -> Outcome:
@@ -59,6 +60,9 @@ def _classify(facts: JobFacts) -> Outcome:
         # orchestrator resumes it from its last committed checkpoint, new or not.
         if PREEMPTED_REASON in said:
             return _said(PREEMPTED_REASON, *said[PREEMPTED_REASON])
+        if facts.finished and codes and all(code == 0 for code in codes):
+            # The job completed as the request arrived: nothing is left to resume.
+            return Outcome("succeeded", "all processes exited 0", 0)
         return Outcome("failed", f"{PREEMPTED_REASON}: stopped without a new checkpoint "
                                  f"({facts.stop_reason})"[:MAX_REASON_CHARS], EXIT_SIGTERM)
     if facts.stop_reason is not None:

@@ -27,7 +27,10 @@ from frenzy.v1 import events_pb2
 from frenzy_agent.classify import JobFacts
 
 MODEL_CONFIG_FILE = "model_config.json"
-_RECORD_EXIT = '"$@"; rc=$?; echo $rc > "$FRENZY_EXIT_FILE"; exit $rc'
+# `trap : USR1`: the checkpoint-now signal goes to the whole process group; the wrapper must
+# outlive it (else the agent sees the job gone before the trainer saved). A caught signal is
+# reset to its default in the program `sh` runs, so the trainer installs its own handler.
+_RECORD_EXIT = 'trap : USR1; "$@"; rc=$?; echo $rc > "$FRENZY_EXIT_FILE"; exit $rc'
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
@@ -257,7 +260,8 @@ def facts(job: RunningJob, agent_was_down: bool = False) -> JobFacts:
         peak_memory_bytes=int(read_progress(job).get("peak_memory_bytes", 0) or 0),
         predicted_peak_bytes=job.predicted_peak_bytes,
         stop_reason=job.stop_reason if job.stopping or job.checkpoint_first else None,
-        checkpoint_requested=job.checkpoint_first, agent_was_down=agent_was_down)
+        checkpoint_requested=job.checkpoint_first, agent_was_down=agent_was_down,
+        finished=read_progress(job).get("event") == "done")
 
 
 def _log_tails(job: RunningJob) -> list[str]:

@@ -156,11 +156,14 @@ class Checkpointer:
         by_steps = bool(self.policy.every_steps) and step % self.policy.every_steps == 0
         return bool(self.policy.uri) and (by_steps or by_time or stop), stop
 
-    def save(self, trainer: Checkpointable, step: int) -> None:
+    def save(self, trainer: Checkpointable, step: int) -> float:
+        """Save, commit and prune; returns the seconds the training loop stood still."""
+        started = time.monotonic()
         save(trainer, self.policy.uri, step)
         if not dist.is_initialized() or dist.get_rank() == 0:
             prune(self.policy.uri, self.policy.keep)
         self.last_save_s = time.monotonic()
+        return self.last_save_s - started
 
     def finish(self) -> None:
         """The job is done: its checkpoints go unless the spec keeps them (rank 0)."""

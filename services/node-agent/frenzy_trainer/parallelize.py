@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -34,7 +35,7 @@ from torch import nn
 from frenzy.catalog.models import ModelArch
 from frenzy.domain import ParallelPlan, Recipe
 
-from .model import DTYPES, Transformer, build_model, next_token_loss
+from .model import DTYPES, RMSNorm, Transformer, build_model, next_token_loss
 from .recipe import MicroBatch, _forward_backward, _optimizer, dcp_state, load_dcp_state
 
 MESH_DIMS = ("pp", "dp_replicate", "dp_shard", "tp")
@@ -109,7 +110,7 @@ def apply_tp(model: Transformer, tp_mesh, sequence_parallel: bool) -> None:
 def sequence_parallel_params(model: Transformer) -> list[nn.Parameter]:
     """Norm weights (and biases): under sequence parallelism each tp rank sees 1/tp of the
     sequence, so their gradients are partial sums over tp."""
-    return [p for m in model.modules() if isinstance(m, nn.LayerNorm) or type(m).__name__ == "RMSNorm"
+    return [p for m in model.modules() if isinstance(m, (nn.LayerNorm, RMSNorm))
             for p in m.parameters(recurse=False)]
 
 
@@ -172,7 +173,7 @@ class ParallelTrainer:
             self.tied_weight = model.embed.weight if model.embed is not None else model.lm_head.weight
         self.model = model
         self.optimizer = _optimizer(list(model.parameters()), recipe, lr, 0.0)
-        self.schedule = None
+        self.schedules: dict[int, Any] = {}  # micro-batch count -> 1F1B schedule
         if plan.pp > 1:
             from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
@@ -197,18 +198,20 @@ class ParallelTrainer:
         return loss
 
     def _pipeline_step(self, micro_batches: Sequence[MicroBatch]) -> torch.Tensor:
-        if self.schedule is None or self.schedule._n_microbatches != len(micro_batches):
-            self.schedule = self.schedule_cls(self.pp_stage, len(micro_batches), loss_fn=next_token_loss)
+        schedule = self.schedules.get(len(micro_batches))
+        if schedule is None:
+            schedule = self.schedules[len(micro_batches)] = self.schedule_cls(
+                self.pp_stage, len(micro_batches), loss_fn=next_token_loss)
         inputs = torch.cat([x for x, _ in micro_batches])
         labels = torch.cat([y for _, y in micro_batches])
         last = self.stage == self.plan.pp - 1
         losses: list[torch.Tensor] = []
         if self.stage == 0:
-            self.schedule.step(inputs)
+            schedule.step(inputs)
         elif last:
-            self.schedule.step(target=labels, losses=losses)
+            schedule.step(target=labels, losses=losses)
         else:
-            self.schedule.step()
+            schedule.step()
         loss = (torch.stack([l.detach().float() for l in losses]).mean() if last
                 else torch.zeros((), device=self.device))
         dist.broadcast(loss, group=self.mesh["pp"].get_group(), group_src=self.plan.pp - 1)

@@ -19,6 +19,7 @@ approximate.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import weakref
 from pathlib import Path
@@ -42,9 +43,12 @@ class LiveTensorBytes(TorchDispatchMode):
         self.live_bytes = 0
         self.peak_bytes = 0
         self._counted: dict[int, list[int]] = {}  # live StorageImpl address -> [bytes counted]
+        self.paused = False  # new storages go uncounted (PeakMemory.untracked)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        if self.paused:
+            return out
         if isinstance(out, torch.Tensor):  # fast path: most ops return one tensor
             self._track(out.untyped_storage())
         elif isinstance(out, (tuple, list)):
@@ -102,6 +106,28 @@ class PeakMemory:
         if self.tracker is not None:
             return self.tracker.peak_bytes
         return int(torch.cuda.max_memory_allocated(self.device))
+
+    @contextlib.contextmanager
+    def untracked(self):
+        """CPU: tensors made inside are not counted. For checkpoint saves, whose copies live in
+        host memory on a GPU machine (DCP stages to CPU), so the CPU peak stays comparable with
+        CUDA's max_memory_allocated and with MARP."""
+        if self.tracker is None:
+            yield
+            return
+        self.tracker.paused = True
+        try:
+            yield
+        finally:
+            self.tracker.paused = False
+
+    def reset_peak(self) -> None:
+        """Start the peak afresh from what is live now (after restoring a checkpoint, whose
+        transient copies are not part of a training step)."""
+        if self.tracker is not None:
+            self.tracker.peak_bytes = self.tracker.live_bytes
+        else:
+            torch.cuda.reset_peak_memory_stats(self.device)
 
     def check(self) -> None:
         """On CUDA the limit is checked once per step (on CPU the tracker checks every op)."""

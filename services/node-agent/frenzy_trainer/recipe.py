@@ -122,12 +122,13 @@ class MixedPrecisionTrainer:
     # -- checkpoints (frenzy_trainer.checkpoint): per-name fp32 tensors, the layout every plan shares
 
     def _full(self, shard: torch.Tensor) -> torch.Tensor:
-        """The whole flat buffer from this rank's slice (ZeRO-1 all-gathers it)."""
+        """The whole flat buffer from this rank's slice (ZeRO-1 all-gathers it, then moves it
+        to host memory, so a save holds at most one extra full fp32 buffer on the GPU at once)."""
         if shard.numel() == self.param_buffer.numel():
             return shard
         full = torch.empty(self.param_buffer.numel(), dtype=shard.dtype, device=shard.device)
         dist.all_gather_into_tensor(full, shard.contiguous(), group=self.group)
-        return full
+        return full.cpu()
 
     def _by_name(self, flat: torch.Tensor, all_names: bool) -> dict[str, torch.Tensor]:
         named = self.model.named_parameters(remove_duplicate=not all_names)

@@ -374,6 +374,7 @@ def train(config: JobConfig, plan: ParallelPlan, env: DistEnv, device: torch.dev
     trainer = _build_trainer(arch, config, plan, device)
     checkpoints = Checkpointer(config.checkpoint, device)
     first = _resume(trainer, config.checkpoint.uri, device)
+    memory.reset_peak()  # the peak of training, not of restoring
     if first:
         progress.write({"event": "resumed", "step": first})
     tokens_per_step = config.seq_len * config.global_batch
@@ -391,8 +392,9 @@ def train(config: JobConfig, plan: ParallelPlan, env: DistEnv, device: torch.dev
                             "time_s": round(time.monotonic() - started, 3)})
         save, stop = checkpoints.poll(step, preempt.is_set())
         if save and step < config.steps:  # the last step needs no checkpoint: the job is done
-            checkpoints.save(trainer, step)
-            progress.write({"event": "checkpoint", "step": step})
+            with memory.untracked():
+                save_s = checkpoints.save(trainer, step)
+            progress.write({"event": "checkpoint", "step": step, "save_s": round(save_s, 4)})
         if stop and step < config.steps:
             event = "preempted"
             break

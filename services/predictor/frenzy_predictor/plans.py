@@ -109,13 +109,16 @@ def powers_of_two(limit: int) -> Iterator[int]:
 
 
 def model_parallel_shapes(arch: ModelArch, gpu: GpuType, limit: int) -> list[tuple[int, int]]:
-    """(tp, pp) pairs: tp divides the heads and kv heads and fits a node, pp divides the layers.
+    """(tp, pp) pairs: tp divides the heads, kv heads, vocabulary and FFN width (what the
+    reference trainer's tensor parallelism splits evenly; gpt2's 50257 tokens allow none without
+    Megatron's vocabulary padding) and fits a node, pp divides the layers.
 
     Pipelines take the widest tp on NVLink cards (Narayanan et al. 2021: fill the node with tp
     first, then pipeline across nodes) and no tp on PCIe cards, whose tp all-reduces are slow.
     """
     tps = [t for t in powers_of_two(min(MAX_TP, gpu.typical_gpus_per_node, limit))
-           if arch.num_heads % t == 0 and arch.num_kv_heads % t == 0]
+           if not (arch.num_heads % t or arch.num_kv_heads % t or arch.vocab_size % t
+                   or arch.ffn_hidden_size % t)]
     pps = [p for p in powers_of_two(min(MAX_PP, arch.num_layers, limit)) if arch.num_layers % p == 0]
     pipeline_tp = tps[-1] if gpu.nvlink_gbs_per_gpu > 0 else 1
     shapes = [(t, 1) for t in tps] + [(pipeline_tp, p) for p in pps if p > 1]

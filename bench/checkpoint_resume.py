@@ -1,0 +1,256 @@
+"""Checkpoint and resume figures (issue 13), on this machine's CPUs, beside the baseline of the
+same run: a job that restarts from step 0 (what Frenzy did before checkpoints).
+
+1. Checkpoint overhead: the reference trainer on CPU (1 rank, gloo-free), per model: median
+   step time, the time the loop stands still for one save (the trainer's `save_s`), and the
+   overhead at a checkpoint every k steps = save_s / (k x step_s). Cross-check: wall time of
+   the same run with and without checkpoints.
+2. Node loss: a local cluster (real broker, services, agents; two simulated 2-GPU nodes; node
+   timeout FRENZY_NODE_TIMEOUT_S), a DP2 tiny-gpt2 job checkpointing every k steps; after its
+   first commit the node (agent and job processes) is SIGKILLed. Steps redone on resume (goal
+   <= k; baseline: every step done so far) and time from the kill to training again.
+3. Resize latency: the same job resized DP2 -> DP1 -> DP2 ... by publishing ReshapeJob as the
+   scheduler would; decision (publish) to training again (first step of the new attempt), p50/p99.
+
+    .venv/bin/python bench/checkpoint_resume.py [--trials 3] [--resizes 6] [--models tiny-gpt2,tiny-llama]
+
+Saves bench/results/checkpoint_resume.json.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from frenzy import topics
+from frenzy.broker import free_port
+from frenzy.bus import Bus
+from frenzy.client import FrenzyClient
+from frenzy.config import BusSettings
+from frenzy.localcluster import start_cluster
+from frenzy.v1 import events_pb2, types_pb2
+
+REPO = Path(__file__).resolve().parents[1]
+CLUSTER = REPO / "tests" / "data" / "cluster_elastic.yaml"
+RESULTS = REPO / "bench" / "results" / "checkpoint_resume.json"
+
+
+def pct(values: list[float]) -> dict:
+    if not values:
+        return {"n": 0}
+    arr = np.array(values)
+    return {"n": len(values), "p50": round(float(np.percentile(arr, 50)), 3),
+            "p99": round(float(np.percentile(arr, 99)), 3), "max": round(float(arr.max()), 3)}
+
+
+# ------------------------------------------------------------------ 1. checkpoint overhead
+
+def _trainer_run(model: str, steps: int, every: int, workdir: Path, seq_len: int, batch: int) -> tuple[float, list[dict]]:
+    progress = workdir / "progress.jsonl"
+    progress.unlink(missing_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FRENZY_",))}
+    env.update({"CUDA_VISIBLE_DEVICES": "", "FRENZY_PROGRESS_FILE": str(progress),
+                "FRENZY_PLAN": json.dumps({"dp": 1, "micro_batch": batch})})
+    args = [sys.executable, "-m", "frenzy_trainer", "--model", model, "--seq-len", str(seq_len),
+            "--global-batch", str(batch), "--steps", str(steps)]
+    if every:
+        args += ["--checkpoint-uri", str(workdir / "ckpt"), "--checkpoint-every-steps", str(every)]
+    started = time.monotonic()
+    subprocess.run(args, env=env, cwd=workdir, check=True, capture_output=True, timeout=1800)
+    wall = time.monotonic() - started
+    return wall, [json.loads(line) for line in progress.read_text().splitlines()]
+
+
+def checkpoint_overhead(models: list[str], steps: int, every: int) -> list[dict]:
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for model in models:
+            workdir = Path(tmp) / model
+            workdir.mkdir()
+            seq_len, batch = (64, 8) if model.startswith("tiny") else (128, 2)
+            plain_wall, plain = _trainer_run(model, steps, 0, workdir, seq_len, batch)
+            ckpt_wall, lines = _trainer_run(model, steps, every, workdir, seq_len, batch)
+            times = [l["time_s"] for l in plain if "event" not in l]
+            step_s = statistics.median(np.diff(times)) if len(times) > 1 else times[0]
+            saves = [l["save_s"] for l in lines if l.get("event") == "checkpoint"]
+            save_s = statistics.mean(saves)
+            plain_train, ckpt_train = plain[-1]["time_s"], lines[-1]["time_s"]
+            rows.append({"model": model, "seq_len": seq_len, "global_batch": batch, "steps": steps,
+                         "every_steps": every, "step_s": round(step_s, 4), "save_s": round(save_s, 4),
+                         "saves": len(saves),
+                         "overhead_pct_at_every": {k: round(100 * save_s / (k * step_s), 2)
+                                                   for k in (every, 100, 1000)},
+                         "train_s_without": plain_train, "train_s_with": ckpt_train,
+                         "measured_overhead_pct": round(100 * (ckpt_train - plain_train) / plain_train, 1),
+                         "process_wall_s_without": round(plain_wall, 2),
+                         "process_wall_s_with": round(ckpt_wall, 2)})
+            print(f"  {model:12s} step {step_s * 1e3:8.1f} ms  save {save_s * 1e3:8.1f} ms  "
+                  f"overhead every {every}: {rows[-1]['overhead_pct_at_every'][every]:6.2f}%  "
+                  f"every 100: {rows[-1]['overhead_pct_at_every'][100]:6.2f}%  "
+                  f"(measured run vs run: {rows[-1]['measured_overhead_pct']:+.1f}%; baseline "
+                  f"without checkpoints: 0%)", flush=True)
+    return rows
+
+
+# ------------------------------------------------------------------ 2./3. through the system
+
+def spec(name: str, steps: int, every: int) -> types_pb2.JobSpec:
+    return types_pb2.JobSpec(
+        name=name, model="tiny-gpt2",
+        constraints=types_pb2.Constraints(gpu_types=["H100-80GB"], max_gpus=2, min_gpus=2),
+        entrypoint=[sys.executable, "-m", "frenzy_trainer"],
+        env={"FRENZY_LR": "3e-3", "FRENZY_DIST_TIMEOUT_S": "60"},
+        training=types_pb2.TrainingConfig(seq_len=64, global_batch_size=8, steps=steps,
+                                          checkpoint_every_steps=every))
+
+
+def watch_until(client, job_id, until, timeout_s=180.0):
+    for job in client.watch(job_id, timeout_s=timeout_s):
+        if until(job):
+            return job, time.monotonic()
+        if job.state in (types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED):
+            raise RuntimeError(f"job ended first: {job.reason}")
+    raise RuntimeError("watch ended")
+
+
+def publish(cluster, message) -> None:
+    async def go():
+        bus = Bus("bench-reshape", BusSettings(kafka_bootstrap=cluster.bootstrap, namespace=cluster.namespace))
+        await bus.start()
+        try:
+            await bus.publish(topics.JOBS_PLACED, message.job_id, message)
+        finally:
+            await bus.stop()
+    asyncio.run(go())
+
+
+def wait_nodes_ready(client, count: int, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if sum(n.state == types_pb2.NODE_READY for n in client.list_nodes()) >= count:
+            return
+        time.sleep(0.2)
+    raise RuntimeError("nodes not ready")
+
+
+def node_loss(cluster, trials: int, every: int) -> list[dict]:
+    rows = []
+    with FrenzyClient(cluster.grpc_address) as client:
+        for trial in range(trials):
+            wait_nodes_ready(client, 2)
+            job_id = client.submit(spec(f"bench-node-loss-{trial}", 400, every))
+            job, _ = watch_until(client, job_id, lambda j: j.HasField("checkpoint_step"))
+            # let it run past the commit, so the kill lands mid-interval
+            job, _ = watch_until(client, job_id, lambda j: j.progress.step >= job.checkpoint_step + every // 2 + 1)
+            node, killed_at = job.assignments[0].node_id, job.progress.step
+            killed = time.monotonic()
+            cluster.stop_process(f"agent-{node}", signal.SIGKILL)
+            for state in (cluster.workdir / "agents" / node).glob(f"{job_id}.0/state.json"):
+                os.killpg(json.loads(state.read_text())["pgid"], signal.SIGKILL)
+            requeued, requeued_t = watch_until(client, job_id, lambda j: j.attempt == 1)
+            back, back_t = watch_until(client, job_id, lambda j: j.attempt == 1 and j.state == types_pb2.RUNNING
+                                       and j.progress.step > j.resumed_from_step)
+            client.cancel(job_id)
+            cluster.restart(f"agent-{node}")
+            row = {"every_steps": every, "killed_at_step": killed_at,
+                   "resumed_from_step": back.resumed_from_step,
+                   "steps_redone": killed_at - back.resumed_from_step,
+                   "steps_redone_baseline_from_0": killed_at,
+                   "kill_to_requeued_s": round(requeued_t - killed, 2),
+                   "requeued_to_training_s": round(back_t - requeued_t, 2),
+                   "kill_to_training_s": round(back_t - killed, 2)}
+            rows.append(row)
+            print(f"  trial {trial}: killed at step {killed_at}, resumed from {back.resumed_from_step}: "
+                  f"{row['steps_redone']} steps redone (k = {every}; from 0: {killed_at}); "
+                  f"kill -> re-queued {row['kill_to_requeued_s']} s, -> training {row['kill_to_training_s']} s",
+                  flush=True)
+    return rows
+
+
+def resize_latency(cluster, resizes: int, every: int) -> list[dict]:
+    rows = []
+    with FrenzyClient(cluster.grpc_address) as client:
+        wait_nodes_ready(client, 2)
+        job_id = client.submit(spec("bench-resize", 100000, every))
+        watch_until(client, job_id, lambda j: j.HasField("checkpoint_step"))
+        for i in range(resizes):
+            current = client.get(job_id)
+            dp = 1 if current.option.num_gpus == 2 else 2
+            option = types_pb2.PlanOption()
+            option.CopyFrom(current.option)
+            option.num_gpus, option.plan.dp = dp, dp
+            before_step = current.progress.step
+            decided = time.monotonic()
+            publish(cluster, events_pb2.ReshapeJob(
+                job_id=job_id, kind=events_pb2.RESIZE, attempt=current.attempt, option=option,
+                assignments=[types_pb2.GpuAssignment(node_id=current.assignments[0].node_id,
+                                                     gpu_indices=list(range(dp)))]))
+            a = current.attempt
+            launched, launched_t = watch_until(client, job_id, lambda j: j.attempt == a + 1)
+            back, back_t = watch_until(client, job_id, lambda j: j.attempt == a + 1
+                                       and j.progress.step > j.resumed_from_step)
+            row = {"to_dp": dp, "step_at_decision": before_step, "resumed_from_step": back.resumed_from_step,
+                   "decision_to_relaunched_s": round(launched_t - decided, 3),
+                   "decision_to_training_s": round(back_t - decided, 3)}
+            rows.append(row)
+            print(f"  resize {i}: -> dp{dp}: decision -> relaunched {row['decision_to_relaunched_s']} s, "
+                  f"-> training again {row['decision_to_training_s']} s (resumed from {back.resumed_from_step}, "
+                  f"step {before_step} at the decision)", flush=True)
+        client.cancel(job_id)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--models", default="tiny-gpt2,tiny-llama")
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--every", type=int, default=10)
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--resizes", type=int, default=6)
+    parser.add_argument("--node-timeout-s", type=float, default=4.0)
+    args = parser.parse_args()
+    machine = f"{platform.machine()}, {os.cpu_count()} CPUs (shared), load {os.getloadavg()[0]:.1f}"
+    print(f"machine: {machine}")
+    print("1. checkpoint overhead (reference trainer, CPU, 1 rank):")
+    overhead = checkpoint_overhead(args.models.split(","), args.steps, args.every)
+    with tempfile.TemporaryDirectory() as tmp:
+        cluster = start_cluster(CLUSTER, free_port(), Path(tmp), "has", namespace=f"bench{int(time.time())}",
+                                extra_env={"FRENZY_NODE_TIMEOUT_S": str(args.node_timeout_s)})
+        try:
+            print(f"2. node loss (k = 5 steps, node timeout {args.node_timeout_s} s):")
+            loss = node_loss(cluster, args.trials, 5)
+            print("3. resize latency (DP2 <-> DP1, tiny-gpt2):")
+            resize = resize_latency(cluster, args.resizes, 5)
+        finally:
+            cluster.stop()
+    summary = {
+        "machine": machine,
+        "checkpoint_overhead": overhead,
+        "node_loss": {"trials": loss,
+                      "steps_redone": pct([r["steps_redone"] for r in loss]),
+                      "steps_redone_baseline_from_0": pct([r["steps_redone_baseline_from_0"] for r in loss]),
+                      "kill_to_training_s": pct([r["kill_to_training_s"] for r in loss]),
+                      "node_timeout_s": args.node_timeout_s},
+        "resize": {"resizes": resize,
+                   "decision_to_training_s": pct([r["decision_to_training_s"] for r in resize]),
+                   "decision_to_relaunched_s": pct([r["decision_to_relaunched_s"] for r in resize])},
+    }
+    print(json.dumps({k: v for k, v in summary.items() if k in ("node_loss", "resize")}, indent=1)[:3000])
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(summary, indent=2))
+    print(f"saved {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
