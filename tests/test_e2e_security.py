@@ -357,3 +357,23 @@ def test_the_scheduler_keeps_a_tenant_within_its_gpu_quota(cluster, store):
         g.cancel(first)
         wait_state(g, second, {types_pb2.RUNNING, types_pb2.LAUNCHING, types_pb2.PLACED})
         g.cancel(second)
+
+
+def test_token_create_list_and_revoke_through_the_cli(cluster):
+    def cli(*args: str, token: str = "") -> subprocess.CompletedProcess:
+        env = {**os.environ, "FRENZY_ADDR": cluster.grpc_address, "FRENZY_TOKEN": token}
+        return subprocess.run([sys.executable, "-m", "frenzy.cli", *args], capture_output=True,
+                              text=True, env=env, timeout=60)
+
+    security = ["--security-dir", str(cluster.security.directory)]
+    created = cli("token", "create", "--tenant", "team-cli", *security)
+    assert created.returncode == 0, created.stderr
+    token = created.stdout.strip()
+    listed = json.loads(cli("token", "list", "--json", *security).stdout)
+    row = next(r for r in listed if r["id"] == token.split(".")[0])
+    assert (row["tenant"], row["role"], row["kind"]) == ("team-cli", "user", "api")
+    assert token.split(".")[1] not in json.dumps(listed)  # never the secret
+    assert cli("status", "--json", token=token).returncode == 0
+    assert cli("token", "revoke", row["id"], *security).returncode == 0
+    refused = cli("status", token=token)
+    assert refused.returncode == 1 and "not authenticated" in refused.stderr
