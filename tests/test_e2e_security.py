@@ -377,3 +377,17 @@ def test_token_create_list_and_revoke_through_the_cli(cluster):
     assert cli("token", "revoke", row["id"], *security).returncode == 0
     refused = cli("status", token=token)
     assert refused.returncode == 1 and "not authenticated" in refused.stderr
+
+
+def test_a_job_gets_no_broker_address_and_no_credentials(cluster, tmp_path):
+    dump = tmp_path / "env.json"
+    script = "import json, os, sys; open(sys.argv[1], 'w').write(json.dumps(dict(os.environ)))"
+    with cluster.client() as client:
+        job_id = client.submit(spec("env-dump", entrypoint=[sys.executable, "-c", script, str(dump)]))
+        assert wait_state(client, job_id, TERMINAL).state == types_pb2.SUCCEEDED
+    env = json.loads(dump.read_text())
+    assert {"WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT", "FRENZY_JOB_ID"} <= env.keys()
+    leaked = {k for k in env if k.startswith("KAFKA") or k in (
+        "FRENZY_JOIN_TOKEN", "FRENZY_ORCHESTRATOR_KEY", "FRENZY_SECURITY_DIR", "FRENZY_TOKEN")}
+    assert not leaked, leaked
+    assert cluster.bootstrap not in json.dumps(env)
