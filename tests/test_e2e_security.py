@@ -132,6 +132,7 @@ def test_cross_tenant_access_is_denied_without_leaking_existence(cluster, store)
         assert job_id not in {j.id for j in b.list()}
         assert job_id in {j.id for j in a.list()} and job_id in {j.id for j in admin.list()}
         assert all(job_id not in n.running_jobs for n in b.list_nodes())
+        assert all(t.running_jobs == 0 and t.queued_jobs == 0 for t in b.cluster_summary().gpu_types)
         wait_state(a, job_id, TERMINAL)
 
 
