@@ -25,10 +25,8 @@ def _client() -> FrenzyClient:
 
 def _fail_rpc(err: grpc.RpcError) -> None:
     code = err.code()
-    if code == grpc.StatusCode.UNAUTHENTICATED:
-        click.echo(f"error: {err.details()}", err=True)
-        sys.exit(1)
-    if code in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.RESOURCE_EXHAUSTED):
+    if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED,
+                grpc.StatusCode.RESOURCE_EXHAUSTED):  # "not authenticated: ...", quota, rate
         click.echo(f"error: {err.details()}", err=True)
         sys.exit(1)
     if code == grpc.StatusCode.INVALID_ARGUMENT:

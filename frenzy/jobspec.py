@@ -16,7 +16,7 @@ import json
 from frenzy.catalog.models import ModelArch, from_hf_config, model_catalog
 from frenzy.catalog.gpus import get_gpu
 from frenzy.domain import Constraints, Recipe, TrainingSpec
-from frenzy.security.limits import LimitError, check_spec_limits
+from frenzy.security.limits import MODEL_DIMENSION_LIMITS, LimitError, check_spec_limits
 from frenzy.v1 import types_pb2
 
 MAX_SEQ_LEN = 1_048_576
@@ -145,9 +145,16 @@ def _resolve_model(spec: types_pb2.JobSpec) -> ModelArch:
         if not isinstance(config, dict):
             raise SpecError("model_config_json", "must be a JSON object")
         try:
-            return from_hf_config(config, name=spec.model)
+            arch = from_hf_config(config, name=spec.model)
         except ValueError as err:
             raise SpecError("model_config_json", str(err)) from None
+        except (TypeError, OverflowError) as err:  # e.g. "hidden_size": null or a list
+            raise SpecError("model_config_json", f"a field has the wrong type: {err}") from None
+        for field, limit in MODEL_DIMENSION_LIMITS.items():
+            if getattr(arch, field) > limit:
+                raise SpecError("model_config_json", f"{field} {getattr(arch, field)} exceeds the "
+                                f"limit of {limit}")
+        return arch
     catalog = model_catalog()
     if spec.model in catalog:
         return catalog[spec.model]

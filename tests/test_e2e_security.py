@@ -132,6 +132,7 @@ def test_cross_tenant_access_is_denied_without_leaking_existence(cluster, store)
         assert job_id not in {j.id for j in b.list()}
         assert job_id in {j.id for j in a.list()} and job_id in {j.id for j in admin.list()}
         assert all(job_id not in n.running_jobs for n in b.list_nodes())
+        assert all(t.running_jobs == 0 and t.queued_jobs == 0 for t in b.cluster_summary().gpu_types)
         wait_state(a, job_id, TERMINAL)
 
 
@@ -366,3 +367,37 @@ def test_the_scheduler_keeps_a_tenant_within_its_gpu_quota(cluster, store):
         g.cancel(first)
         wait_state(g, second, {types_pb2.RUNNING, types_pb2.LAUNCHING, types_pb2.PLACED})
         g.cancel(second)
+
+
+def test_token_create_list_and_revoke_through_the_cli(cluster):
+    def cli(*args: str, token: str = "") -> subprocess.CompletedProcess:
+        env = {**os.environ, "FRENZY_ADDR": cluster.grpc_address, "FRENZY_TOKEN": token}
+        return subprocess.run([sys.executable, "-m", "frenzy.cli", *args], capture_output=True,
+                              text=True, env=env, timeout=60)
+
+    security = ["--security-dir", str(cluster.security.directory)]
+    created = cli("token", "create", "--tenant", "team-cli", *security)
+    assert created.returncode == 0, created.stderr
+    token = created.stdout.strip()
+    listed = json.loads(cli("token", "list", "--json", *security).stdout)
+    row = next(r for r in listed if r["id"] == token.split(".")[0])
+    assert (row["tenant"], row["role"], row["kind"]) == ("team-cli", "user", "api")
+    assert token.split(".")[1] not in json.dumps(listed)  # never the secret
+    assert cli("status", "--json", token=token).returncode == 0
+    assert cli("token", "revoke", row["id"], *security).returncode == 0
+    refused = cli("status", token=token)
+    assert refused.returncode == 1 and "not authenticated" in refused.stderr
+
+
+def test_a_job_gets_no_broker_address_and_no_credentials(cluster, tmp_path):
+    dump = tmp_path / "env.json"
+    script = "import json, os, sys; open(sys.argv[1], 'w').write(json.dumps(dict(os.environ)))"
+    with cluster.client() as client:
+        job_id = client.submit(spec("env-dump", entrypoint=[sys.executable, "-c", script, str(dump)]))
+        assert wait_state(client, job_id, TERMINAL).state == types_pb2.SUCCEEDED
+    env = json.loads(dump.read_text())
+    assert {"WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT", "FRENZY_JOB_ID"} <= env.keys()
+    leaked = {k for k in env if k.startswith("KAFKA") or k in (
+        "FRENZY_JOIN_TOKEN", "FRENZY_ORCHESTRATOR_KEY", "FRENZY_SECURITY_DIR", "FRENZY_TOKEN")}
+    assert not leaked, leaked
+    assert cluster.bootstrap not in json.dumps(env)

@@ -224,3 +224,15 @@ def test_client_config_is_private_and_env_overrides_the_token(tmp_path, monkeypa
     monkeypatch.setenv("FRENZY_TOKEN", "other.token")
     assert resolve().token == "other.token"
     assert resolve("10.0.0.1:1").ca_pem == ""  # a config for another address is not used
+
+
+@pytest.mark.parametrize("config,message", [
+    ({**LLAMA_CONFIG, "hidden_size": None}, "wrong type"),
+    ({**LLAMA_CONFIG, "num_hidden_layers": [2]}, "wrong type"),
+    ({**LLAMA_CONFIG, "hidden_size": 1 << 40}, "exceeds the limit"),
+])
+def test_an_inline_config_with_wrong_types_or_absurd_sizes_is_a_spec_error(config, message):
+    bad = types_pb2.JobSpec(name="s", model="x", model_config_json=json.dumps(config),
+                            training=spec().training)
+    with pytest.raises(SpecError, match=message):
+        resolve_spec(bad)

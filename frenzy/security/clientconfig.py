@@ -6,6 +6,7 @@ address of a local cluster (tests, `frenzy demo`) finds its token too. Lookup or
   token:   argument > FRENZY_TOKEN > config
   address: argument > FRENZY_ADDR > config > 127.0.0.1:50051
   config:  FRENZY_CONFIG > ./.frenzy/client.json > the registry entry for the address
+           (127.0.0.1:50051 when none is given)
 A config is used only when its address is the one being dialled (or none was given).
 """
 from __future__ import annotations
@@ -55,8 +56,7 @@ def resolve(address: str | None = None, token: str | None = None) -> ClientConfi
     wanted = address or os.environ.get("FRENZY_ADDR") or ""
     candidates = [Path(p) for p in [os.environ.get("FRENZY_CONFIG", "")] if p]
     candidates.append(Path(".frenzy") / CLIENT_CONFIG_FILE)
-    if wanted:
-        candidates.append(registry_path(wanted))
+    candidates.append(registry_path(wanted or DEFAULT_ADDRESS))
     config = None
     for path in candidates:
         found = read_client_config(path)

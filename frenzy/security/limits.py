@@ -23,6 +23,13 @@ MAX_ENV_VALUE_CHARS = 8192
 MAX_GPU_TYPES = 32
 MAX_JOB_ID_CHARS = 128
 
+# An inline config.json's sizes. The largest open models are far inside these (Llama-3.1-405B:
+# hidden 16384, 126 layers, 128 heads, ffn 53248, vocab 128256); beyond them the memory model's
+# products stop meaning anything, so such a config is refused rather than planned.
+MODEL_DIMENSION_LIMITS = {"hidden_size": 1 << 17, "num_layers": 4096, "num_heads": 4096,
+                          "num_kv_heads": 4096, "ffn_hidden_size": 1 << 20, "vocab_size": 1 << 23,
+                          "max_position_embeddings": 1 << 24}
+
 # Letters, digits, '.', '_', '-'; starts with a letter or digit. No '/', so no '..' component can
 # form a path: a job id names a directory on every agent and a key on every topic.
 JOB_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
