@@ -250,7 +250,10 @@ def test_local_cluster_records_a_real_jobs_error(kafka_bootstrap, tmp_path, monk
         assert job.state == types_pb2.SUCCEEDED and job.progress.peak_memory_bytes > 0
         key = f"gpt2|{job.option.gpu_type}"
         table = view.wait_for(lambda t: t.get(key, {}).get("last_job_id") == job_id)
-        error = (job.option.peak_bytes_per_gpu - job.progress.peak_memory_bytes) / job.progress.peak_memory_bytes
+        # The record compares the measured peak (max_memory_allocated) with the allocated peak.
+        predicted = job.option.peak_allocated_bytes
+        assert 0 < predicted < job.option.peak_bytes_per_gpu
+        error = (predicted - job.progress.peak_memory_bytes) / job.progress.peak_memory_bytes
         assert table[key]["jobs"] == 1
         assert table[key]["sum_abs_error"] == pytest.approx(abs(error))
     finally:

@@ -405,8 +405,11 @@ class OrchestratorCore:
         return out + self.on_placed(placed, now_s)  # rejected: it stays queued for HAS
 
     def _record_memory_error(self, job: types_pb2.Job) -> None:
-        """How far MARP's prediction for the plan was from the peak the job measured."""
-        measured, predicted = job.progress.peak_memory_bytes, job.option.peak_bytes_per_gpu
+        """How far MARP's prediction for the plan was from the peak the job measured. Agents
+        measure max_memory_allocated, so it is compared with the allocated peak, like for like
+        (options planned before the three peaks carry only the device peak)."""
+        measured = job.progress.peak_memory_bytes
+        predicted = job.option.peak_allocated_bytes or job.option.peak_bytes_per_gpu
         if measured > 0 and predicted > 0:
             self.memory_errors.append((job.option.gpu_type, (predicted - measured) / measured))
 
