@@ -227,8 +227,8 @@ def test_client_config_is_private_and_env_overrides_the_token(tmp_path, monkeypa
 
 
 @pytest.mark.parametrize("config,message", [
-    ({**LLAMA_CONFIG, "hidden_size": None}, "wrong type"),
-    ({**LLAMA_CONFIG, "num_hidden_layers": [2]}, "wrong type"),
+    ({**LLAMA_CONFIG, "hidden_size": None}, "hidden_size: missing"),
+    ({**LLAMA_CONFIG, "num_hidden_layers": [2]}, "num_hidden_layers: must be an integer"),
     ({**LLAMA_CONFIG, "hidden_size": 1 << 40}, "exceeds the limit"),
 ])
 def test_an_inline_config_with_wrong_types_or_absurd_sizes_is_a_spec_error(config, message):

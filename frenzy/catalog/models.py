@@ -190,7 +190,9 @@ def from_hf_config(config: dict, name: str = "custom") -> ModelArch:
         raise ValueError(
             f"model_type: unsupported {model_type!r}; supported: {', '.join(HF_MODEL_TYPES)}")
     family = HF_MODEL_TYPES[model_type]
-    required = HF_REQUIRED_FIELDS[family] + HF_REQUIRED_FIELDS.get(model_type, ())
+    required = HF_REQUIRED_FIELDS[family]
+    if model_type != family:  # e.g. mixtral: llama's fields and its own
+        required += HF_REQUIRED_FIELDS.get(model_type, ())
     missing = [f for f in required if config.get(f) is None]
     if missing:
         raise ValueError(f"{missing[0]}: missing from config.json (model_type {model_type} "
