@@ -90,6 +90,12 @@ def load_spec_file(path: str | Path) -> types_pb2.JobSpec:
         raise SpecError("file", f"{path} is not valid YAML: {err}") from None
     if not isinstance(data, dict):
         raise SpecError("file", f"{path} must hold a mapping")
+    return spec_from_dict(data)
+
+
+def spec_from_dict(data: dict) -> types_pb2.JobSpec:
+    """A spec in the YAML's shape (a parsed file, or a dict from the SDK) -> JobSpec; SpecError
+    names the first bad field."""
     try:
         return JobSpecModel.model_validate(data).to_proto()
     except ValidationError as err:
