@@ -137,6 +137,15 @@ class Client:
             raise TimeoutError(f"{job_id} is still {types_pb2.JobState.Name(job.state)} after {timeout_s} s")
         return job
 
+    def logs(self, job_id: str, rank: int | None = None, follow: bool = False, attempt: int = 0,
+             timeout_s: float | None = None) -> Iterator[types_pb2.LogChunk]:
+        """The job's rank logs as chunks (.rank, .attempt, .data bytes), in order per rank. With
+        follow, new chunks arrive until the job has ended and its last lines are read."""
+        request = services_pb2.StreamLogsRequest(job_id=job_id, follow=follow, attempt=attempt)
+        if rank is not None:
+            request.rank = rank
+        return self._jobs.StreamLogs(request, timeout=timeout_s, metadata=self._metadata)
+
     def explain(self, job_id: str) -> Explanation:
         """The job, the scheduler's decision record and MARP's options for its spec."""
         job = self.get(job_id)

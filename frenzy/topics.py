@@ -27,9 +27,11 @@ CLUSTER_EVENTS = Topic("frenzy.cluster.events", "node id", 4, compacted=True)
 AGENT_COMMANDS = Topic("frenzy.agent.commands", "node id", 8)
 # The orchestrator's durable state: keys "job/<id>", "early/<id>", "meta/epoch", "marker/<p>".
 ORCHESTRATOR_STATE = Topic("frenzy.orchestrator.state", "record kind/entity id", 4, compacted=True)
+# Rank logs as LogChunk records (frenzy/joblogs.py); time-retained, read by `frenzy logs`.
+JOBS_LOGS = Topic("frenzy.jobs.logs", "job id", 4)
 DEADLETTER = Topic("frenzy.deadletter", "original key", 1)
 
 ALL_TOPICS: tuple[Topic, ...] = (
     JOBS_SUBMITTED, JOBS_PLANNED, JOBS_PLACED, JOBS_STATUS,
-    NODES_HEARTBEATS, CLUSTER_EVENTS, AGENT_COMMANDS, ORCHESTRATOR_STATE, DEADLETTER,
+    NODES_HEARTBEATS, CLUSTER_EVENTS, AGENT_COMMANDS, ORCHESTRATOR_STATE, JOBS_LOGS, DEADLETTER,
 )

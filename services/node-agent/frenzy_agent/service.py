@@ -18,6 +18,7 @@ from frenzy.runtime import run_service, run_until_stopped
 from frenzy.v1 import events_pb2, types_pb2
 from frenzy_agent import executor
 from frenzy_agent.gpus import Gpu, NvmlMonitor, discover
+from frenzy_agent.logship import LogShipper, record_rank_offset
 
 log = get_logger("node-agent")
 
@@ -38,6 +39,7 @@ class NodeAgent:
         self.running: dict[str, executor.RunningJob] = {}  # job id -> its processes here
         self.supervisors: dict[str, asyncio.Task] = {}
         self.sequence = 0
+        self.logs = LogShipper(bus, node_id)
 
     # ----- status ---------------------------------------------------------------------
     async def report(self, job: executor.RunningJob, state: int, reason: str = "",
@@ -65,6 +67,7 @@ class NodeAgent:
             self.supervisors.pop(job.job_id, None)
         log.info("job processes ended", job_id=job.job_id, attempt=job.attempt,
                  outcome=result.state, reason=result.reason, exit_code=result.exit_code)
+        await self.ship_last_logs(job)
         state = {"succeeded": types_pb2.SUCCEEDED, "failed": types_pb2.FAILED,
                  "lost": types_pb2.FAILED}.get(result.state)
         if state is not None:  # a stopped job was ended by the orchestrator; nothing to report
@@ -73,6 +76,14 @@ class NodeAgent:
             shutil.rmtree(job.workdir, ignore_errors=True)
         else:  # kept for post-mortems; a restarted agent must not report it again
             (job.workdir / "reported").touch()
+
+    async def ship_last_logs(self, job: executor.RunningJob) -> None:
+        """Before the final status: a reader that saw the job end then finds all its lines."""
+        try:
+            await self.logs.ship(job.job_id, job.attempt, job.workdir)
+        except Exception:
+            log.warning("shipping the last log lines failed", job_id=job.job_id, exc_info=True)
+        self.logs.forget(job.workdir)
 
     # ----- commands ----------------------------------------------------------------------
     async def on_launch(self, env: events_pb2.Envelope, key: str) -> None:
@@ -94,6 +105,7 @@ class NodeAgent:
             await self.report(failed, types_pb2.FAILED, f"launch failed: {err}", exit_code=127)
             return
         self.running[cmd.job_id] = job
+        record_rank_offset(job.workdir, cmd.rank_offset)
         log.info("launched", job_id=cmd.job_id, attempt=cmd.attempt, gpus=list(cmd.gpu_indices),
                  pgid=job.pgid, rank_offset=cmd.rank_offset, world_size=cmd.world_size)
         await self.report(job, types_pb2.RUNNING, "processes started")
@@ -123,6 +135,7 @@ class NodeAgent:
             elif not (workdir / "reported").exists():
                 result = executor.outcome(job)
                 state = types_pb2.SUCCEEDED if result.state == "succeeded" else types_pb2.FAILED
+                await self.ship_last_logs(job)
                 # The reason keeps its prefix (OOM, RENDEZVOUS): the orchestrator acts on it.
                 await self.report(job, state, f"{result.reason} (ended while the agent was down)",
                                   result.exit_code)
@@ -188,7 +201,8 @@ class NodeAgent:
                 consumer, group, {"launch_job": self.on_launch, "stop_job": self.on_stop}, started=True))
             log.info("agent started", node_id=self.node_id, gpus=len(self.gpus),
                      gpu_type=self.gpus[0].gpu_type, partition=mine)
-            await run_until_stopped(stop, commands, asyncio.create_task(self.heartbeat_loop()))
+            await run_until_stopped(stop, commands, asyncio.create_task(self.heartbeat_loop()),
+                                    asyncio.create_task(self.logs.loop(self.running)))
         finally:
             # Job processes outlive an agent restart on purpose (see adopt_survivors); a clean
             # shutdown of the whole cluster stops them through `frenzy up`.

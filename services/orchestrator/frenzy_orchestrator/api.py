@@ -7,12 +7,14 @@ from typing import TYPE_CHECKING, AsyncIterator
 
 import grpc
 
+from frenzy import topics
 from frenzy.catalog.gpus import get_gpu
 from frenzy.convert import option_to_proto
 from frenzy.grpc_ops import enable_health_and_reflection
 from frenzy.jobspec import SpecError, resolve_spec
 from frenzy.v1 import services_pb2, services_pb2_grpc, types_pb2
 from frenzy_orchestrator import lifecycle
+from frenzy_orchestrator.logstream import stream_logs
 from frenzy_predictor.planner import plan_job
 
 if TYPE_CHECKING:
@@ -74,6 +76,20 @@ class JobApi(services_pb2_grpc.JobServiceServicer):
                     yield snapshot
         finally:
             self.service.watchers[request.job_id].remove(updates)
+
+    async def StreamLogs(self, request, context) -> AsyncIterator[types_pb2.LogChunk]:
+        job = await self._get(request.job_id, context)
+        if request.HasField("rank") and request.rank < 0:
+            await _invalid(context, f"rank: must not be negative, got {request.rank}")
+        jobs, bus = self.service.core.jobs, self.service.bus
+        topic = bus.topic_name(topics.JOBS_LOGS)
+        async for chunk in stream_logs(
+                bus.bootstrap, topic, len(await bus.producer.partitions_for(topic)), job.id,
+                job.submitted_at.ToMilliseconds(),
+                lambda: jobs[request.job_id].job.state in lifecycle.TERMINAL,
+                follow=request.follow, rank=request.rank if request.HasField("rank") else None,
+                attempt=request.attempt):
+            yield chunk
 
 
 class ClusterApi(services_pb2_grpc.ClusterServiceServicer):
