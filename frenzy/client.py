@@ -25,11 +25,11 @@ from typing import Any, Iterator
 import grpc
 import yaml
 
+from frenzy.jobstates import TERMINAL
 from frenzy.jobspec import SpecError, load_spec_file, spec_from_dict
 from frenzy.v1 import services_pb2, services_pb2_grpc, types_pb2
 
 DEFAULT_ADDRESS = "127.0.0.1:50051"
-TERMINAL_STATES = frozenset({types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED})
 
 SpecLike = types_pb2.JobSpec | dict | str | Path
 
@@ -127,13 +127,13 @@ class Client:
         """Block until the job ends; returns it. TimeoutError when timeout_s passes first."""
         try:
             for job in self.watch(job_id, timeout_s=timeout_s):
-                if job.state in TERMINAL_STATES:
+                if job.state in TERMINAL:
                     return job
         except grpc.RpcError as err:
             if err.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise
         job = self.get(job_id)
-        if job.state not in TERMINAL_STATES:
+        if job.state not in TERMINAL:
             raise TimeoutError(f"{job_id} is still {types_pb2.JobState.Name(job.state)} after {timeout_s} s")
         return job
 

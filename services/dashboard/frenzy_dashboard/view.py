@@ -18,15 +18,12 @@ from typing import Any
 
 from frenzy.convert import describe_plan
 from frenzy.joblogs import LineSplitter, LogCursor
+from frenzy.jobstates import HOLDING, TERMINAL, WAITING
 from frenzy.v1 import events_pb2, types_pb2
 from frenzy_predictor.error_table import Measurement, aggregate, measurement_of, split_key, summary
 
 STATE = types_pb2.JobState.Name
 GIB = 1024**3
-# Jobs that hold GPUs, and jobs that wait for them.
-HOLDING = frozenset({types_pb2.PLACED, types_pb2.LAUNCHING, types_pb2.RUNNING})
-WAITING = frozenset({types_pb2.SUBMITTED, types_pb2.PLANNED, types_pb2.QUEUED})
-TERMINAL = frozenset({types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED})
 NODE_STATE = {types_pb2.NODE_READY: "ready", types_pb2.NODE_LOST: "lost"}
 CURVE_POINTS = 2000        # progress points kept per job (loss and throughput curve)
 UTILISATION_SAMPLES = 2000  # cluster-wide samples kept for the utilisation chart
