@@ -25,6 +25,7 @@ from typing import Any, Iterator
 import grpc
 import yaml
 
+from frenzy import tracing
 from frenzy.jobstates import TERMINAL
 from frenzy.jobspec import SpecError, load_spec_file, spec_from_dict
 from frenzy.v1 import services_pb2, services_pb2_grpc, types_pb2
@@ -99,7 +100,9 @@ class Client:
         self.close()
 
     def _unary(self, method: Any, request: Any) -> Any:
-        return method(request, timeout=self.timeout_s, wait_for_ready=True, metadata=self._metadata)
+        # The caller's trace context, when it traces (frenzy/tracing.py): the job's trace joins it.
+        return method(request, timeout=self.timeout_s, wait_for_ready=True,
+                      metadata=self._metadata + tracing.current_metadata())
 
     # Jobs
     def submit(self, spec: SpecLike, job_id: str = "") -> str:

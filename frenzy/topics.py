@@ -10,6 +10,7 @@ class Topic:
     key: str  # what the record key holds, for per-entity order
     partitions: int
     compacted: bool = False  # keep only the latest record per key (state topics)
+    traced: bool = True  # records carry W3C trace context (frenzy/tracing.py); not telemetry
 
 
 def namespace_prefix(namespace: str) -> str:
@@ -22,7 +23,7 @@ JOBS_SUBMITTED = Topic("frenzy.jobs.submitted", "job id", 4)
 JOBS_PLANNED = Topic("frenzy.jobs.planned", "job id", 4, compacted=True)
 JOBS_PLACED = Topic("frenzy.jobs.placed", "job id", 4)
 JOBS_STATUS = Topic("frenzy.jobs.status", "job id", 4)
-NODES_HEARTBEATS = Topic("frenzy.nodes.heartbeats", "node id", 4)
+NODES_HEARTBEATS = Topic("frenzy.nodes.heartbeats", "node id", 4, traced=False)
 CLUSTER_EVENTS = Topic("frenzy.cluster.events", "node id", 4, compacted=True)
 AGENT_COMMANDS = Topic("frenzy.agent.commands", "node id", 8)
 # The orchestrator's durable state: keys "job/<id>", "early/<id>", "meta/epoch", "marker/<p>".

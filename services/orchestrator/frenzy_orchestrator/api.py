@@ -7,7 +7,9 @@ from typing import TYPE_CHECKING, AsyncIterator
 
 import grpc
 
-from frenzy import topics
+from opentelemetry.trace import SpanKind
+
+from frenzy import topics, tracing
 from frenzy.catalog.gpus import get_gpu
 from frenzy.convert import option_to_proto
 from frenzy.grpc_ops import enable_health_and_reflection
@@ -35,7 +37,11 @@ class JobApi(services_pb2_grpc.JobServiceServicer):
         except SpecError as err:
             await _invalid(context, f"spec.{err}")
         job_id = request.job_id or f"job-{uuid.uuid4().hex[:10]}"
-        await self.service.submit(job_id, request.spec)
+        # The job's trace starts here, or continues the caller's (traceparent in the metadata).
+        with tracing.tracer().start_as_current_span(
+                "SubmitJob", context=tracing.context_from_metadata(context.invocation_metadata()),
+                kind=SpanKind.SERVER, attributes={"frenzy.job_id": job_id}):
+            await self.service.submit(job_id, request.spec)
         return services_pb2.SubmitJobResponse(job_id=job_id)
 
     async def _get(self, job_id: str, context) -> types_pb2.Job:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+from opentelemetry import context as otel_context
+
 from frenzy import topics
 from frenzy.bus import Bus
 from frenzy.config import ServiceSettings
@@ -30,6 +32,8 @@ class OrchestratorService:
         self._errors_observed = 0  # memory prediction errors already in the histogram
         self.watchers: dict[str, list[asyncio.Queue]] = {}
         self._pending: list[Outgoing] = []  # produced by handled events, not yet published
+        # The trace context of the event that produced each pending output (frenzy/tracing.py).
+        self._pending_contexts: list[otel_context.Context] = []
         self._flush_lock = asyncio.Lock()
 
     async def recover(self) -> None:
@@ -54,7 +58,9 @@ class OrchestratorService:
 
     async def _run(self, handler, *args) -> None:
         """Apply one event to the core. Its outgoing events wait for the next flush()."""
-        self._pending.extend(handler(*args, time.time()))
+        produced = list(handler(*args, time.time()))
+        self._pending.extend(produced)
+        self._pending_contexts.extend([otel_context.get_current()] * len(produced))
 
     async def flush(self) -> None:
         """Publish what the handled events produced, and only then their state records.
@@ -65,11 +71,12 @@ class OrchestratorService:
         """
         async with self._flush_lock:  # keeps publish order equal to state-change order
             outgoing, self._pending = self._pending, []
+            contexts, self._pending_contexts = self._pending_contexts, []
             records = self.core.drain_state_records()
             for gpu_type, error in self.core.memory_errors[self._errors_observed:]:
                 self.metrics.memory_prediction_error.labels(gpu_type).observe(error)
             self._errors_observed = len(self.core.memory_errors)
-            await self.bus.publish_many([(o.topic, o.key, o.payload) for o in outgoing])
+            await self.bus.publish_many([(o.topic, o.key, o.payload) for o in outgoing], contexts)
             # State records go last: see OrchestratorCore.drain_state_records.
             await self.bus.publish_many([(o.topic, o.key, o.payload) for o in records])
             for out in outgoing:
