@@ -16,7 +16,10 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import CommitFailedError
 from google.protobuf.message import Message
 
-from frenzy import events, topics
+from opentelemetry import context as otel_context
+from opentelemetry.trace import SpanKind
+
+from frenzy import events, topics, tracing
 from frenzy.config import BusSettings, bootstrap
 from frenzy.logs import get_logger
 from frenzy.security.kafka import kafka_client_options
@@ -86,6 +89,10 @@ class Bus:
         self.client_options = kafka_client_options(self.settings)
         # Adds signature headers to records on the topics it signs (frenzy.security.signing).
         self.signer = None
+        # key (a job id) -> the trace context of the last traced record handled with that key, so
+        # a record about a job continues that job's trace even when another event triggered it
+        # (the scheduler places a waiting job when some other job ends).
+        self._key_contexts: OrderedDict[str, otel_context.Context] = OrderedDict()
 
     def topic_name(self, topic: topics.Topic) -> str:
         """The topic's name on the broker, in this deployment's namespace."""
@@ -124,20 +131,36 @@ class Bus:
         env = events.envelope(payload, trace_id=trace_id, producer=self.service)
         value, headers = self._encode(topic, key, env)
         await self.producer.send_and_wait(self.topic_name(topic), value, key=key.encode(),
-                                          headers=headers)
+                                          headers=headers + self._trace_headers(topic, key))
         return env
 
-    async def publish_many(self, items: list[tuple[topics.Topic, str, Message | None]]) -> None:
+    def _trace_headers(self, topic: topics.Topic, key: str,
+                       ctx: otel_context.Context | None = None) -> events.Headers:
+        """The trace context a record continues: the one given, else its key's, else the current."""
+        if not topic.traced:
+            return []
+        return tracing.current_headers(ctx or self._key_contexts.get(key))
+
+    def _remember_context(self, key: str, ctx: otel_context.Context) -> None:
+        self._key_contexts[key] = ctx
+        self._key_contexts.move_to_end(key)
+        if len(self._key_contexts) > self.settings.dedupe_window:
+            self._key_contexts.popitem(last=False)
+
+    async def publish_many(self, items: list[tuple[topics.Topic, str, Message | None]],
+                           contexts: list[otel_context.Context | None] | None = None) -> None:
         """Publish in order, pipelined: enqueue every record, then wait for all acknowledgements.
 
         The producer keeps one request in flight per broker, so per-partition order holds. A
-        None payload is a tombstone (deletes its key on a compacted topic).
+        None payload is a tombstone (deletes its key on a compacted topic). contexts: the trace
+        context each record continues, for records produced by earlier handlers (default: now's).
         """
         records = []
-        for topic, key, payload in items:  # all checked before any is sent
+        for i, (topic, key, payload) in enumerate(items):  # all checked before any is sent
             value, headers = None, None
             if payload is not None:
                 value, headers = self._encode(topic, key, events.envelope(payload, producer=self.service))
+                headers = headers + self._trace_headers(topic, key, contexts[i] if contexts else None)
             else:
                 self.check_size(topic, key.encode(), value, headers)  # a tombstone's key
             records.append((topic, key, value, headers))
@@ -153,7 +176,7 @@ class Bus:
         (heartbeats) where the next record supersedes a lost one."""
         value, headers = self._encode(topic, key, events.envelope(payload, producer=self.service))
         return await self.producer.send(self.topic_name(topic), value, key=key.encode(),
-                                        headers=headers)
+                                        headers=headers + self._trace_headers(topic, key))
 
     async def publish_tombstone(self, topic: topics.Topic, key: str) -> None:
         """Delete a key from a compacted topic."""
@@ -258,8 +281,15 @@ class Bus:
         if not deduper.first_time(env.event_id):
             return
         key = record.key.decode(errors="replace") if record.key else ""
+        parent = tracing.context_from_headers(record.headers)
         try:
-            await handler(env, key)
+            with tracing.tracer().start_as_current_span(
+                    f"handle {env.type}", context=parent, kind=SpanKind.CONSUMER,
+                    attributes={"frenzy.key": key, "frenzy.group": group,
+                                "messaging.destination.name": record.topic}):
+                if key and tracing.has_span(parent):
+                    self._remember_context(key, otel_context.get_current())
+                await handler(env, key)
         except events.MalformedEvent as err:
             await self.dead_letter(record, f"invalid {env.type}: {err}", group)
         except asyncio.CancelledError:

@@ -16,6 +16,8 @@ LAZY_COMMANDS: dict[str, str] = {
     "nodes": "frenzy.cli_jobs:nodes",
     "cluster": "frenzy.cli_jobs:cluster",
     "explain": "frenzy.cli_explain:explain",
+    "logs": "frenzy.cli_logs:logs",
+    "top": "frenzy.cli_top:top",
     "predict": "frenzy_predictor.cli_predict:predict",
     "profile": "frenzy_predictor.cli_profile:profile",
     "simulate": "frenzy_scheduler.cli_simulate:simulate",

@@ -90,8 +90,8 @@ def explain(job_id: str, as_json: bool, limit: int) -> None:
     """Why Frenzy chose this GPU type and plan for JOB, or why it waits."""
     try:
         with _client() as client:
-            job = client.get(job_id)
-            options = list(client.predict(job.spec).options)
+            explained = client.explain(job_id)
+            job, options = explained.job, explained.options
     except grpc.RpcError as err:
         _fail_rpc(err)
     if as_json:

@@ -42,6 +42,8 @@ class BusSettings(BaseSettings):
     # GET /healthz on this port answers while the service runs (Kubernetes and compose probes of
     # services without a gRPC or web port); 0 = off.
     health_port: int = 0
+    # OTLP/HTTP collector (e.g. http://otel-collector:4318) for traces; "" = tracing off.
+    otlp_endpoint: str = ""
 
 
 class ServiceSettings(BusSettings):

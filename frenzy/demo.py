@@ -14,11 +14,11 @@ from rich.table import Table
 from frenzy.client import FrenzyClient
 from frenzy.console import table_console
 from frenzy.convert import describe_plan
+from frenzy.jobstates import TERMINAL
 from frenzy.localcluster import DEFAULT_CLUSTER, WorkdirInUse, start_cluster
 from frenzy.v1 import types_pb2
 
 STATE = types_pb2.JobState.Name
-TERMINAL = {types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED}
 GIB = 1024**3
 
 # (name, model, seq_len, global batch, tokens): a mix from 124M to 13B parameters.

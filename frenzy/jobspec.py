@@ -104,12 +104,19 @@ def load_spec_file(path: str | Path) -> types_pb2.JobSpec:
         raise SpecError("file", f"{path} is not valid YAML: {err}") from None
     if not isinstance(data, dict):
         raise SpecError("file", f"{path} must hold a mapping")
+    return spec_from_dict(data, Path(path).parent)
+
+
+def spec_from_dict(data: dict, base_dir: Path = Path(".")) -> types_pb2.JobSpec:
+    """A spec in the YAML's shape (a parsed file, or a dict from the SDK) -> JobSpec; SpecError
+    names the first bad field. A model naming a local config.json is read here and sent inline,
+    relative paths from the working directory or base_dir (the spec file's folder)."""
     try:
         spec = JobSpecModel.model_validate(data).to_proto()
     except ValidationError as err:
         first = err.errors()[0]
         raise SpecError(".".join(str(p) for p in first["loc"]) or "spec", first["msg"]) from None
-    return inline_model_config(spec, Path(path).parent)
+    return inline_model_config(spec, base_dir)
 
 
 def inline_model_config(spec: types_pb2.JobSpec, base_dir: Path = Path(".")) -> types_pb2.JobSpec:

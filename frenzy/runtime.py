@@ -5,6 +5,7 @@ import asyncio
 import signal
 from typing import Awaitable, Callable
 
+from frenzy import tracing
 from frenzy.config import BusSettings
 from frenzy.logs import setup_logging
 
@@ -38,6 +39,7 @@ def run_service(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
     """Run main(stop) until it returns; SIGTERM or SIGINT sets `stop`. With FRENZY_HEALTH_PORT
     set, GET /healthz answers 200 on that port meanwhile (probes of the Kafka-only services)."""
     setup_logging()
+    tracing.setup()  # off unless FRENZY_OTLP_ENDPOINT is set
 
     async def runner() -> None:
         stop = asyncio.Event()

@@ -253,3 +253,28 @@ async def test_event_data_cannot_inject_markup(http):
     for path in ("/", "/jobs", "/jobs/job-x"):
         page = await (await http.get(path)).text()
         assert "<script>alert" not in page, path
+
+
+def log_chunk(job_id, rank, offset, data, attempt=1) -> events_pb2.Envelope:
+    return events.envelope(types_pb2.LogChunk(job_id=job_id, attempt=attempt, rank=rank, node_id="n1",
+                                              offset=offset, data=data))
+
+
+def test_the_job_page_shows_the_log_tail_once_per_line_whole_lines_only():
+    state = running_state()
+    state.apply(log_chunk("job-a", 0, 0, b"step 1\nstep"))
+    state.apply(log_chunk("job-a", 1, 0, b"hello from 1\n"))
+    state.apply(log_chunk("job-a", 0, 0, b"step 1\nstep"))  # a restarted agent ships again
+    state.apply(log_chunk("job-a", 0, 11, b" 2\n"))
+    assert view.job_view(state, "job-a", TEAM_A, 2000)["log_tail"] == [
+        "[rank 0] step 1", "[rank 1] hello from 1", "[rank 0] step 2"]
+    for i in range(view.LOG_TAIL_LINES + 5):
+        state.apply(log_chunk("job-a", 0, 14 + i * 2, b"x\n"))
+    assert len(view.job_view(state, "job-a", TEAM_A, 2000)["log_tail"]) == view.LOG_TAIL_LINES
+
+
+async def test_the_log_tail_is_on_the_job_page_escaped(http):
+    await http.get("/login?token=ticket", allow_redirects=False)
+    http.server.app[DASHBOARD].state.apply(log_chunk("job-a", 0, 0, b"<b>loss</b> 2.5\n"))
+    page = await (await http.get("/jobs/job-a")).text()
+    assert 'id="log-tail"' in page and "[rank 0] &lt;b&gt;loss&lt;/b&gt; 2.5" in page

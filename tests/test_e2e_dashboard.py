@@ -128,6 +128,8 @@ def test_a_submitted_job_lights_up_its_gpus_and_its_page_follows_it_live(cluster
         assert first in {"PLACED", "LAUNCHING", "RUNNING", "SUCCEEDED"}
         wait_for(browser, lambda d: state(d) == "SUCCEEDED", timeout_s=60)
         assert not_reloaded(browser), "the state changed without a reload"
+        # The synthetic workload's step lines, shipped by the agent, in the page's log tail.
+        wait_for(browser, lambda d: "] step " in text_of(d, "#log-tail"), timeout_s=30)
         browser.save_screenshot(str(ARTIFACTS / "job.png"))
         assert client.get(job_id).state == types_pb2.SUCCEEDED
 

@@ -190,7 +190,7 @@ def test_a_job_id_cannot_escape_and_the_server_opens_no_client_path(cluster):
             request = services_pb2.SubmitJobRequest(spec=types_pb2.JobSpec(
                 name="p", model=path, training=spec().training))
             with pytest.raises(grpc.RpcError) as err:
-                client.jobs.SubmitJob(request, timeout=10)  # raw: the client would inline a file
+                client._jobs.SubmitJob(request, timeout=10, metadata=client._metadata)  # raw: the client would inline a file
             assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
             answers.add(err.value.details())
         assert len(answers) == 1 and "opens no paths" in answers.pop()  # no existence oracle

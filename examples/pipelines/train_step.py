@@ -22,7 +22,6 @@ from frenzy.jobspec import SpecError, load_spec_file
 from frenzy.v1 import types_pb2
 
 STATE = types_pb2.JobState.Name
-TERMINAL = {types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED}
 
 
 def summary(job: types_pb2.Job) -> dict:

@@ -32,7 +32,7 @@ ORCHESTRATOR: StatusSource
 AGENT: StatusSource
 
 class Envelope(_message.Message):
-    __slots__ = ("event_id", "type", "produced_at", "trace_id", "producer", "job_submitted", "job_planned", "job_placed", "launch_job", "stop_job", "job_status_changed", "node_heartbeat", "gpu_availability_changed", "job_record_state", "state_marker", "orchestrator_epoch", "reshape_job", "agent_join")
+    __slots__ = ("event_id", "type", "produced_at", "trace_id", "producer", "job_submitted", "job_planned", "job_placed", "launch_job", "stop_job", "job_status_changed", "node_heartbeat", "gpu_availability_changed", "job_record_state", "state_marker", "orchestrator_epoch", "reshape_job", "agent_join", "log_chunk")
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     PRODUCED_AT_FIELD_NUMBER: _ClassVar[int]
@@ -51,6 +51,7 @@ class Envelope(_message.Message):
     ORCHESTRATOR_EPOCH_FIELD_NUMBER: _ClassVar[int]
     RESHAPE_JOB_FIELD_NUMBER: _ClassVar[int]
     AGENT_JOIN_FIELD_NUMBER: _ClassVar[int]
+    LOG_CHUNK_FIELD_NUMBER: _ClassVar[int]
     event_id: str
     type: str
     produced_at: _timestamp_pb2.Timestamp
@@ -69,7 +70,8 @@ class Envelope(_message.Message):
     orchestrator_epoch: OrchestratorEpoch
     reshape_job: ReshapeJob
     agent_join: AgentJoin
-    def __init__(self, event_id: _Optional[str] = ..., type: _Optional[str] = ..., produced_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., trace_id: _Optional[str] = ..., producer: _Optional[str] = ..., job_submitted: _Optional[_Union[JobSubmitted, _Mapping]] = ..., job_planned: _Optional[_Union[JobPlanned, _Mapping]] = ..., job_placed: _Optional[_Union[JobPlaced, _Mapping]] = ..., launch_job: _Optional[_Union[LaunchJob, _Mapping]] = ..., stop_job: _Optional[_Union[StopJob, _Mapping]] = ..., job_status_changed: _Optional[_Union[JobStatusChanged, _Mapping]] = ..., node_heartbeat: _Optional[_Union[NodeHeartbeat, _Mapping]] = ..., gpu_availability_changed: _Optional[_Union[GpuAvailabilityChanged, _Mapping]] = ..., job_record_state: _Optional[_Union[JobRecordState, _Mapping]] = ..., state_marker: _Optional[_Union[StateMarker, _Mapping]] = ..., orchestrator_epoch: _Optional[_Union[OrchestratorEpoch, _Mapping]] = ..., reshape_job: _Optional[_Union[ReshapeJob, _Mapping]] = ..., agent_join: _Optional[_Union[AgentJoin, _Mapping]] = ...) -> None: ...
+    log_chunk: _types_pb2.LogChunk
+    def __init__(self, event_id: _Optional[str] = ..., type: _Optional[str] = ..., produced_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., trace_id: _Optional[str] = ..., producer: _Optional[str] = ..., job_submitted: _Optional[_Union[JobSubmitted, _Mapping]] = ..., job_planned: _Optional[_Union[JobPlanned, _Mapping]] = ..., job_placed: _Optional[_Union[JobPlaced, _Mapping]] = ..., launch_job: _Optional[_Union[LaunchJob, _Mapping]] = ..., stop_job: _Optional[_Union[StopJob, _Mapping]] = ..., job_status_changed: _Optional[_Union[JobStatusChanged, _Mapping]] = ..., node_heartbeat: _Optional[_Union[NodeHeartbeat, _Mapping]] = ..., gpu_availability_changed: _Optional[_Union[GpuAvailabilityChanged, _Mapping]] = ..., job_record_state: _Optional[_Union[JobRecordState, _Mapping]] = ..., state_marker: _Optional[_Union[StateMarker, _Mapping]] = ..., orchestrator_epoch: _Optional[_Union[OrchestratorEpoch, _Mapping]] = ..., reshape_job: _Optional[_Union[ReshapeJob, _Mapping]] = ..., agent_join: _Optional[_Union[AgentJoin, _Mapping]] = ..., log_chunk: _Optional[_Union[_types_pb2.LogChunk, _Mapping]] = ...) -> None: ...
 
 class JobSubmitted(_message.Message):
     __slots__ = ("job_id", "spec", "submitted_at", "attempt", "min_memory_bytes", "tenant")

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from frenzy.v1 import types_pb2 as frenzy_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x66renzy/v1/services.proto\x12\tfrenzy.v1\x1a\x15\x66renzy/v1/types.proto\"D\n\x10SubmitJobRequest\x12 \n\x04spec\x18\x01 \x01(\x0b\x32\x12.frenzy.v1.JobSpec\x12\x0e\n\x06job_id\x18\x02 \x01(\t\"#\n\x11SubmitJobResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"6\n\x0fListJobsRequest\x12#\n\x06states\x18\x01 \x03(\x0e\x32\x13.frenzy.v1.JobState\"0\n\x10ListJobsResponse\x12\x1c\n\x04jobs\x18\x01 \x03(\x0b\x32\x0e.frenzy.v1.Job\"\"\n\x10\x43\x61ncelJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"!\n\x0fWatchJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"E\n\x0ePredictRequest\x12 \n\x04spec\x18\x01 \x01(\x0b\x32\x12.frenzy.v1.JobSpec\x12\x11\n\tgpu_types\x18\x02 \x03(\t\"M\n\x0fPredictResponse\x12&\n\x07options\x18\x01 \x03(\x0b\x32\x15.frenzy.v1.PlanOption\x12\x12\n\nnum_params\x18\x02 \x01(\x03\"\x13\n\x11GetClusterRequest\"\x8c\x01\n\x0eGpuTypeSummary\x12\x10\n\x08gpu_type\x18\x01 \x01(\t\x12\r\n\x05total\x18\x02 \x01(\x05\x12\x0c\n\x04\x66ree\x18\x03 \x01(\x05\x12\x11\n\tallocated\x18\x04 \x01(\x05\x12\x14\n\x0crunning_jobs\x18\x05 \x01(\x05\x12\x13\n\x0bqueued_jobs\x18\x06 \x01(\x05\x12\r\n\x05nodes\x18\x07 \x01(\x05\"\xbc\x01\n\x0e\x43lusterSummary\x12,\n\tgpu_types\x18\x01 \x03(\x0b\x32\x19.frenzy.v1.GpuTypeSummary\x12\x13\n\x0bnodes_ready\x18\x02 \x01(\x05\x12\x12\n\nnodes_lost\x18\x03 \x01(\x05\x12;\n\x11memory_prediction\x18\x04 \x01(\x0b\x32 .frenzy.v1.MemoryPredictionStats\x12\x16\n\x0e\x61gent_restarts\x18\x05 \x01(\x05\"]\n\x15MemoryPredictionStats\x12\x0c\n\x04jobs\x18\x01 \x01(\x05\x12\x16\n\x0emean_abs_error\x18\x02 \x01(\x01\x12\x1e\n\x16worst_under_prediction\x18\x03 \x01(\x01\"\x12\n\x10ListNodesRequest\"3\n\x11ListNodesResponse\x12\x1e\n\x05nodes\x18\x01 \x03(\x0b\x32\x0f.frenzy.v1.Node2\xc1\x02\n\nJobService\x12\x46\n\tSubmitJob\x12\x1b.frenzy.v1.SubmitJobRequest\x1a\x1c.frenzy.v1.SubmitJobResponse\x12\x32\n\x06GetJob\x12\x18.frenzy.v1.GetJobRequest\x1a\x0e.frenzy.v1.Job\x12\x43\n\x08ListJobs\x12\x1a.frenzy.v1.ListJobsRequest\x1a\x1b.frenzy.v1.ListJobsResponse\x12\x38\n\tCancelJob\x12\x1b.frenzy.v1.CancelJobRequest\x1a\x0e.frenzy.v1.Job\x12\x38\n\x08WatchJob\x12\x1a.frenzy.v1.WatchJobRequest\x1a\x0e.frenzy.v1.Job0\x01\x32T\n\x10PredictorService\x12@\n\x07Predict\x12\x19.frenzy.v1.PredictRequest\x1a\x1a.frenzy.v1.PredictResponse2\x9f\x01\n\x0e\x43lusterService\x12\x45\n\nGetCluster\x12\x1c.frenzy.v1.GetClusterRequest\x1a\x19.frenzy.v1.ClusterSummary\x12\x46\n\tListNodes\x12\x1b.frenzy.v1.ListNodesRequest\x1a\x1c.frenzy.v1.ListNodesResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x66renzy/v1/services.proto\x12\tfrenzy.v1\x1a\x15\x66renzy/v1/types.proto\"D\n\x10SubmitJobRequest\x12 \n\x04spec\x18\x01 \x01(\x0b\x32\x12.frenzy.v1.JobSpec\x12\x0e\n\x06job_id\x18\x02 \x01(\t\"#\n\x11SubmitJobResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"6\n\x0fListJobsRequest\x12#\n\x06states\x18\x01 \x03(\x0e\x32\x13.frenzy.v1.JobState\"0\n\x10ListJobsResponse\x12\x1c\n\x04jobs\x18\x01 \x03(\x0b\x32\x0e.frenzy.v1.Job\"\"\n\x10\x43\x61ncelJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"!\n\x0fWatchJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"`\n\x11StreamLogsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\x04rank\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\x0e\n\x06\x66ollow\x18\x03 \x01(\x08\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x42\x07\n\x05_rank\"E\n\x0ePredictRequest\x12 \n\x04spec\x18\x01 \x01(\x0b\x32\x12.frenzy.v1.JobSpec\x12\x11\n\tgpu_types\x18\x02 \x03(\t\"M\n\x0fPredictResponse\x12&\n\x07options\x18\x01 \x03(\x0b\x32\x15.frenzy.v1.PlanOption\x12\x12\n\nnum_params\x18\x02 \x01(\x03\"\x13\n\x11GetClusterRequest\"\x8c\x01\n\x0eGpuTypeSummary\x12\x10\n\x08gpu_type\x18\x01 \x01(\t\x12\r\n\x05total\x18\x02 \x01(\x05\x12\x0c\n\x04\x66ree\x18\x03 \x01(\x05\x12\x11\n\tallocated\x18\x04 \x01(\x05\x12\x14\n\x0crunning_jobs\x18\x05 \x01(\x05\x12\x13\n\x0bqueued_jobs\x18\x06 \x01(\x05\x12\r\n\x05nodes\x18\x07 \x01(\x05\"\xbc\x01\n\x0e\x43lusterSummary\x12,\n\tgpu_types\x18\x01 \x03(\x0b\x32\x19.frenzy.v1.GpuTypeSummary\x12\x13\n\x0bnodes_ready\x18\x02 \x01(\x05\x12\x12\n\nnodes_lost\x18\x03 \x01(\x05\x12;\n\x11memory_prediction\x18\x04 \x01(\x0b\x32 .frenzy.v1.MemoryPredictionStats\x12\x16\n\x0e\x61gent_restarts\x18\x05 \x01(\x05\"]\n\x15MemoryPredictionStats\x12\x0c\n\x04jobs\x18\x01 \x01(\x05\x12\x16\n\x0emean_abs_error\x18\x02 \x01(\x01\x12\x1e\n\x16worst_under_prediction\x18\x03 \x01(\x01\"\x12\n\x10ListNodesRequest\"3\n\x11ListNodesResponse\x12\x1e\n\x05nodes\x18\x01 \x03(\x0b\x32\x0f.frenzy.v1.Node2\x84\x03\n\nJobService\x12\x46\n\tSubmitJob\x12\x1b.frenzy.v1.SubmitJobRequest\x1a\x1c.frenzy.v1.SubmitJobResponse\x12\x32\n\x06GetJob\x12\x18.frenzy.v1.GetJobRequest\x1a\x0e.frenzy.v1.Job\x12\x43\n\x08ListJobs\x12\x1a.frenzy.v1.ListJobsRequest\x1a\x1b.frenzy.v1.ListJobsResponse\x12\x38\n\tCancelJob\x12\x1b.frenzy.v1.CancelJobRequest\x1a\x0e.frenzy.v1.Job\x12\x38\n\x08WatchJob\x12\x1a.frenzy.v1.WatchJobRequest\x1a\x0e.frenzy.v1.Job0\x01\x12\x41\n\nStreamLogs\x12\x1c.frenzy.v1.StreamLogsRequest\x1a\x13.frenzy.v1.LogChunk0\x01\x32T\n\x10PredictorService\x12@\n\x07Predict\x12\x19.frenzy.v1.PredictRequest\x1a\x1a.frenzy.v1.PredictResponse2\x9f\x01\n\x0e\x43lusterService\x12\x45\n\nGetCluster\x12\x1c.frenzy.v1.GetClusterRequest\x1a\x19.frenzy.v1.ClusterSummary\x12\x46\n\tListNodes\x12\x1b.frenzy.v1.ListNodesRequest\x1a\x1c.frenzy.v1.ListNodesResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -46,26 +46,28 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CANCELJOBREQUEST']._serialized_end=342
   _globals['_WATCHJOBREQUEST']._serialized_start=344
   _globals['_WATCHJOBREQUEST']._serialized_end=377
-  _globals['_PREDICTREQUEST']._serialized_start=379
-  _globals['_PREDICTREQUEST']._serialized_end=448
-  _globals['_PREDICTRESPONSE']._serialized_start=450
-  _globals['_PREDICTRESPONSE']._serialized_end=527
-  _globals['_GETCLUSTERREQUEST']._serialized_start=529
-  _globals['_GETCLUSTERREQUEST']._serialized_end=548
-  _globals['_GPUTYPESUMMARY']._serialized_start=551
-  _globals['_GPUTYPESUMMARY']._serialized_end=691
-  _globals['_CLUSTERSUMMARY']._serialized_start=694
-  _globals['_CLUSTERSUMMARY']._serialized_end=882
-  _globals['_MEMORYPREDICTIONSTATS']._serialized_start=884
-  _globals['_MEMORYPREDICTIONSTATS']._serialized_end=977
-  _globals['_LISTNODESREQUEST']._serialized_start=979
-  _globals['_LISTNODESREQUEST']._serialized_end=997
-  _globals['_LISTNODESRESPONSE']._serialized_start=999
-  _globals['_LISTNODESRESPONSE']._serialized_end=1050
-  _globals['_JOBSERVICE']._serialized_start=1053
-  _globals['_JOBSERVICE']._serialized_end=1374
-  _globals['_PREDICTORSERVICE']._serialized_start=1376
-  _globals['_PREDICTORSERVICE']._serialized_end=1460
-  _globals['_CLUSTERSERVICE']._serialized_start=1463
-  _globals['_CLUSTERSERVICE']._serialized_end=1622
+  _globals['_STREAMLOGSREQUEST']._serialized_start=379
+  _globals['_STREAMLOGSREQUEST']._serialized_end=475
+  _globals['_PREDICTREQUEST']._serialized_start=477
+  _globals['_PREDICTREQUEST']._serialized_end=546
+  _globals['_PREDICTRESPONSE']._serialized_start=548
+  _globals['_PREDICTRESPONSE']._serialized_end=625
+  _globals['_GETCLUSTERREQUEST']._serialized_start=627
+  _globals['_GETCLUSTERREQUEST']._serialized_end=646
+  _globals['_GPUTYPESUMMARY']._serialized_start=649
+  _globals['_GPUTYPESUMMARY']._serialized_end=789
+  _globals['_CLUSTERSUMMARY']._serialized_start=792
+  _globals['_CLUSTERSUMMARY']._serialized_end=980
+  _globals['_MEMORYPREDICTIONSTATS']._serialized_start=982
+  _globals['_MEMORYPREDICTIONSTATS']._serialized_end=1075
+  _globals['_LISTNODESREQUEST']._serialized_start=1077
+  _globals['_LISTNODESREQUEST']._serialized_end=1095
+  _globals['_LISTNODESRESPONSE']._serialized_start=1097
+  _globals['_LISTNODESRESPONSE']._serialized_end=1148
+  _globals['_JOBSERVICE']._serialized_start=1151
+  _globals['_JOBSERVICE']._serialized_end=1539
+  _globals['_PREDICTORSERVICE']._serialized_start=1541
+  _globals['_PREDICTORSERVICE']._serialized_end=1625
+  _globals['_CLUSTERSERVICE']._serialized_start=1628
+  _globals['_CLUSTERSERVICE']._serialized_end=1787
 # @@protoc_insertion_point(module_scope)

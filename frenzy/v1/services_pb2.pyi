@@ -51,6 +51,18 @@ class WatchJobRequest(_message.Message):
     job_id: str
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
+class StreamLogsRequest(_message.Message):
+    __slots__ = ("job_id", "rank", "follow", "attempt")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    rank: int
+    follow: bool
+    attempt: int
+    def __init__(self, job_id: _Optional[str] = ..., rank: _Optional[int] = ..., follow: _Optional[bool] = ..., attempt: _Optional[int] = ...) -> None: ...
+
 class PredictRequest(_message.Message):
     __slots__ = ("spec", "gpu_types")
     SPEC_FIELD_NUMBER: _ClassVar[int]

@@ -60,6 +60,11 @@ class JobServiceStub:
                 request_serializer=frenzy_dot_v1_dot_services__pb2.WatchJobRequest.SerializeToString,
                 response_deserializer=frenzy_dot_v1_dot_types__pb2.Job.FromString,
                 _registered_method=True)
+        self.StreamLogs = channel.unary_stream(
+                '/frenzy.v1.JobService/StreamLogs',
+                request_serializer=frenzy_dot_v1_dot_services__pb2.StreamLogsRequest.SerializeToString,
+                response_deserializer=frenzy_dot_v1_dot_types__pb2.LogChunk.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -96,6 +101,14 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StreamLogs(self, request, context):
+        """The job's rank logs as agents shipped them; with follow, until the job has ended and its
+        last chunks are read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -123,6 +136,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.WatchJob,
                     request_deserializer=frenzy_dot_v1_dot_services__pb2.WatchJobRequest.FromString,
                     response_serializer=frenzy_dot_v1_dot_types__pb2.Job.SerializeToString,
+            ),
+            'StreamLogs': grpc.unary_stream_rpc_method_handler(
+                    servicer.StreamLogs,
+                    request_deserializer=frenzy_dot_v1_dot_services__pb2.StreamLogsRequest.FromString,
+                    response_serializer=frenzy_dot_v1_dot_types__pb2.LogChunk.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -260,6 +278,33 @@ class JobService:
             '/frenzy.v1.JobService/WatchJob',
             frenzy_dot_v1_dot_services__pb2.WatchJobRequest.SerializeToString,
             frenzy_dot_v1_dot_types__pb2.Job.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamLogs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/frenzy.v1.JobService/StreamLogs',
+            frenzy_dot_v1_dot_services__pb2.StreamLogsRequest.SerializeToString,
+            frenzy_dot_v1_dot_types__pb2.LogChunk.FromString,
             options,
             channel_credentials,
             insecure,

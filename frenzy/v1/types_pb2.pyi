@@ -260,6 +260,22 @@ class Job(_message.Message):
     tenant: str
     def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., reason: _Optional[str] = ..., attempt: _Optional[int] = ..., option: _Optional[_Union[PlanOption, _Mapping]] = ..., assignments: _Optional[_Iterable[_Union[GpuAssignment, _Mapping]]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ..., submitted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., placed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., exit_code: _Optional[int] = ..., version: _Optional[int] = ..., checkpoint_step: _Optional[int] = ..., resumed_from_step: _Optional[int] = ..., decision: _Optional[_Union[DecisionRecord, _Mapping]] = ..., tenant: _Optional[str] = ...) -> None: ...
 
+class LogChunk(_message.Message):
+    __slots__ = ("job_id", "attempt", "rank", "node_id", "offset", "data")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    attempt: int
+    rank: int
+    node_id: str
+    offset: int
+    data: bytes
+    def __init__(self, job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., rank: _Optional[int] = ..., node_id: _Optional[str] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+
 class GpuStatus(_message.Message):
     __slots__ = ("index", "gpu_type", "memory_total_bytes", "memory_used_bytes", "health", "job_id")
     INDEX_FIELD_NUMBER: _ClassVar[int]

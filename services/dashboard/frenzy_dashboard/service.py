@@ -1,10 +1,11 @@
 """The dashboard service: follows the event stream into a `DashboardState` and serves it as HTML,
 with server-sent events pushing each page's live part to the browser (no reload, no build step).
 
-It reads five topics from the beginning with no consumer group, so every replica (and every
+It reads six topics (five from the beginning) with no consumer group, so every replica (and every
 restart) rebuilds the same picture and nothing is committed: jobs.status (the orchestrator's job
 records, the agents' progress and checkpoints), jobs.planned (MARP's options), jobs.placed (the
-scheduler's decision record), cluster.events (free GPUs and node state) and, from their end,
+scheduler's decision record), cluster.events (free GPUs and node state), jobs.logs (each job's
+log tail) and, from their end,
 nodes.heartbeats (GPU memory in use; the past of a heartbeat is worth nothing).
 """
 from __future__ import annotations
@@ -30,7 +31,10 @@ from frenzy_dashboard.auth import SESSION_COOKIE, Gate, load_authenticator
 from frenzy_dashboard.view import DashboardState, Principal
 
 HERE = Path(__file__).parent
-FROM_BEGINNING = (topics.JOBS_STATUS, topics.JOBS_PLANNED, topics.JOBS_PLACED, topics.CLUSTER_EVENTS)
+# frenzy.jobs.logs from the beginning too, so a restarted dashboard shows finished jobs' tails; it
+# keeps only the last lines per job, but reads the topic's whole retained volume at start.
+FROM_BEGINNING = (topics.JOBS_STATUS, topics.JOBS_PLANNED, topics.JOBS_PLACED, topics.CLUSTER_EVENTS,
+                  topics.JOBS_LOGS)
 FROM_END = (topics.NODES_HEARTBEATS,)
 PUBLIC_PREFIXES = ("/login", "/healthz", "/static/")
 COALESCE_S = 0.2  # a burst of events becomes one update

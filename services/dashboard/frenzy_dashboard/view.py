@@ -17,20 +17,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from frenzy.convert import describe_plan
+from frenzy.joblogs import LineSplitter, LogCursor
+from frenzy.jobstates import HOLDING, TERMINAL, WAITING
 from frenzy.v1 import events_pb2, types_pb2
 from frenzy_predictor.error_table import Measurement, aggregate, measurement_of, split_key, summary
 
 STATE = types_pb2.JobState.Name
 GIB = 1024**3
-# Jobs that hold GPUs, and jobs that wait for them.
-HOLDING = frozenset({types_pb2.PLACED, types_pb2.LAUNCHING, types_pb2.RUNNING})
-WAITING = frozenset({types_pb2.SUBMITTED, types_pb2.PLANNED, types_pb2.QUEUED})
-TERMINAL = frozenset({types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED})
 NODE_STATE = {types_pb2.NODE_READY: "ready", types_pb2.NODE_LOST: "lost"}
 CURVE_POINTS = 2000        # progress points kept per job (loss and throughput curve)
 UTILISATION_SAMPLES = 2000  # cluster-wide samples kept for the utilisation chart
 HIDDEN_JOB = "another tenant"
 OPTIONS_SHOWN = 12  # MARP often offers 100+ options; the rest fold away
+LOG_TAIL_LINES = 40  # the job page's log tail; `frenzy logs` has the rest
+LOG_LINE_CHARS = 300  # a longer line (a progress bar, a tensor dump) is cut here
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,9 @@ class JobView:
     curve: deque[CurvePoint] = field(default_factory=lambda: deque(maxlen=CURVE_POINTS))
     checkpoints: list[tuple[float, int]] = field(default_factory=list)  # (time, step)
     history: list[tuple[float, str, str]] = field(default_factory=list)  # (time, state, reason)
+    log_tail: deque[str] = field(default_factory=lambda: deque(maxlen=LOG_TAIL_LINES))
+    log_cursor: LogCursor = field(default_factory=LogCursor)
+    log_lines: LineSplitter = field(default_factory=LineSplitter)
 
 
 def _seconds(ts) -> float:
@@ -118,6 +121,8 @@ class DashboardState:
             return {f"job/{placed.job_id}"}
         if kind == "gpu_availability_changed":
             return self._on_availability(env.gpu_availability_changed, t_s)
+        if kind == "log_chunk":
+            return self._on_log(env.log_chunk)
         if kind == "node_heartbeat":
             return self._on_heartbeat(env.node_heartbeat)
         return set()
@@ -150,6 +155,13 @@ class DashboardState:
         if not view.history or view.history[-1][1:] != (STATE(status.state), status.reason):
             view.history.append((t_s, STATE(status.state), status.reason))
         return changed | {"jobs", "cluster", "memory"}
+
+    def _on_log(self, chunk: types_pb2.LogChunk) -> set[str]:
+        view = self._job(chunk.job_id)
+        fresh = view.log_cursor.fresh(chunk.attempt, chunk.rank, chunk.offset, chunk.data)
+        lines = view.log_lines.feed(chunk.rank, fresh)
+        view.log_tail.extend(f"[rank {chunk.rank}] {line[:LOG_LINE_CHARS]}" for line in lines)
+        return {f"job/{chunk.job_id}"} if lines else set()
 
     def _on_availability(self, event: events_pb2.GpuAvailabilityChanged, t_s: float) -> set[str]:
         node = self.nodes.setdefault(event.node_id, NodeView(event.node_id))
@@ -363,6 +375,7 @@ def job_view(state: DashboardState, job_id: str, who: Principal, now_s: float) -
         "checkpoints": [{"step": step, "resumed": step == job.resumed_from_step} for _, step in view.checkpoints],
         "resumed_from_step": job.resumed_from_step,
         "history": [{"state": s, "reason": r} for _, s, r in view.history],
+        "log_tail": list(view.log_tail),
         "assignments": [{"node_id": a.node_id, "gpus": ", ".join(map(str, a.gpu_indices))}
                         for a in job.assignments],
     }

@@ -22,6 +22,7 @@ from frenzy.v1 import events_pb2, types_pb2
 from frenzy_agent import executor
 from frenzy_agent.classify import Outcome, classify
 from frenzy_agent.gpus import Gpu, NvmlMonitor, discover
+from frenzy_agent.logship import LogShipper, record_rank_offset
 
 log = get_logger("node-agent")
 REJOIN_EVERY_HEARTBEATS = 30
@@ -59,6 +60,7 @@ class NodeAgent:
         if self.security is not None and bus is not None:
             bus.signer = self.security.signer
         self.ended: OrderedDict[str, None] = OrderedDict()  # "job:attempt", newest last
+        self.logs = LogShipper(bus, node_id)
 
     # ----- status ---------------------------------------------------------------------
     async def report(self, job: executor.RunningJob, state: int, reason: str = "",
@@ -98,6 +100,7 @@ class NodeAgent:
                  outcome=result.state, reason=result.reason, exit_code=result.exit_code)
         # A preemption is reported as FAILED with the PREEMPTED reason prefix, as OOM and
         # RENDEZVOUS are: the orchestrator reads the prefix and resumes the job from its checkpoint.
+        await self.ship_last_logs(job)
         state = {"succeeded": types_pb2.SUCCEEDED, "failed": types_pb2.FAILED,
                  "lost": types_pb2.FAILED}.get(result.state)
         if state is not None:  # a stopped job was ended by the orchestrator; nothing to report
@@ -113,6 +116,14 @@ class NodeAgent:
         # Failed ones keep their logs for post-mortems; a restarted agent must not report it again.
         if job.workdir.exists():
             (job.workdir / "reported").touch()
+
+    async def ship_last_logs(self, job: executor.RunningJob) -> None:
+        """Before the final status: a reader that saw the job end then finds all its lines."""
+        try:
+            await self.logs.ship(job.job_id, job.attempt, job.workdir)
+        except Exception:
+            log.warning("shipping the last log lines failed", job_id=job.job_id, exc_info=True)
+        self.logs.forget(job.workdir)
 
     # ----- commands ----------------------------------------------------------------------
     async def on_launch(self, env: events_pb2.Envelope, key: str) -> None:
@@ -143,6 +154,7 @@ class NodeAgent:
                               self.visible_devices(cmd.gpu_indices), cluster_id=self.cluster_id,
                               checkpoint_root=self.checkpoint_root)
         self.running[cmd.job_id] = job
+        record_rank_offset(job.workdir, cmd.rank_offset)
         log.info("launched", job_id=cmd.job_id, attempt=cmd.attempt, gpus=list(cmd.gpu_indices),
                  pgid=job.pgid, rank_offset=cmd.rank_offset, world_size=cmd.world_size)
         await self.report(job, types_pb2.RUNNING, "processes started")
@@ -280,7 +292,8 @@ class NodeAgent:
                 verify=self.security.guard.verify if self.security is not None else None))
             log.info("agent started", node_id=self.node_id, gpus=len(self.gpus),
                      gpu_type=self.gpus[0].gpu_type, partition=mine)
-            await run_until_stopped(stop, commands, asyncio.create_task(self.heartbeat_loop()))
+            await run_until_stopped(stop, commands, asyncio.create_task(self.heartbeat_loop()),
+                                    asyncio.create_task(self.logs.loop(self.running)))
         finally:
             # Job processes outlive an agent restart on purpose (see adopt_survivors); a clean
             # shutdown of the whole cluster stops them through `frenzy up`.

@@ -33,6 +33,8 @@ def main() -> int:
                     "peak_memory_bytes": peak_bytes, "time_s": round(time.monotonic() - started, 3)}
             progress.write(json.dumps(line) + "\n")
             progress.flush()
+            # What `frenzy logs` shows for the synthetic workload: one line per step, every rank.
+            print(f"step {step}/{steps} loss {line['loss']:.4f}", flush=True)
     return 0
 
 

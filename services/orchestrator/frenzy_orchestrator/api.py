@@ -7,6 +7,9 @@ from typing import TYPE_CHECKING, AsyncIterator
 
 import grpc
 
+from opentelemetry.trace import SpanKind
+
+from frenzy import topics, tracing
 from frenzy.catalog.gpus import get_gpu
 from frenzy.convert import option_to_proto
 from frenzy.grpc_ops import enable_health_and_reflection
@@ -18,6 +21,7 @@ from frenzy.security.tls import ServerTls
 from frenzy.v1 import services_pb2, services_pb2_grpc, types_pb2
 from frenzy_orchestrator import lifecycle
 from frenzy_orchestrator.core import MAX_SPEC_BYTES
+from frenzy_orchestrator.logstream import stream_logs
 from frenzy_predictor.planner import plan_job
 
 if TYPE_CHECKING:
@@ -59,7 +63,11 @@ class JobApi(services_pb2_grpc.JobServiceServicer):
             # The same message whoever owns it: another tenant's job is not described.
             await context.abort(grpc.StatusCode.ALREADY_EXISTS,
                                 f"job_id: {job_id!r} is taken by a job with another spec or owner")
-        await self.service.submit(job_id, request.spec, who.tenant)
+        # The job's trace starts here, or continues the caller's (traceparent in the metadata).
+        with tracing.tracer().start_as_current_span(
+                "SubmitJob", context=tracing.context_from_metadata(context.invocation_metadata()),
+                kind=SpanKind.SERVER, attributes={"frenzy.job_id": job_id}):
+            await self.service.submit(job_id, request.spec, who.tenant)
         return services_pb2.SubmitJobResponse(job_id=job_id)
 
     async def _get(self, job_id: str, context) -> types_pb2.Job:
@@ -105,6 +113,20 @@ class JobApi(services_pb2_grpc.JobServiceServicer):
                     yield snapshot
         finally:
             self.service.watchers[request.job_id].remove(updates)
+
+    async def StreamLogs(self, request, context) -> AsyncIterator[types_pb2.LogChunk]:
+        job = await self._get(request.job_id, context)
+        if request.HasField("rank") and request.rank < 0:
+            await _invalid(context, f"rank: must not be negative, got {request.rank}")
+        jobs, bus = self.service.core.jobs, self.service.bus
+        topic = bus.topic_name(topics.JOBS_LOGS)
+        async for chunk in stream_logs(
+                bus.bootstrap, topic, len(await bus.producer.partitions_for(topic)), job.id,
+                job.submitted_at.ToMilliseconds(),
+                lambda: jobs[request.job_id].job.state in lifecycle.TERMINAL,
+                follow=request.follow, rank=request.rank if request.HasField("rank") else None,
+                attempt=request.attempt):
+            yield chunk
 
 
 class ClusterApi(services_pb2_grpc.ClusterServiceServicer):

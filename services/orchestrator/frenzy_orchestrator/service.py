@@ -4,6 +4,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+from opentelemetry import context as otel_context
+
 from frenzy import topics
 from frenzy.bus import Bus
 from frenzy.config import ServiceSettings
@@ -34,6 +36,8 @@ class OrchestratorService:
         self._errors_observed = 0  # memory prediction errors already in the histogram
         self.watchers: dict[str, list[asyncio.Queue]] = {}
         self._pending: list[Outgoing] = []  # produced by handled events, not yet published
+        # The trace context of the event that produced each pending output (frenzy/tracing.py).
+        self._pending_contexts: list[otel_context.Context] = []
         self._flush_lock = asyncio.Lock()
         # Authentication, signed records and TLS (frenzy/security); off without a security dir.
         self.security = orchestrator_security(settings)
@@ -69,13 +73,19 @@ class OrchestratorService:
         foresaw must not park a job, and its GPUs, forever.
         """
         try:
-            self._pending.extend(handler(*args, time.time()))
+            produced = list(handler(*args, time.time()))
         except Exception as err:
             if not job_id:
                 raise
             log.exception("handler failed; ending the job", job_id=job_id, handler=handler.__name__)
             reason = f"internal error in {handler.__name__}: {type(err).__name__}: {err}"[:300]
-            self._pending.extend(self.core.fail(job_id, reason, time.time()))
+            produced = list(self.core.fail(job_id, reason, time.time()))
+        self._queue(produced)
+
+    def _queue(self, produced: list[Outgoing]) -> None:
+        """Hold events for the next flush, each with the trace context it was produced in."""
+        self._pending.extend(produced)
+        self._pending_contexts.extend([otel_context.get_current()] * len(produced))
 
     async def flush(self) -> None:
         """Publish what the handled events produced, and only then their state records.
@@ -86,11 +96,12 @@ class OrchestratorService:
         """
         async with self._flush_lock:  # keeps publish order equal to state-change order
             outgoing, self._pending = self._pending, []
+            contexts, self._pending_contexts = self._pending_contexts, []
             records = self.core.drain_state_records()
             for gpu_type, error in self.core.memory_errors[self._errors_observed:]:
                 self.metrics.memory_prediction_error.labels(gpu_type).observe(error)
             self._errors_observed = len(self.core.memory_errors)
-            await self.bus.publish_many([(o.topic, o.key, o.payload) for o in outgoing])
+            await self.bus.publish_many([(o.topic, o.key, o.payload) for o in outgoing], contexts)
             # State records go last: see OrchestratorCore.drain_state_records.
             await self.bus.publish_many([(o.topic, o.key, o.payload) for o in records])
             for out in outgoing:
@@ -110,7 +121,7 @@ class OrchestratorService:
         submitted = events_pb2.JobSubmitted(job_id=job_id, spec=spec, tenant=tenant)
         submitted.submitted_at.GetCurrentTime()
         await self.bus.publish(topics.JOBS_SUBMITTED, job_id, submitted, trace_id=job_id)
-        self._pending.extend(self.core.submit(job_id, spec, time.time(), tenant))
+        self._queue(self.core.submit(job_id, spec, time.time(), tenant))
         await self.flush()
 
     async def cancel(self, job_id: str) -> None:
@@ -136,7 +147,7 @@ class OrchestratorService:
                     again = events_pb2.JobSubmitted(job_id=job_id, spec=submitted.spec,
                                                     tenant=submitted.tenant,
                                                     submitted_at=submitted.submitted_at)
-                    self._pending.append(Outgoing(topics.JOBS_SUBMITTED, job_id, again))
+                    self._queue([Outgoing(topics.JOBS_SUBMITTED, job_id, again)])
 
     def _submit(self, job_id: str, spec, tenant: str, now_s: float) -> list[Outgoing]:
         return self.core.submit(job_id, spec, now_s, tenant)
