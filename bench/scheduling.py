@@ -67,6 +67,8 @@ def window_runs(trace: list, groups: list[NodeGroup], starts: tuple[int, ...], l
             base, _, ablation = name.partition("@")
             tick = time.perf_counter()
             metrics = run_policy(base, parity if ablation else jobs, groups, config=config)
+            if name not in ("has", "sia"):  # keep the JSON small: the curve for the two leaders
+                metrics.pop("utilization_over_time", None)
             window["policies"][name] = metrics
             console.log(f"load {load} window {start_index} {name}: avg JCT "
                         f"{metrics['avg_jct_s'] / 3600:.2f} h ({time.perf_counter() - tick:.1f} s)")
