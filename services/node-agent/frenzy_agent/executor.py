@@ -125,7 +125,9 @@ def job_environment(launch: events_pb2.LaunchJob, local_rank: int, workdir: Path
         "FRENZY_DROPOUT": str(spec.training.dropout),
         "FRENZY_TOKENS_PER_STEP": str(tokens_per_step),
         "FRENZY_PREDICTED_DURATION_S": str(option.duration_s),
-        "FRENZY_PREDICTED_PEAK_BYTES": str(option.peak_bytes_per_gpu),
+        # What max_memory_allocated should reach: the allocated peak (the synthetic workload
+        # reports it as its measurement; options from before the three peaks carry only one).
+        "FRENZY_PREDICTED_PEAK_BYTES": str(option.peak_allocated_bytes or option.peak_bytes_per_gpu),
         "FRENZY_TIME_SCALE": str(time_scale),
         "FRENZY_PROGRESS_FILE": str(workdir / "progress.jsonl"),
         "FRENZY_EXIT_FILE": str(workdir / f"exit.{local_rank}"),
