@@ -113,9 +113,12 @@ class DashboardSettings(BusSettings):
     dashboard_login_ticket: str = ""
     # JSON {"<token>": {"tenant": ..., "role": "admin"|"user"}}: API tokens that open a session.
     dashboard_tokens_file: str = ""
-    # "module:factory" returning an object with authenticate(token) -> Principal | None; it
-    # replaces the tokens file (the plug for a shared token store).
+    # "module:factory" returning an object with authenticate(token) -> Principal | None; tried
+    # before the tokens file and the security store.
     dashboard_authenticator: str = ""
+    # The orchestrator's security directory: its api tokens (`frenzy token create`) log in here
+    # too, with their tenant and role. The dashboard only reads tokens.json there.
+    security_dir: str = ""
     dashboard_session_ttl_s: float = 12 * 3600
     # How often a live page is re-rendered even without events (waiting times tick).
     dashboard_refresh_s: float = 2.0

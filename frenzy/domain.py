@@ -9,6 +9,13 @@ from dataclasses import dataclass, field
 PRECISIONS = ("bf16", "fp16", "fp32")
 GRAD_DTYPES = ("fp32", "16bit")
 OPTIMIZERS = ("adamw", "sgd")
+# Optimizer state beyond the fp32 master weights, bytes per parameter: AdamW's two fp32 moments,
+# SGD's one fp32 momentum buffer (ZeRO, Rajbhandari et al. 2020). MARP's memory terms and its
+# step-time traffic both derive from it.
+OPTIMIZER_MOMENT_BYTES = {"adamw": 8, "sgd": 4}
+# The longest sequence any part accepts (job spec, MARP, the trainer): beyond it the s x s and
+# logits terms stop being meaningful, and a longer one is almost surely a typo.
+MAX_SEQ_LEN = 1 << 20
 ATTENTIONS = ("eager", "flash")
 RECOMPUTES = ("none", "selective", "full")
 # Training stacks MARP has a recipe profile for (services/predictor, frenzy_predictor.stacks);

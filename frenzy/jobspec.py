@@ -15,11 +15,9 @@ import json
 
 from frenzy.catalog.models import ModelArch, from_hf_config, model_catalog
 from frenzy.catalog.gpus import get_gpu
-from frenzy.domain import Constraints, Recipe, TrainingSpec
+from frenzy.domain import MAX_SEQ_LEN, Constraints, Recipe, TrainingSpec
 from frenzy.security.limits import MODEL_DIMENSION_LIMITS, LimitError, check_spec_limits
 from frenzy.v1 import types_pb2
-
-MAX_SEQ_LEN = 1_048_576
 
 
 class SpecError(ValueError):

@@ -1,6 +1,5 @@
-"""Job states grouped by what they mean to a reader: one place for the client, the CLI, the demo
-and the dashboard. (The orchestrator's lifecycle table and the scheduler keep their own until
-their owners move them here.)"""
+"""Job states grouped by what they mean: the one place for the orchestrator's lifecycle, the
+scheduler, the client, the CLI, the demo and the dashboard."""
 from __future__ import annotations
 
 from frenzy.v1 import types_pb2

@@ -308,7 +308,8 @@ def start_cluster(cluster_file: Path = DEFAULT_CLUSTER, grpc_port: int = 50051,
                        "FRENZY_ERRORS_DATA_DIR": str(workdir / "error-recorder")})
         cluster.dashboard_port, cluster.dashboard_ticket = free_port(), secrets.token_urlsafe(24)
         cluster.spawn("dashboard", ["frenzy_dashboard"],
-                      {**env, "FRENZY_DASHBOARD_PORT": str(cluster.dashboard_port),
+                      {**env, **cluster.security.orchestrator_env(),
+                       "FRENZY_DASHBOARD_PORT": str(cluster.dashboard_port),
                        "FRENZY_DASHBOARD_LOGIN_TICKET": cluster.dashboard_ticket})
         for node in build_cluster(groups).nodes.values():
             cluster.node_ids.append(node.node_id)

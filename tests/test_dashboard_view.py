@@ -11,7 +11,9 @@ from frenzy import events
 from frenzy.config import DashboardSettings
 from frenzy.v1 import events_pb2, types_pb2
 from frenzy_dashboard import view
-from frenzy_dashboard.auth import SESSION_COOKIE, Gate, StaticTokens, principal_from
+from frenzy.security.store import SecurityStore
+from frenzy_dashboard.auth import (SESSION_COOKIE, FirstOf, Gate, SecurityTokens, StaticTokens,
+                                  load_authenticator, principal_from)
 from frenzy_dashboard.service import DASHBOARD, Dashboard, build_app
 from frenzy_dashboard.view import DashboardState, Principal
 
@@ -184,6 +186,33 @@ def test_sessions_expire():
     session = gate.login("tok")
     now[0] = 61
     assert gate.principal(session) is None
+
+
+def test_the_grpc_apis_tokens_log_in_with_their_tenant_and_role_until_revoked(tmp_path):
+    store = SecurityStore(tmp_path)
+    user, user_token = store.create("api", tenant="team-a")
+    _, admin_token = store.create("api", tenant="default", role="admin")
+    _, pipeline_key = store.create("pipeline", tenant="team-a")
+    gate = Gate(load_authenticator("", "", str(tmp_path)))
+    session = gate.login(user_token)
+    assert gate.principal(session) == TEAM_A
+    assert gate.principal(gate.login(admin_token)) == Principal("default", "admin")
+    assert gate.login(pipeline_key) is None, "a pipeline's signing key is no login"
+    assert gate.login(user_token.split(".")[0] + ".wrong-secret") is None
+    store.revoke(user.id)
+    assert gate.principal(session) is None, "a revoked token's session ends at its next request"
+    assert gate.login(user_token) is None
+
+
+def test_every_configured_token_source_is_asked(tmp_path):
+    tokens = tmp_path / "dashboard-tokens.json"
+    tokens.write_text(json.dumps({"tok-b": {"tenant": "team-b"}}))
+    _, api_token = SecurityStore(tmp_path / "security").create("api", tenant="team-a")
+    authenticator = load_authenticator("", str(tokens), str(tmp_path / "security"))
+    assert isinstance(authenticator, FirstOf)
+    assert authenticator.authenticate("tok-b") == TEAM_B
+    assert authenticator.authenticate(api_token) == TEAM_A
+    assert isinstance(load_authenticator("", "", str(tmp_path)), SecurityTokens)
 
 
 def test_a_bad_tokens_file_names_the_field(tmp_path):

@@ -8,6 +8,10 @@ import json
 import os
 import shutil
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from http.cookiejar import CookieJar
 from pathlib import Path
 
 import pytest
@@ -17,6 +21,7 @@ from frenzy.broker import free_port
 from frenzy.cli import cli
 from frenzy.client import FrenzyClient
 from frenzy.localcluster import start_cluster
+from frenzy.security.store import SecurityStore
 from frenzy.v1 import types_pb2
 
 pytestmark = pytest.mark.e2e
@@ -198,3 +203,48 @@ def test_the_orchestrator_answers_health_checks_and_reflection(cluster):
             metadata=(("authorization", f"Bearer {cluster.security.admin_token}"),))
         names = {s.name for s in answer.list_services_response.service}
         assert {"frenzy.v1.JobService", "frenzy.v1.PredictorService", "grpc.health.v1.Health"} <= names
+
+
+def test_the_grpc_apis_tokens_log_in_and_scope_the_jobs_by_tenant(cluster):
+    """One login for the API and the dashboard: a tenant-b token does not see tenant-a's job, an
+    admin token does, a bad token is refused, and a revoked token's session ends."""
+    store = SecurityStore(cluster.security.directory)
+    _, token_a = store.create("api", tenant="tenant-a")
+    b_record, token_b = store.create("api", tenant="tenant-b")
+    with FrenzyClient(cluster.grpc_address, token=token_a, ca_pem=cluster.security.ca_pem) as client:
+        job_id = client.submit(spec("scoped"))
+    base = cluster.dashboard_link.split("/login")[0]
+    admin, as_b, stranger = dashboard_login(base, cluster.security.admin_token), dashboard_login(base, token_b), None
+    deadline = time.monotonic() + 60
+    while job_id not in fetch(admin, f"{base}/jobs")[2] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    status, _, page = fetch(admin, f"{base}/jobs/{job_id}")
+    assert status == 200 and "tenant-a" in page, "the admin sees every tenant's jobs"
+    status, url, page = fetch(as_b, f"{base}/jobs")
+    assert status == 200 and url.endswith("/jobs") and job_id not in page
+    assert fetch(as_b, f"{base}/jobs/{job_id}")[0] == 404
+    with pytest.raises(PermissionError):
+        stranger = dashboard_login(base, token_b.split(".")[0] + ".not-the-secret")
+    assert stranger is None
+    store.revoke(b_record.id)
+    assert fetch(as_b, f"{base}/jobs")[1].endswith("/login"), "a revoked token's session must end"
+
+
+def dashboard_login(base: str, token: str) -> urllib.request.OpenerDirector:
+    """A cookie-keeping HTTP client logged in with `token`; PermissionError if refused."""
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(CookieJar()))
+    status, _, _ = fetch(opener, f"{base}/login", {"token": token})
+    if status != 200:
+        raise PermissionError(f"login refused: HTTP {status}")
+    return opener
+
+
+def fetch(opener: urllib.request.OpenerDirector, url: str,
+          form: dict | None = None) -> tuple[int, str, str]:
+    """Status, the URL landed on after redirects, and the body."""
+    data = urllib.parse.urlencode(form).encode() if form is not None else None
+    try:
+        with opener.open(url, data=data, timeout=10) as response:
+            return response.status, response.url, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, url, error.read().decode()

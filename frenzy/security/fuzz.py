@@ -23,6 +23,7 @@ import grpc
 from frenzy import events, topics
 from frenzy.catalog.gpus import gpu_catalog
 from frenzy.catalog.models import model_catalog
+from frenzy.jobstates import TERMINAL
 from frenzy.security import signing
 from frenzy.security.limits import MAX_RECORD_BYTES
 from frenzy.security.store import SecurityStore, TenantPolicy
@@ -305,7 +306,7 @@ def finish(cluster, report: FuzzReport, timeout_s: float = 120.0) -> None:
     report.dead_processes = cluster.dead()
     with cluster.client(timeout_s=30) as client:
         for job in client.list():
-            if job.state not in (types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED):
+            if job.state not in TERMINAL:
                 try:
                     client.cancel(job.id)
                 except grpc.RpcError:
@@ -314,7 +315,7 @@ def finish(cluster, report: FuzzReport, timeout_s: float = 120.0) -> None:
             seq_len=512, global_batch_size=8, tokens=2_000_000)))
         deadline = time.monotonic() + timeout_s
         job = client.get(job_id)
-        while job.state not in (types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED) \
+        while job.state not in TERMINAL \
                 and time.monotonic() < deadline:
             time.sleep(0.2)
             job = client.get(job_id)

@@ -6,10 +6,16 @@ without it, so the token does not linger in the address bar or the history.
 
 Two kinds of token open a session:
 - a one-time login ticket (the link `frenzy up` prints), good for one use;
-- an API token that an `Authenticator` resolves to a principal. The authenticator is the plug
-  for the security issue's token store: any object with `authenticate(token) -> Principal | None`,
-  named by `FRENZY_DASHBOARD_AUTHENTICATOR=module:factory`. The built-in one reads a JSON file of
-  tokens (`FRENZY_DASHBOARD_TOKENS_FILE`, e.g. a mounted Kubernetes Secret).
+- an API token that an `Authenticator` resolves to a principal: any object with
+  `authenticate(token) -> Principal | None`. Three are built in, tried in this order:
+  `FRENZY_DASHBOARD_AUTHENTICATOR=module:factory` (a plug of your own), a JSON file of tokens
+  (`FRENZY_DASHBOARD_TOKENS_FILE`, e.g. a mounted Kubernetes Secret), and the security store
+  of the gRPC API (`FRENZY_SECURITY_DIR`, frenzy/security/store.py): the same `<id>.<secret>`
+  tokens that `frenzy token create` makes, with the same tenant and role.
+
+A session opened with an API token asks the authenticator again on every request, so a token
+revoked with `frenzy token revoke` closes its sessions at their next request (the store rereads
+its file when it changes), as it stops the token's gRPC calls.
 
 Tokens are kept only as SHA-256 digests, and looked up by digest, so a lookup's timing says
 nothing about a token's prefix.
@@ -25,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
 
+from frenzy.security.store import SecurityStore
 from frenzy_dashboard.view import Principal
 
 SESSION_COOKIE = "frenzy_session"
@@ -75,15 +82,46 @@ class NoTokens:
         return None
 
 
-def load_authenticator(spec: str, tokens_file: str) -> Authenticator:
-    """`module:factory` (called with no arguments) if given, else the tokens file, else none."""
+class SecurityTokens:
+    """The gRPC API's api tokens (frenzy/security/store.py): one login for both."""
+
+    def __init__(self, store: SecurityStore) -> None:
+        self._store = store
+
+    def authenticate(self, token: str) -> Principal | None:
+        identity = self._store.authenticate(token)
+        return None if identity is None else Principal(identity.tenant, identity.role)
+
+
+@dataclass
+class FirstOf:
+    """The first authenticator that knows the token decides."""
+
+    authenticators: list[Authenticator]
+
+    def authenticate(self, token: str) -> Principal | None:
+        for authenticator in self.authenticators:
+            principal = authenticator.authenticate(token)
+            if principal is not None:
+                return principal
+        return None
+
+
+def load_authenticator(spec: str, tokens_file: str, security_dir: str = "") -> Authenticator:
+    """Every configured source, in order: `module:factory` (called with no arguments), the
+    tokens file, the security store; none configured: no API token logs in (tickets still do)."""
+    found: list[Authenticator] = []
     if spec:
         module_name, _, attribute = spec.partition(":")
         factory: Callable[[], Authenticator] = getattr(importlib.import_module(module_name), attribute)
-        return factory()
+        found.append(factory())
     if tokens_file:
-        return StaticTokens.from_file(Path(tokens_file))
-    return NoTokens()
+        found.append(StaticTokens.from_file(Path(tokens_file)))
+    if security_dir:
+        found.append(SecurityTokens(SecurityStore(security_dir)))
+    if not found:
+        return NoTokens()
+    return found[0] if len(found) == 1 else FirstOf(found)
 
 
 @dataclass
@@ -94,26 +132,31 @@ class Gate:
     session_ttl_s: float = 12 * 3600
     clock: Callable[[], float] = time.monotonic
     _tickets: dict[str, Principal] = field(default_factory=dict)
-    _sessions: dict[str, tuple[Principal, float]] = field(default_factory=dict)
+    # digest(session id) -> (principal, expiry, the API token to recheck; "" for a ticket's)
+    _sessions: dict[str, tuple[Principal, float, str]] = field(default_factory=dict)
 
     def add_ticket(self, ticket: str, principal: Principal) -> None:
         self._tickets[digest(ticket)] = principal
 
     def login(self, token: str) -> str | None:
         """A new session id for a valid ticket (used up) or API token; None if neither."""
-        principal = self._tickets.pop(digest(token), None) or self.authenticator.authenticate(token)
+        recheck = ""
+        principal = self._tickets.pop(digest(token), None)
+        if principal is None:
+            principal, recheck = self.authenticator.authenticate(token), token
         if principal is None:
             return None
         session_id = new_token()
-        self._sessions[digest(session_id)] = (principal, self.clock() + self.session_ttl_s)
+        self._sessions[digest(session_id)] = (principal, self.clock() + self.session_ttl_s, recheck)
         return session_id
 
     def principal(self, session_id: str) -> Principal | None:
         entry = self._sessions.get(digest(session_id)) if session_id else None
         if entry is None:
             return None
-        principal, expires_s = entry
-        if self.clock() > expires_s:
+        principal, expires_s, recheck = entry
+        # A revoked token (or one whose tenant or role changed) ends the session.
+        if self.clock() > expires_s or (recheck and self.authenticator.authenticate(recheck) != principal):
             del self._sessions[digest(session_id)]
             return None
         return principal

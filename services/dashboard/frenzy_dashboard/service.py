@@ -263,7 +263,8 @@ def build_app(dashboard: Dashboard) -> web.Application:
 
 
 def make_gate(settings: DashboardSettings) -> Gate:
-    gate = Gate(load_authenticator(settings.dashboard_authenticator, settings.dashboard_tokens_file),
+    gate = Gate(load_authenticator(settings.dashboard_authenticator, settings.dashboard_tokens_file,
+                                   settings.security_dir),
                 session_ttl_s=settings.dashboard_session_ttl_s)
     if settings.dashboard_login_ticket:
         gate.add_ticket(settings.dashboard_login_ticket, Principal("admin", "admin"))

@@ -36,7 +36,7 @@ import torch.distributed as dist
 
 from frenzy.catalog.models import ModelArch, load_model
 from frenzy.broker import free_port
-from frenzy.domain import (ATTENTIONS, GRAD_DTYPES, OPTIMIZERS, PRECISIONS,
+from frenzy.domain import (ATTENTIONS, GRAD_DTYPES, MAX_SEQ_LEN, OPTIMIZERS, PRECISIONS,
                            ParallelPlan, Recipe)
 from frenzy.outcomes import (EXIT_BAD_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_OOM,
                              EXIT_RENDEZVOUS, EXIT_SIGTERM, OOM_REASON, PREEMPTED_REASON,
@@ -48,7 +48,6 @@ from .data import make_source, rank_micro_batches
 from .progress import MemoryLimitExceeded, PeakMemory, ProgressWriter
 
 SIGTERM_GRACE_S = 10.0  # after SIGTERM, cleanup gets this long before a hard exit
-MAX_SEQ_LEN = 1 << 20
 
 
 class ConfigError(ValueError):

@@ -9,10 +9,10 @@ Besides the forward path:
 """
 from __future__ import annotations
 
+from frenzy.jobstates import TERMINAL
 from frenzy.v1.types_pb2 import (CANCELLED, FAILED, LAUNCHING, PLACED, PLANNED, QUEUED, RUNNING,
                                  SUBMITTED, SUCCEEDED, JobState)
 
-TERMINAL: frozenset[int] = frozenset({SUCCEEDED, FAILED, CANCELLED})
 
 _FORWARD: dict[int, frozenset[int]] = {
     SUBMITTED: frozenset({PLANNED}),

@@ -10,6 +10,7 @@ from frenzy import topics
 from frenzy.bus import Bus
 from frenzy.config import ServiceSettings
 from frenzy.events import MalformedEvent, submitted_job_id
+from frenzy.jobstates import TERMINAL
 from frenzy.logs import get_logger
 from frenzy.runtime import run_service, run_until_stopped
 from frenzy.security.limits import job_id_problem
@@ -60,8 +61,7 @@ class OrchestratorService:
         early = [env.job_planned for key, env in state.items() if key.startswith("early/")]
         self.core.restore(jobs, early, time.time())
         self._errors_observed = len(self.core.memory_errors)
-        active = sum(1 for r in self.core.jobs.values() if r.job.state not in (
-            types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED))
+        active = sum(1 for r in self.core.jobs.values() if r.job.state not in TERMINAL)
         log.info("state recovered", epoch=epoch, jobs=len(jobs), active_jobs=active,
                  early_plans=len(early), took_s=round(time.monotonic() - started_s, 3))
 

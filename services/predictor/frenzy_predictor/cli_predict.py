@@ -16,10 +16,9 @@ import click
 
 from frenzy.catalog.gpus import GpuType, get_gpu, gpu_catalog
 from frenzy.catalog.models import ModelArch, load_model
-from frenzy.domain import (ATTENTIONS, FRAMEWORKS, GRAD_DTYPES, OPTIMIZERS, PRECISIONS, RECOMPUTES,
-                           Constraints, ParallelPlan, PlanOption, Recipe, TrainingSpec)
+from frenzy.domain import (ATTENTIONS, FRAMEWORKS, GRAD_DTYPES, MAX_SEQ_LEN, OPTIMIZERS, PRECISIONS,
+                           RECOMPUTES, Constraints, ParallelPlan, PlanOption, Recipe, TrainingSpec)
 
-MAX_SEQ_LEN = 1 << 20  # a sanity bound: longer sequences are almost surely a typo
 DEFAULT_STEPS = 1000
 FIXED_PLAN_DEFAULT_GPU = "H100-80GB"  # a fixed plan without --gpu-type(s) is shown on this type
 

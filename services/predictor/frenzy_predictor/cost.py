@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from frenzy.catalog.gpus import GpuType
 from frenzy.catalog.models import ModelArch
-from frenzy.domain import ParallelPlan, TrainingSpec
+from frenzy.domain import OPTIMIZER_MOMENT_BYTES, ParallelPlan, TrainingSpec
 
 GB = 1e9  # the catalog's bandwidths are decimal GB/s
 
@@ -67,10 +67,11 @@ KERNEL_OVERHEAD_S_PER_LAYER = 160e-6  # ~40 kernel launches per layer fwd+bwd at
 COLLECTIVE_LATENCY_S = 10e-6  # per hop of a tree/ring collective (NCCL small-message latency)
 ACTIVATION_TRAFFIC_PASSES = 4  # saved activations: written fwd, read bwd, their grads written+read
 LOGIT_TRAFFIC_BYTES_PER_ELEMENT = 12  # 16-bit logits, fp32 copy, fp32 grad: written and read
-# Optimizer update is bandwidth bound: bytes touched per parameter it owns.
-# adamw: read fp32 master, grad, m, v (16) + write master, m, v (12) + 16-bit weight copy (2) = 30
-# sgd with momentum: read master, grad, momentum (12) + write master, momentum (8) + copy (2) = 22
-OPTIMIZER_BYTES_PER_PARAM = {"adamw": 30, "sgd": 22}
+# Optimizer update is bandwidth bound: bytes touched per parameter it owns: read the fp32 master,
+# the fp32 grad and the moments, write the master and the moments, write the 16-bit weight copy.
+# adamw: 16 + 12 + 2 = 30; sgd with momentum: 12 + 8 + 2 = 22.
+OPTIMIZER_BYTES_PER_PARAM = {name: (4 + 4 + moments) + (4 + moments) + 2
+                             for name, moments in OPTIMIZER_MOMENT_BYTES.items()}
 
 
 class StepTime(NamedTuple):

@@ -28,11 +28,10 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from frenzy.catalog.models import ModelArch
-from frenzy.domain import FRAMEWORKS, ParallelPlan, Recipe
+from frenzy.domain import FRAMEWORKS, MAX_SEQ_LEN, OPTIMIZER_MOMENT_BYTES, ParallelPlan, Recipe
 
 GIB = 1024**3
 MIB = 1024**2
-MAX_SEQ_LEN = 1_048_576  # beyond this the s x s / logits terms stop being meaningful
 MAX_MICRO_BATCH = 65_536
 ALLOC_ROUND_BYTES = 512  # CUDA caching allocator block granularity
 
@@ -126,7 +125,7 @@ def model_state_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, param
     """
     dp, zero = plan.dp, plan.zero
     fp32 = recipe.precision == "fp32"
-    moments = {"adamw": 8, "sgd": 4}[recipe.optimizer]
+    moments = OPTIMIZER_MOMENT_BYTES[recipe.optimizer]
     sharded = params + expert_replica_params(arch, plan)  # ZeRO divides the model's share by dp
     if zero <= 1:
         padded = -(-params // dp) * dp if zero == 1 else params

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from frenzy.catalog.models import ModelArch
-from frenzy.domain import ParallelPlan, Recipe
+from frenzy.domain import OPTIMIZER_MOMENT_BYTES, ParallelPlan, Recipe
 from frenzy_predictor.memory import (FP32_BYTES, RecipeProfile, _act_bytes, _r,
                                      korthikanti_layer_activation_bytes, layer_backward_transient_bytes,
                                      layer_bytes, logits_loss_bytes, mlp_saved_bytes,
@@ -169,7 +169,7 @@ def deepspeed_model_state_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelP
     The reduce buckets are a term of their own (deepspeed_reduce_bucket_bytes).
     """
     dp, e = plan.dp, _act_bytes(recipe)
-    moments = {"adamw": 8, "sgd": 4}[recipe.optimizer]
+    moments = OPTIMIZER_MOMENT_BYTES[recipe.optimizer]
     shard = -(-params // dp)
     fp32_accum = recipe.grad_dtype == "fp32" and recipe.precision != "fp32"
 
@@ -274,7 +274,7 @@ def hf_model_state_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, pa
     if plan.zero > 0 or recipe.precision == "fp32":
         return deepspeed_model_state_bytes(arch, recipe, plan, params, grads_live) \
             if plan.zero > 0 else model_state_bytes(arch, recipe, plan, params, grads_live)
-    moments = {"adamw": 8, "sgd": 4}[recipe.optimizer]
+    moments = OPTIMIZER_MOMENT_BYTES[recipe.optimizer]
     buckets = _r(params * FP32_BYTES) if plan.dp > 1 else 0
     return {"parameters": _r(params * FP32_BYTES) + _r(params * _act_bytes(recipe)),
             "gradients": _r(params * FP32_BYTES) + buckets,

@@ -102,6 +102,24 @@ def _table(results: dict[str, dict[str, Any]], ratios: dict[str, Any], title: st
     return table
 
 
+def _write_figures(results: dict[str, dict[str, Any]], plot_dir: str | None, html_file: str | None,
+                   title: str, err_console: Console) -> None:
+    """The shell around frenzy_scheduler.plots: PNG files and the HTML report (paths on stderr)."""
+    from frenzy_scheduler import plots  # matplotlib loads only when figures are asked for
+
+    pngs = {name: plots.png_bytes(figure) for name, figure in plots.figures(results).items()}
+    if plot_dir:
+        directory = Path(plot_dir)
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, data in pngs.items():
+            (directory / f"{name}.png").write_bytes(data)
+        err_console.print(f"figures: {', '.join(str(directory / f'{n}.png') for n in pngs)}", soft_wrap=True)
+    if html_file:
+        Path(html_file).parent.mkdir(parents=True, exist_ok=True)
+        Path(html_file).write_text(plots.html_report(pngs, results, title))
+        err_console.print(f"report: {html_file}", soft_wrap=True)
+
+
 @click.command("simulate")
 @click.option("--trace", required=True, help="Philly CSV or generic CSV (see docs/simulator.md).")
 @click.option("--cluster", required=True, help="Node-group YAML, or an Alibaba node-list CSV.")
@@ -126,12 +144,17 @@ def _table(results: dict[str, dict[str, Any]], ratios: dict[str, Any], title: st
               help="GPU type the trace durations were measured on.")
 @click.option("--compare", is_flag=True, help="Run every policy on the same input.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
+@click.option("--plot", "plot_dir", type=click.Path(file_okay=False), default=None,
+              help="Write PNGs here: JCT and queueing-delay CDFs, utilisation over time per GPU "
+                   "type, GPU-hours (every policy on each with --compare).")
+@click.option("--html", "html_file", type=click.Path(dir_okay=False), default=None,
+              help="Write one self-contained HTML report (summary table, figures inlined).")
 @click.option("--progress/--no-progress", default=None,
               help=f"Progress bar on stderr (default: on from {PROGRESS_MIN_JOBS} jobs).")
 def simulate(trace: str, cluster: str, policy: str, num_jobs: int, start: str, load: float,
              seed: int, launch_overhead_s: float, restart_overhead_s: float | None,
              duration_error_sigma: float, reference_gpu: str, compare: bool, as_json: bool,
-             progress: bool | None) -> None:
+             plot_dir: str | None, html_file: str | None, progress: bool | None) -> None:
     """Replay a job trace on a cluster under a scheduling policy and print JCT and overhead."""
     if num_jobs < 0:
         raise click.BadParameter(f"must be >= 0, got {num_jobs}", param_hint="--jobs")
@@ -171,6 +194,9 @@ def simulate(trace: str, cluster: str, policy: str, num_jobs: int, start: str, l
               "launch_overhead_s": launch_overhead_s, "restart_overhead_s": restart_overhead_s,
               "duration_error_sigma": duration_error_sigma,
               "gpus_by_type": capacity}
+    if plot_dir or html_file:
+        _write_figures(results, plot_dir, html_file,
+                       f"{Path(trace).name} on {Path(cluster).name}, {len(jobs)} jobs", err_console)
     if compare:
         ratios = _ratios(results)
         if as_json:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 
 from frenzy.convert import option_from_proto
 from frenzy.domain import PlanOption
+from frenzy.jobstates import HOLDING, TERMINAL
 from frenzy.logs import get_logger
 from frenzy.placement_check import NodeFacts, placement_problem
 from frenzy.v1 import events_pb2, types_pb2
@@ -33,8 +34,6 @@ from frenzy_scheduler.core import (PLACE, PREEMPT, ClusterView, NodeState, Place
 
 log = get_logger("scheduler")
 
-_TERMINAL = {types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED}
-_HOLDING = {types_pb2.PLACED, types_pb2.LAUNCHING, types_pb2.RUNNING}
 
 
 @dataclass
@@ -69,20 +68,20 @@ class LiveState:
         job = self.jobs.get(status.job_id)
         version = status.job.version
         if job is None:
-            if status.state in _TERMINAL:
+            if status.state in TERMINAL:
                 return
             job = self.jobs.setdefault(status.job_id, _Job(
                 status.job.submitted_at.ToNanoseconds() / 1e9 or time.time()))
         if version and version <= job.version:
             return  # an older state, delivered late
         job.version = version
-        if status.state in _HOLDING:
+        if status.state in HOLDING:
             self.attempts[status.job_id] = status.attempt
             self._note_running(status.job, job)
         else:
             self.running.pop(status.job_id, None)
             self.attempts.pop(status.job_id, None)
-        if status.state in _TERMINAL:
+        if status.state in TERMINAL:
             self.jobs.pop(status.job_id, None)
             self.pending.pop(status.job_id, None)
         elif status.state == types_pb2.QUEUED:

@@ -12,6 +12,7 @@ from frenzy import topics
 from frenzy.bus import Bus
 from frenzy.config import ServiceSettings
 from frenzy.convert import option_to_proto
+from frenzy.jobstates import TERMINAL
 from frenzy.logs import get_logger
 from frenzy.runtime import run_service, run_until_stopped
 from frenzy.security.wiring import scheduler_verifier, tenant_policies
@@ -76,7 +77,7 @@ class SchedulerService:
         await self._schedule()
 
     def _note_tenant(self, job: types_pb2.Job) -> None:
-        if job.state in (types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED):
+        if job.state in TERMINAL:
             self.tenants.pop(job.id, None)
         elif job.id and job.tenant:
             self.tenants[job.id] = job.tenant

@@ -107,6 +107,7 @@ class SimResult:
     restarts: int = 0
     extras: dict[str, float] = field(default_factory=dict)
     segments: list[tuple[float, float, int]] = field(default_factory=list)  # (start, end, GPUs)
+    segments_by_type: dict[str, list[tuple[float, float, int]]] = field(default_factory=dict)
     reshapes: dict[str, int] = field(default_factory=dict)  # by kind
 
 
@@ -174,6 +175,7 @@ def simulate(jobs: Sequence[SimJob], cluster: ClusterView, policy: Policy, *,
     decisions: list[float] = []
     busy: dict[str, float] = {t: 0.0 for t in capacity}
     segments: list[tuple[float, float, int]] = []
+    segments_by_type: dict[str, list[tuple[float, float, int]]] = {t: [] for t in capacity}
     reshapes = {RESIZE: 0, MIGRATE: 0, PREEMPT: 0}
     done = 0
     restarts = 0
@@ -188,6 +190,7 @@ def simulate(jobs: Sequence[SimJob], cluster: ClusterView, policy: Policy, *,
         for node_id, gpus in run.view.assignments:
             node_type = templates[node_id].gpu_type
             busy[node_type] += len(gpus) * (now_s - run.view.start_time_s)
+            segments_by_type[node_type].append((run.view.start_time_s, now_s, len(gpus)))
         record.gpu_seconds += run.view.num_gpus * (now_s - run.view.start_time_s)
         segments.append((run.view.start_time_s, now_s, run.view.num_gpus))
         view.give_back([(n, g) for n, g in run.view.assignments if n in view.nodes])
@@ -313,6 +316,7 @@ def simulate(jobs: Sequence[SimJob], cluster: ClusterView, policy: Policy, *,
     return SimResult(getattr(policy, "name", type(policy).__name__), list(records.values()),
                      unschedulable, sorted(queue), decisions, busy, capacity,
                      time.perf_counter() - started_wall, restarts, segments=segments,
+                     segments_by_type=segments_by_type,
                      reshapes=reshapes)
 
 

@@ -10,6 +10,8 @@ import numpy as np
 from frenzy_scheduler.simulator.engine import SimResult
 from frenzy_scheduler.simulator.workload import SimJob
 
+CDF_STEPS = 100  # jct_quantiles_s and queue_quantiles_s hold CDF_STEPS + 1 percentiles
+
 
 def _percentile(values: Sequence[float], q: float) -> float:
     return float(np.percentile(values, q)) if len(values) else 0.0
@@ -52,7 +54,15 @@ def summarize(result: SimResult) -> dict[str, object]:
             for t, n in sorted(result.capacity_by_type.items())},
         "utilization_over_time": utilization_over_time(result.segments, capacity,
                                                        arrival_start, arrival_start + makespan),
+        "utilization_over_time_by_type": {
+            t: utilization_over_time(result.segments_by_type.get(t, []), n, arrival_start,
+                                     arrival_start + makespan)
+            for t, n in sorted(result.capacity_by_type.items())},
+        "jct_quantiles_s": quantiles(jct),
+        "queue_quantiles_s": quantiles(queued),
         "gpu_hours": busy / 3600.0,
+        "gpu_hours_by_type": {t: result.busy_gpu_s_by_type.get(t, 0.0) / 3600.0
+                              for t in sorted(result.capacity_by_type)},
         "restarts": result.restarts,
         "reshapes": dict(result.reshapes),
         "decisions": len(decisions),
@@ -62,6 +72,14 @@ def summarize(result: SimResult) -> dict[str, object]:
         "decision_total_s": float(sum(decisions)),
         "sim_wall_s": result.wall_s,
     }
+
+
+def quantiles(values: Sequence[float], steps: int = CDF_STEPS) -> list[float]:
+    """The 0th, 1/steps-th, ..., 100th percentiles: a CDF of any number of jobs in a fixed,
+    small size (the plots draw JCT and queueing-delay CDFs from it)."""
+    if not len(values):
+        return []
+    return [round(float(v), 1) for v in np.percentile(values, np.linspace(0, 100, steps + 1))]
 
 
 def utilization_over_time(segments: Sequence[tuple[float, float, int]], gpus: int,
