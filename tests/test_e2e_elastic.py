@@ -119,13 +119,17 @@ def test_dp2_resized_to_dp1_tp2_pp2_then_preempted_and_back_to_dp2_with_the_loss
             job, more = _wait(client, job_id, lambda j, a=attempt: j.attempt == a + 1
                               and j.progress.step > j.resumed_from_step > 0
                               and j.checkpoint_step > j.resumed_from_step)
+            before = _losses(seen, attempt)
             seen += more
             assert job.option.plan == option.plan, (job.option, _logs(cluster, job_id))
             assert job.resumed_from_step >= decided_at, (job.resumed_from_step, decided_at)
             resumed = _losses(more, attempt + 1)
             assert resumed and resumed[0][0] > job.resumed_from_step, resumed
-            # the loss continues: far below where the job started, not back at the start
-            assert resumed[0][1] < first_loss - 0.5, (first_loss, resumed)
+            # The loss continues: where the last attempt left it (within noise), clearly below
+            # an untrained model's (about ln(vocab), where the job started), which a restart
+            # from scratch would show again.
+            assert resumed[0][1] < first_loss - 0.2, (first_loss, resumed)
+            assert resumed[0][1] < before[-1][1] + 0.5, (before[-3:], resumed)
         preempted_at = client.get(job_id).progress.step
         _publish(cluster, events_pb2.ReshapeJob(job_id=job_id, kind=events_pb2.PREEMPT,
                                                 attempt=len(LEGS)))
