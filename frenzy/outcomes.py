@@ -31,6 +31,10 @@ OOM_REASON = "OOM"
 RENDEZVOUS_REASON = "RENDEZVOUS"
 PREEMPTED_REASON = "PREEMPTED"
 INTERPRETED = (OOM_REASON, RENDEZVOUS_REASON, PREEMPTED_REASON)
+# The agent's own verdict, not a status file: the processes vanished without recording an exit
+# code (killed with their agent or container). Nothing the program did ended it, so the
+# orchestrator runs the job again (from its last checkpoint), as after a lost node.
+LOST_REASON = "LOST"
 
 STATUS_FILE_ENV = "FRENZY_STATUS_FILE"
 # Checkpoint-now (preemption, resize, migration): the agent sends this signal; the trainer saves

@@ -151,6 +151,23 @@ def test_rendezvous_failure_retries_on_a_new_port_from_step_0_then_fails_after_m
     assert len(ports) == 3 and len(set(ports)) == 3 and all(29500 <= p < 32768 for p in ports), ports
 
 
+def test_processes_lost_with_their_agent_are_run_again_from_the_checkpoint():
+    """LOST: the processes vanished without an exit code (their agent's container was killed).
+    Nothing the program did, so a new attempt, like a lost node, resuming from the checkpoint."""
+    core = queued_core("a")
+    job = core.jobs["a"].job
+    core.on_placed(placed("a", "n1", [0, 1]), 1)
+    running = agent_status("a", RUNNING)
+    running.checkpoint_step = 10
+    core.on_agent_status(running, 2)
+    core.on_agent_status(agent_status(
+        "a", FAILED, reason="LOST: process ended without recording an exit code "
+                            "(ended while the agent was down)"), 3)
+    assert job.state == QUEUED and job.attempt == 1 and "LOST" in job.reason
+    launches = core.on_placed(placed("a", "n1", [0, 1], attempt=1), 4)
+    assert [o.payload.resume_from_step for o in launches if o.topic == topics.AGENT_COMMANDS] == [10]
+
+
 def test_plain_failure_is_not_retried():
     core = queued_core("a")
     core.on_placed(placed("a", "n1", [0, 1]), 1)

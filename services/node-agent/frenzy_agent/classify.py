@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from frenzy.outcomes import (EXIT_SIGTERM, OOM_REASON, PREEMPTED_REASON, RENDEZVOUS_REASON,
-                             RankStatus)
+from frenzy.outcomes import (EXIT_SIGTERM, LOST_REASON, OOM_REASON, PREEMPTED_REASON,
+                             RENDEZVOUS_REASON, RankStatus)
 
 OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "out of memory")
 ENDED_WHILE_DOWN = " (ended while the agent was down)"
@@ -84,7 +84,7 @@ def _classify(facts: JobFacts) -> Outcome:
         if interpreted in said:
             return _said(interpreted, *said[interpreted])
     if None in codes or not codes:
-        return Outcome("lost", "process ended without recording an exit code", -1)
+        return Outcome("lost", f"{LOST_REASON}: process ended without recording an exit code", -1)
     return Outcome("failed", f"exit code {EXIT_SIGTERM}", EXIT_SIGTERM)  # terminated from outside
 
 

@@ -20,7 +20,7 @@ from google.protobuf.message import Message
 
 from frenzy import topics
 from frenzy.jobspec import SpecError, resolve_spec
-from frenzy.outcomes import OOM_REASON, PREEMPTED_REASON, RENDEZVOUS_REASON
+from frenzy.outcomes import LOST_REASON, OOM_REASON, PREEMPTED_REASON, RENDEZVOUS_REASON
 from frenzy.placement_check import NodeFacts, placement_problem
 from frenzy.v1 import events_pb2, services_pb2, types_pb2
 from frenzy.v1.types_pb2 import (CANCELLED, FAILED, LAUNCHING, PLACED, PLANNED, QUEUED, RUNNING,
@@ -353,7 +353,9 @@ class OrchestratorCore:
             out += self._release(rec, f"job {job.id} failed")
             if status.reason.startswith(OOM_REASON) and rec.oom_replans < self.max_oom_replans:
                 return out + self._replan_after_oom(rec, status, now_s)
-            if status.reason.startswith(RENDEZVOUS_REASON):
+            if status.reason.startswith((RENDEZVOUS_REASON, LOST_REASON)):
+                # Nothing the program did: the group did not form, or its processes vanished
+                # (killed with their agent's container). A new attempt, from the checkpoint.
                 return out + self._requeue(rec, f"{status.reason} (node {status.node_id})", now_s)
             return self._transition(rec, FAILED, status.reason or f"exit code {status.exit_code}", now_s) + out
         return []
