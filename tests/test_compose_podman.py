@@ -111,7 +111,7 @@ def test_a_job_submitted_from_the_host_runs_to_succeeded_with_its_logs(cluster):
 
 def test_a_killed_agent_container_is_restarted_and_its_node_and_logs_come_back(cluster):
     long_spec = {**SPEC, "name": "long", "constraints": {"gpu_types": ["T4"], "max_gpus": 4},
-                 "training": {**SPEC["training"], "tokens": 3_000_000_000}}
+                 "training": {**SPEC["training"], "tokens": 1_000_000_000}}
     job_id = cluster.submit(long_spec, job_id="compose-killed")
     job = wait_until(lambda: (j := cluster.get(job_id)).state == types_pb2.RUNNING and j, 120, "running")
     node = job.assignments[0].node_id
@@ -124,7 +124,7 @@ def test_a_killed_agent_container_is_restarted_and_its_node_and_logs_come_back(c
     # Its processes died with the container; the restarted agent reports them LOST and the
     # orchestrator runs the job again as a new attempt.
     killed = wait_until(lambda: (j := cluster.get(job_id)).state in (types_pb2.SUCCEEDED, types_pb2.FAILED)
-                        and j, 480, "the killed job ends")
+                        and j, 600, "the killed job ends")
     assert killed.state == types_pb2.SUCCEEDED and killed.attempt >= 1, killed
     wait_until(lambda: any(n.id == node and n.state == types_pb2.NODE_READY and n.gpus_free == n.gpus_total
                            for n in cluster.list_nodes()), 60, "the node ready with its GPUs free")
