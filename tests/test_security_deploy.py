@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SERVICES = yaml.safe_load((ROOT / "deploy" / "compose" / "compose.yaml").read_text())["services"]
 
 
-def test_only_the_orchestrator_mounts_the_security_dir_and_agents_get_their_bootstrap_files():
+def test_only_the_orchestrator_writes_the_security_dir_and_agents_get_their_bootstrap_files():
     init = SERVICES["security-init"]
     assert init["restart"] == "no"
     for name, service in SERVICES.items():
@@ -21,10 +21,14 @@ def test_only_the_orchestrator_mounts_the_security_dir_and_agents_get_their_boot
         mounts = service.get("volumes") or []
         env = service["environment"]
         assert service["depends_on"]["security-init"]["condition"] == "service_completed_successfully"
+        security = [m for m in mounts if m.startswith("security:")]
         if name == "orchestrator":
             assert env["FRENZY_SECURITY_DIR"] == mounts[0].split(":")[1]
+        elif name == "dashboard":
+            # It checks the API's tokens read-only (docs/dashboard.md says what else that exposes).
+            assert security and all(m.endswith(":ro") for m in security), security
         else:
-            assert not any(m.startswith("security:") for m in mounts), name
+            assert not security, name
         if service["command"][0] == "frenzy_agent":
             assert {"FRENZY_JOIN_TOKEN_FILE", "FRENZY_ORCHESTRATOR_KEY_FILE"} <= env.keys(), name
             bootstrap = [m for m in mounts if m.startswith("bootstrap:")]
