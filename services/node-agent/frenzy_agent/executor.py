@@ -309,6 +309,17 @@ def _any_failed(job: RunningJob) -> bool:
     return False
 
 
+async def _gone_within(job: RunningJob, grace_s: float, whole_group: bool = False) -> bool:
+    """Whether the job's processes (and, with whole_group, anything left in their process group)
+    exit within grace_s after a signal."""
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if not any(_alive(pid) for pid in job.pids) and not (whole_group and group_alive(job.pgid)):
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
 async def stop(job: RunningJob, reason: str, grace_s: float) -> None:
     """SIGTERM the whole process group, then SIGKILL after the grace period."""
     job.stopping, job.stop_reason = True, reason
@@ -316,11 +327,8 @@ async def stop(job: RunningJob, reason: str, grace_s: float) -> None:
         os.killpg(job.pgid, signal.SIGTERM)
     except ProcessLookupError:
         return
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        if not any(_alive(pid) for pid in job.pids) and not group_alive(job.pgid):
-            return
-        await asyncio.sleep(0.05)
+    if await _gone_within(job, grace_s, whole_group=True):
+        return
     try:
         os.killpg(job.pgid, signal.SIGKILL)
     except ProcessLookupError:
@@ -340,9 +348,6 @@ async def checkpoint_and_stop(job: RunningJob, reason: str, checkpoint_grace_s: 
         os.killpg(job.pgid, signal.SIGUSR1)
     except ProcessLookupError:
         return
-    deadline = time.monotonic() + checkpoint_grace_s
-    while time.monotonic() < deadline:
-        if not any(_alive(pid) for pid in job.pids):
-            return
-        await asyncio.sleep(0.05)
+    if await _gone_within(job, checkpoint_grace_s):
+        return
     await stop(job, f"{reason}: no checkpoint within {checkpoint_grace_s:g} s", stop_grace_s)
