@@ -127,3 +127,112 @@ def test_context_parallelism_is_dp_times_cp_ranks_on_seq_over_cp(cp, seq_pow, ze
 def test_cp_must_divide_the_sequence():
     with pytest.raises(ValueError, match="plan.cp"):
         estimate_memory(MISTRAL, R, ParallelPlan(cp=3), 4096)
+
+
+# --- context and expert parallelism in the cost model and the plan search ---------------------
+
+from dataclasses import replace  # noqa: E402
+
+from frenzy_predictor.cost import (BANDWIDTH_EFFICIENCY, COLLECTIVE_LATENCY_S, COMM_OVERLAP,  # noqa: E402
+                                   GB, CostModel)
+from frenzy_predictor.plans import context_parallel_sizes  # noqa: E402
+
+H100 = get_gpu("H100-80GB")
+LLAMA3_8B = model_catalog()["llama3-8b"]
+
+
+def _long_job(framework: str, seq_len: int = 65536) -> TrainingSpec:
+    return TrainingSpec(seq_len, 64, 64 * seq_len * 10, Recipe(framework=framework))
+
+
+def test_cp_ring_moves_kv_chunks_cp_minus_one_hops_three_passes_mostly_hidden():
+    """Llama-3-8B, 32k tokens, cp 2 on one node: each layer passes its 16k-token K and V chunk
+    (2 x 16384 x 1024 bf16 values) one hop, in forward and twice in backward; the attention of
+    a 16k x 32k chunk is far longer, so only (1 - COMM_OVERLAP) of the ring is exposed; every
+    one of the step's 64 / 4 = 16 micro-batches pays it."""
+    training = _long_job("megatron", 32768)
+    cost = CostModel(LLAMA3_8B, training, H100)
+    chunk_bytes = 2 * 16384 * 1024 * 2
+    hop_s = chunk_bytes / (H100.intra_node_gbs * GB * BANDWIDTH_EFFICIENCY) + COLLECTIVE_LATENCY_S
+    expected = 16 * 32 * (1 - COMM_OVERLAP) * 3 * hop_s
+    t = cost.breakdown_of(1, 1, 4, 1, 1, "none", 2)
+    assert t.context_parallel_s == pytest.approx(expected, rel=1e-9)
+    full = cost.breakdown_of(1, 1, 4, 1, 1, "full", 2)  # the recomputed forward passes it again
+    assert full.context_parallel_s == pytest.approx(expected * 4 / 3, rel=1e-9)
+    assert cost.breakdown_of(1, 1, 4, 1, 1, "none").context_parallel_s == 0.0
+
+
+@settings(max_examples=20, deadline=None)
+@given(tp=st.sampled_from([1, 2, 4]), seq_pow=st.integers(14, 17), rc=st.sampled_from(["none", "full"]))
+def test_cp_ring_grows_with_cp_and_kv_heads_and_splits_the_compute(tp, seq_pow, rc):
+    seq = 2 ** seq_pow
+    training = _long_job("megatron", seq)
+    cost = CostModel(LLAMA3_8B, training, H100)
+    mha = CostModel(replace(LLAMA3_8B, num_kv_heads=LLAMA3_8B.num_heads), training, H100)
+    rings = [cost.breakdown_of(tp, 1, 2, 1, 1, rc, cp).context_parallel_s for cp in (2, 4, 8)]
+    assert 0 < rings[0] <= rings[1] <= rings[2]
+    # GQA: 8 kv heads pass a quarter of MHA's K/V
+    assert cost.breakdown_of(tp, 1, 2, 1, 1, rc, 2).context_parallel_s < \
+        mha.breakdown_of(tp, 1, 2, 1, 1, rc, 2).context_parallel_s
+    # a cp rank computes a 1/cp share of the micro-batch's tokens
+    one, two = cost.breakdown_of(tp, 1, 2, 1, 1, rc), cost.breakdown_of(tp, 1, 2, 1, 1, rc, 2)
+    assert two.compute_s < one.compute_s
+
+
+def test_ep_all_to_alls_dispatch_and_combine_per_moe_layer():
+    """Mixtral, 4096 tokens, top-2, ep 8 on one node: 4 all-to-alls per layer (dispatch and
+    combine, forward and backward; 6 under full recompute), each moving 7/8 of the
+    4096 x 2 x 4096 bf16 routed values a rank holds over NVLink), in each of the step's
+    64 / 8 = 8 micro-batches."""
+    training = TrainingSpec(4096, 64, 64 * 4096 * 10, R)
+    cost = CostModel(MIXTRAL, training, H100, ep=8)
+    routed_bytes = 4096 * 2 * 4096 * 2
+    one = 7 / 8 * routed_bytes / (H100.intra_node_gbs * GB * BANDWIDTH_EFFICIENCY) \
+        + COLLECTIVE_LATENCY_S * 2 * 3
+    t = cost.breakdown_of(1, 1, 8, 1, 1, "none")
+    assert t.expert_parallel_s == pytest.approx(8 * 32 * 4 * one, rel=1e-9)
+    assert cost.breakdown_of(1, 1, 8, 1, 1, "full").expert_parallel_s == \
+        pytest.approx(8 * 32 * 6 * one, rel=1e-9)
+    # no ep, or a dense model: no all-to-all
+    assert CostModel(MIXTRAL, training, H100).breakdown_of(1, 1, 8, 1, 1, "none").expert_parallel_s == 0
+    assert CostModel(MISTRAL, training, H100, ep=8).breakdown_of(1, 1, 8, 1, 1, "none").expert_parallel_s == 0
+    # an ep group wider than a node crosses the network: slower per byte
+    wide = CostModel(MIXTRAL, training, H100, ep=16).breakdown_of(1, 1, 16, 1, 1, "none")
+    assert wide.expert_parallel_s > t.expert_parallel_s
+
+
+@settings(max_examples=25, deadline=None)
+@given(tp=st.sampled_from([1, 2, 4]), pp=st.sampled_from([1, 2]), dp_pow=st.integers(0, 4),
+       cp=st.sampled_from([1, 2, 4]), zero=st.integers(0, 3), ep=st.sampled_from([1, 2, 8]),
+       rc=st.sampled_from(["none", "selective", "full"]))
+def test_memoised_step_time_is_the_breakdown_total_with_cp_and_ep(tp, pp, dp_pow, cp, zero, ep, rc):
+    dp = max(ep, 2 ** dp_pow)
+    cost = CostModel(MIXTRAL, TrainingSpec(16384, 256, 256 * 16384 * 10, R), H100, ep=ep)
+    assert cost.step_s(tp, pp, dp, zero, 1, rc, cp) == cost.breakdown_of(tp, pp, dp, zero, 1, rc, cp).total_s
+
+
+def test_cp_sizes_only_for_long_sequences_on_stacks_with_context_parallelism():
+    assert context_parallel_sizes("megatron", 4096, 512) == [1]
+    assert context_parallel_sizes("frenzy", 131072, 512) == [1]  # the reference trainer has none
+    assert context_parallel_sizes("hf", 131072, 512) == [1]
+    assert context_parallel_sizes("megatron", 8192, 512) == [1, 2, 4]  # >= 2048 tokens per rank
+    assert context_parallel_sizes("torchtitan", 65536, 8) == [1, 2, 4, 8]  # at most the GPUs
+    assert context_parallel_sizes("megatron", 40968, 512) == [1, 2, 4]  # 2 x cp equal chunks
+
+
+def test_the_search_offers_cp_for_long_sequences_and_prices_each_option_as_estimated():
+    for framework in ("megatron", "torchtitan"):
+        training = _long_job(framework)
+        options = enumerate_options(LLAMA3_8B, training, [H100])
+        assert any(o.plan.cp > 1 for o in options), framework
+        for o in options:
+            assert training.seq_len % (2 * o.plan.cp) == 0
+            assert o.num_gpus == o.plan.dp * o.plan.tp * o.plan.pp * o.plan.cp
+            est = estimate_memory(LLAMA3_8B, training.recipe, o.plan, training.seq_len,
+                                  grad_accum=o.plan.grad_accum(training.global_batch_size))
+            assert o.peak_bytes_per_gpu == est.device_peak_bytes <= 0.95 * H100.memory_bytes
+            assert o.step_time_s == CostModel(LLAMA3_8B, training, H100).breakdown(o.plan).total_s
+    frenzy = enumerate_options(LLAMA3_8B, _long_job("frenzy"), [H100])
+    assert frenzy and all(o.plan.cp == 1 for o in frenzy)
+    short = enumerate_options(LLAMA3_8B, _long_job("megatron", 4096), [H100])
+    assert short and all(o.plan.cp == 1 for o in short)

@@ -219,7 +219,7 @@ def _evaluate_plan(arch: ModelArch, training: TrainingSpec, plan: ParallelPlan,
 
     memory = estimate_memory(arch, training.recipe, plan, training.seq_len,
                              grad_accum=plan.grad_accum(training.global_batch_size))
-    times = CostModel(arch, training, gpu).breakdown(plan)
+    times = CostModel(arch, training, gpu, plan.ep).breakdown(plan)
     step_s = times.total_s
     return {
         "model": arch.name, "num_params": arch.num_params(), "gpu_type": gpu.name,
@@ -239,6 +239,8 @@ def _evaluate_plan(arch: ModelArch, training: TrainingSpec, plan: ParallelPlan,
                                 "pipeline_s": times.pipeline_s,
                                 "data_parallel_s": times.data_parallel_s,
                                 "optimizer_s": times.optimizer_s,
+                                "context_parallel_s": times.context_parallel_s,
+                                "expert_parallel_s": times.expert_parallel_s,
                                 "bubble_fraction": times.bubble_fraction},
         "mfu": times.model_flops / (step_s * plan.num_gpus * gpu.peak_tflops_16bit * 1e12),
         "steps": training.steps, "duration_s": step_s * training.steps,

@@ -2,7 +2,8 @@
 
 One training step on the slowest pipeline stage of one GPU is
 
-    step = (m + p - 1) * (micro-batch compute + tensor-parallel all-reduces + pipeline sends)
+    step = (m + p - 1) * (micro-batch compute + tensor-parallel all-reduces + pipeline sends
+                          + context-parallel K/V ring + expert-parallel all-to-alls)
            + exposed data-parallel / ZeRO communication + optimizer update
 
 with m micro-batches per step (gradient accumulation) and p pipeline stages, so (p-1)/(m+p-1)
@@ -87,11 +88,14 @@ class StepTime(NamedTuple):
     optimizer_s: float
     bubble_fraction: float  # (p-1)/(m+p-1)
     model_flops: float  # 6N + attention FLOPs of the whole step, all GPUs (for MFU)
+    context_parallel_s: float = 0.0  # exposed K/V ring exchanges of attention (cp > 1)
+    expert_parallel_s: float = 0.0  # token dispatch / combine all-to-alls of MoE layers (ep > 1)
 
     @property
     def total_s(self) -> float:
         return (self.compute_s + self.tensor_parallel_s + self.pipeline_s
-                + self.data_parallel_s + self.optimizer_s)
+                + self.data_parallel_s + self.optimizer_s
+                + self.context_parallel_s + self.expert_parallel_s)
 
 
 def generation(gpu: GpuType) -> Generation:
@@ -135,9 +139,10 @@ class CostModel:
     module docstring.
     """
 
-    def __init__(self, arch: ModelArch, training: TrainingSpec, gpu: GpuType):
+    def __init__(self, arch: ModelArch, training: TrainingSpec, gpu: GpuType, ep: int = 1):
         recipe = training.recipe
         self.arch, self.training, self.gpu = arch, training, gpu
+        self.ep = ep  # expert parallelism of every plan costed here (as plans.MemoryTable's)
         self.gen = generation(gpu)
         self.layer_params = arch.layer_params()
         self.num_params = arch.num_params()
@@ -151,28 +156,33 @@ class CostModel:
         self.optimizer_bytes = OPTIMIZER_BYTES_PER_PARAM.get(recipe.optimizer, 30)
         self.inter_node_gbs = min(inter_node_gbs(gpu), gpu.intra_node_gbs)
         self.model_flops = model_flops_per_token(arch, training.seq_len) * training.tokens_per_step
-        self._micro_batch_cache: dict[tuple, tuple[float, float, float]] = {}
+        self._micro_batch_cache: dict[tuple, tuple[float, float, float, float, float]] = {}
         self._step_cache: dict[tuple, tuple[float, float, float, float]] = {}
         self._dp_cache: dict[tuple, tuple[float, float, float]] = {}
 
-    def micro_batch_s(self, tp: int, pp: int, dp: int, mb: int, recompute: str) -> tuple[float, float, float]:
-        """(compute, tensor-parallel, pipeline-send) seconds of one micro-batch on the slowest stage.
+    def micro_batch_s(self, tp: int, pp: int, dp: int, mb: int, recompute: str,
+                      cp: int = 1) -> tuple[float, float, float, float, float]:
+        """(compute, tensor-parallel, pipeline-send, context-parallel, expert-parallel) seconds
+        of one micro-batch on the slowest stage.
 
         Memoised: plans that differ only in ZeRO stage share it.
         """
-        key = (tp, pp, dp > 1 and tp * pp * dp > self.gpu.typical_gpus_per_node, mb, recompute)
+        key = (tp, pp, dp > 1 and tp * pp * dp * cp > self.gpu.typical_gpus_per_node, mb,
+               recompute, cp)
         cached = self._micro_batch_cache.get(key)
         if cached is None:
-            cached = self._micro_batch_cache[key] = self._micro_batch_s(tp, pp, dp, mb, recompute)
+            cached = self._micro_batch_cache[key] = self._micro_batch_s(tp, pp, dp, mb, recompute, cp)
         return cached
 
-    def _micro_batch_s(self, tp: int, pp: int, dp: int, mb: int, recompute: str) -> tuple[float, float, float]:
+    def _micro_batch_s(self, tp: int, pp: int, dp: int, mb: int, recompute: str,
+                       cp: int) -> tuple[float, float, float, float, float]:
         arch, gpu = self.arch, self.gpu
         s, h = self.training.seq_len, arch.hidden_size
-        tokens_mb = mb * s
+        tokens_mb = mb * s // cp  # a context-parallel rank holds s / cp tokens of each sequence
         act_bytes, grad_bytes = self.act_bytes, self.grad_bytes
 
         # Compute: the stage's share of layers plus the lm head (Megatron puts it on the last stage).
+        # Attention: each rank's s / cp queries see the whole sequence (cp > 1: the K/V ring).
         layers = arch.num_layers / pp
         stage_params = layers * self.layer_params + arch.vocab_size * h
         matmul_fwd = 2 * stage_params * tokens_mb / tp
@@ -204,70 +214,118 @@ class CostModel:
         # Pipeline: one activation send forward and one gradient send back per micro-batch.
         pp_s = 0.0
         if pp > 1:
-            on_one_node = tp * pp * dp <= gpu.typical_gpus_per_node
+            on_one_node = tp * pp * dp * cp <= gpu.typical_gpus_per_node
             pp_gbs = gpu.intra_node_gbs if on_one_node else self.inter_node_gbs
             pp_s = 2 * (tokens_mb * h * act_bytes / tp / (pp_gbs * GB * BANDWIDTH_EFFICIENCY)
                         + COLLECTIVE_LATENCY_S)
-        return compute_s, tp_s, pp_s
+        cp_s = self._context_parallel_s(tp, cp, layers, tokens_mb, recompute,
+                                        3 * attention_fwd / (self.flops_per_s * width))
+        ep_s = self._expert_parallel_s(tp, cp, layers, tokens_mb, recompute)
+        return compute_s, tp_s, pp_s, cp_s, ep_s
 
-    def pipeline_s(self, tp: int, pp: int, dp: int, mb: int, recompute: str) -> float:
+    def _group_gbs(self, span: int) -> float:
+        """Link bandwidth of a group whose ranks lie within `span` consecutive GPUs (Megatron's
+        rank order tp-cp-ep-dp-pp, megatron/core/parallel_state.py): NVLink while the span
+        fits a node, else the network."""
+        return self.gpu.intra_node_gbs if span <= self.gpu.typical_gpus_per_node else self.inter_node_gbs
+
+    def _context_parallel_s(self, tp: int, cp: int, layers: float, tokens_mb: int,
+                            recompute: str, attention_s: float) -> float:
+        """Exposed K/V ring of context parallelism, per micro-batch (Megatron-LM
+        docs/user-guide/features/context_parallel.md; Transformer Engine's
+        AttnFuncWithCPAndKVP2P): in each layer's forward every rank passes its K and V chunk
+        (tokens/cp x kv_dim/tp each) around the ring, cp - 1 hops; backward passes K, V and
+        their gradients (twice the bytes); full recompute repeats the forward. Each hop
+        overlaps the attention of the chunk before it, so the ring hides behind the layer's
+        attention compute (`attention_s`, fwd + bwd), at most COMM_OVERLAP of it."""
+        if cp <= 1:
+            return 0.0
+        passes = 4 if recompute == "full" else 3  # forward, backward (K/V + dK/dV), recompute
+        chunk_bytes = 2 * tokens_mb * self.arch.kv_dim / tp * self.act_bytes  # K and V
+        hop_s = chunk_bytes / (self._group_gbs(tp * cp) * GB * BANDWIDTH_EFFICIENCY) + COLLECTIVE_LATENCY_S
+        per_layer_s = passes * (cp - 1) * hop_s
+        return math.ceil(layers) * _exposed(per_layer_s, attention_s / layers)
+
+    def _expert_parallel_s(self, tp: int, cp: int, layers: float, tokens_mb: int,
+                           recompute: str) -> float:
+        """Token all-to-alls of expert parallelism, per micro-batch (Megatron-LM
+        moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher.token_dispatch / token_combine):
+        every MoE layer dispatches its tokens' top-k copies to the experts' ranks and combines
+        the outputs back, in forward and again (their gradients) in backward, and once more
+        forward under full recompute. Each all-to-all moves tokens x top-k x hidden 16-bit
+        values per rank (sequence parallel: tokens / tp), (ep - 1) / ep of it leaving the rank.
+        The experts wait for their tokens: on the critical path (Megatron overlaps it only
+        with --overlap-moe-expert-parallel-comm, off by default)."""
+        ep = self.ep
+        if ep <= 1 or not self.arch.is_moe:
+            return 0.0
+        all_to_alls = 6 if recompute == "full" else 4
+        routed_bytes = tokens_mb * self.arch.experts_per_token * self.arch.hidden_size \
+            * self.act_bytes / tp
+        return math.ceil(layers) * all_to_alls * _ring_s(1, routed_bytes, ep,
+                                                         self._group_gbs(tp * cp * ep))
+
+    def pipeline_s(self, tp: int, pp: int, dp: int, mb: int, recompute: str, cp: int = 1) -> float:
         """Pipelined part of a step: a lower bound on any plan with these values (any ZeRO stage)."""
-        compute_s, tp_s, pp_s = self.micro_batch_s(tp, pp, dp, mb, recompute)
+        compute_s, tp_s, pp_s, cp_s, ep_s = self.micro_batch_s(tp, pp, dp, mb, recompute, cp)
         slots = self._micro_batches(dp, mb) + pp - 1
-        return slots * (compute_s + tp_s + pp_s)
+        return slots * (compute_s + tp_s + pp_s + cp_s + ep_s)
 
     def breakdown(self, plan: ParallelPlan) -> StepTime:
         return self.breakdown_of(plan.tp, plan.pp, plan.dp, plan.zero, plan.micro_batch,
-                                 plan.recompute)
+                                 plan.recompute, plan.cp)
 
-    def step_s(self, tp: int, pp: int, dp: int, zero: int, mb: int, recompute: str) -> float:
+    def step_s(self, tp: int, pp: int, dp: int, zero: int, mb: int, recompute: str,
+               cp: int = 1) -> float:
         """`breakdown_of(...).total_s`, memoised (the enumerator's hot path: no plan objects)."""
-        return self.step_s_by_zero(tp, pp, dp, mb, recompute)[zero]
+        return self.step_s_by_zero(tp, pp, dp, mb, recompute, cp)[zero]
 
-    def step_s_by_zero(self, tp: int, pp: int, dp: int, mb: int,
-                       recompute: str) -> tuple[float, float, float, float]:
+    def step_s_by_zero(self, tp: int, pp: int, dp: int, mb: int, recompute: str,
+                       cp: int = 1) -> tuple[float, float, float, float]:
         """Step time of ZeRO stages 0-3, memoised: they share everything but the data-parallel
         and optimizer terms. The same helpers and order of additions as `breakdown_of`, so the
         two agree to the last bit."""
-        key = (tp, pp, dp, mb, recompute)
+        key = (tp, pp, dp, mb, recompute, cp)
         cached = self._step_cache.get(key)
         if cached is None:
             micro_batches = self._micro_batches(dp, mb)
             slots = micro_batches + pp - 1
-            compute_s, tp_s, pp_s = self.micro_batch_s(tp, pp, dp, mb, recompute)
+            compute_s, tp_s, pp_s, cp_s, ep_s = self.micro_batch_s(tp, pp, dp, mb, recompute, cp)
             pipelined_s = slots * compute_s + slots * tp_s + slots * pp_s
-            dp_s = self._data_parallel_s(tp, pp, dp, micro_batches, compute_s)
-            optimizer_s = self._optimizer_s(tp, pp, dp)
-            cached = self._step_cache[key] = (
-                pipelined_s + dp_s[0] + optimizer_s[0], pipelined_s + dp_s[1] + optimizer_s[1],
-                pipelined_s + dp_s[2] + optimizer_s[2], pipelined_s + dp_s[3] + optimizer_s[3])
+            dp_s = self._data_parallel_s(tp, pp, dp, micro_batches, compute_s, cp)
+            optimizer_s = self._optimizer_s(tp, pp, dp, cp)
+            cp_ep = (slots * cp_s, slots * ep_s)
+            cached = self._step_cache[key] = tuple(
+                pipelined_s + dp_s[z] + optimizer_s[z] + cp_ep[0] + cp_ep[1] for z in range(4))
         return cached
 
     def breakdown_of(self, tp: int, pp: int, dp: int, zero: int, mb: int,
-                     recompute: str) -> StepTime:
+                     recompute: str, cp: int = 1) -> StepTime:
         micro_batches = self._micro_batches(dp, mb)
         slots = micro_batches + pp - 1  # 1F1B: (m + p - 1) micro-batch slots, (p - 1) idle
-        compute_s, tp_s, pp_s = self.micro_batch_s(tp, pp, dp, mb, recompute)
+        compute_s, tp_s, pp_s, cp_s, ep_s = self.micro_batch_s(tp, pp, dp, mb, recompute, cp)
         return StepTime(
             compute_s=slots * compute_s, tensor_parallel_s=slots * tp_s, pipeline_s=slots * pp_s,
-            data_parallel_s=self._data_parallel_s(tp, pp, dp, micro_batches, compute_s)[zero],
-            optimizer_s=self._optimizer_s(tp, pp, dp)[zero],
-            bubble_fraction=(pp - 1) / slots, model_flops=self.model_flops)
+            data_parallel_s=self._data_parallel_s(tp, pp, dp, micro_batches, compute_s, cp)[zero],
+            optimizer_s=self._optimizer_s(tp, pp, dp, cp)[zero],
+            bubble_fraction=(pp - 1) / slots, model_flops=self.model_flops,
+            context_parallel_s=slots * cp_s, expert_parallel_s=slots * ep_s)
 
     def _micro_batches(self, dp: int, mb: int) -> int:
         """Micro-batches per step (gradient accumulation), at least one."""
         return max(1, -(-self.training.global_batch_size // (dp * mb)))
 
     def _data_parallel_s(self, tp: int, pp: int, dp: int, micro_batches: int,
-                         compute_s: float) -> tuple[float, float, float, float]:
+                         compute_s: float, cp: int = 1) -> tuple[float, float, float, float]:
         """Exposed data-parallel / ZeRO communication of one step, for ZeRO stages 0-3.
 
         Bucketed syncs overlap the backward pass, but at most COMM_OVERLAP of any transfer
-        hides behind compute (`compute_s` is one micro-batch's).
+        hides behind compute (`compute_s` is one micro-batch's). Context-parallel ranks hold
+        the same weights: gradients reduce (and ZeRO shards) over dp x cp ranks.
         """
-        if dp <= 1:
+        if dp * cp <= 1:
             return (0.0, 0.0, 0.0, 0.0)
-        reduce_grads_s, scatter_grads_s, gather_weights_s = self._dp_collectives_s(tp, pp, dp)
+        reduce_grads_s, scatter_grads_s, gather_weights_s = self._dp_collectives_s(tp, pp, dp, cp)
         backward_s = compute_s * 2 / 3  # the last micro-batch's backward hides the grad sync
         scatter_s = _exposed(scatter_grads_s, backward_s)
         return (
@@ -277,29 +335,37 @@ class CostModel:
             # 3: per micro-batch, gather weights for fwd and bwd, reduce-scatter grads
             micro_batches * _exposed(2 * gather_weights_s + scatter_grads_s, compute_s))
 
-    def _optimizer_s(self, tp: int, pp: int, dp: int) -> tuple[float, float, float, float]:
+    def _rank_params(self, tp: int, pp: int) -> float:
+        """Parameters one rank holds: its tp x pp share, without the routed experts that expert
+        parallelism puts on the other ep - 1 ranks of its group."""
+        other_experts = self.arch.num_layers * self.arch.expert_layer_params() * (self.ep - 1) / self.ep
+        return (self.num_params - other_experts) / (tp * pp) if self.ep > 1 \
+            else self.num_params / (tp * pp)
+
+    def _optimizer_s(self, tp: int, pp: int, dp: int, cp: int = 1) -> tuple[float, float, float, float]:
         """The optimizer update, bandwidth bound, over the parameters a rank owns (all of its
-        stage's with ZeRO-0, a 1/dp shard from ZeRO-1 on), for ZeRO stages 0-3."""
-        stage_params = self.num_params / (tp * pp)
+        stage's with ZeRO-0, a 1/(dp x cp) shard from ZeRO-1 on), for ZeRO stages 0-3."""
+        stage_params = self._rank_params(tp, pp)
         replicated = stage_params * self.optimizer_bytes / self.hbm_bytes_per_s
-        sharded = stage_params / dp * self.optimizer_bytes / self.hbm_bytes_per_s
+        sharded = stage_params / (dp * cp) * self.optimizer_bytes / self.hbm_bytes_per_s
         return (replicated, sharded, sharded, sharded)
 
-    def _dp_collectives_s(self, tp: int, pp: int, dp: int) -> tuple[float, float, float]:
-        """(all-reduce grads, reduce-scatter grads, all-gather 16-bit weights) over the dp group.
+    def _dp_collectives_s(self, tp: int, pp: int, dp: int, cp: int = 1) -> tuple[float, float, float]:
+        """(all-reduce grads, reduce-scatter grads, all-gather 16-bit weights) over the dp x cp
+        group (Megatron's data_parallel_group_with_cp).
 
-        Data parallel with tp innermost, then dp (Megatron's rank order): the group stays
-        inside a node while tp * dp fits in one, else it crosses the network.
+        Data parallel with tp (and cp) innermost, then dp (Megatron's rank order): the group
+        stays inside a node while tp x cp x dp fits in one, else it crosses the network.
         """
-        key = (tp, pp, dp)
+        key = (tp, pp, dp, cp)
         cached = self._dp_cache.get(key)
         if cached is None:
-            gbs = self.gpu.intra_node_gbs if tp * dp <= self.gpu.typical_gpus_per_node \
-                else self.inter_node_gbs
-            rank_params = self.num_params / (tp * pp)
+            gbs = self._group_gbs(tp * cp * dp)
+            rank_params = self._rank_params(tp, pp)
             grads, weights = rank_params * self.grad_bytes, rank_params * self.act_bytes
-            cached = self._dp_cache[key] = (_ring_s(2, grads, dp, gbs), _ring_s(1, grads, dp, gbs),
-                                            _ring_s(1, weights, dp, gbs))
+            ranks = dp * cp
+            cached = self._dp_cache[key] = (_ring_s(2, grads, ranks, gbs), _ring_s(1, grads, ranks, gbs),
+                                            _ring_s(1, weights, ranks, gbs))
         return cached
 
     def step_time_s(self, plan: ParallelPlan) -> float:
@@ -308,7 +374,7 @@ class CostModel:
 
 def step_time_breakdown(arch: ModelArch, training: TrainingSpec, plan: ParallelPlan,
                         gpu: GpuType) -> StepTime:
-    return CostModel(arch, training, gpu).breakdown(plan)
+    return CostModel(arch, training, gpu, plan.ep).breakdown(plan)
 
 
 def step_time_s(arch: ModelArch, training: TrainingSpec, plan: ParallelPlan, gpu: GpuType) -> float:

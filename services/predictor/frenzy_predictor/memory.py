@@ -479,6 +479,10 @@ class RecipeProfile:
     # stay whole and only the profile's model_states term knows the stage.
     fsdp_stages: tuple[int, ...] = (2, 3)
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)  # what the stack offers: the plan search tries these
+    # Whether the stack splits sequences over context-parallel ranks (Megatron's
+    # --context-parallel-size, torchtitan's context_parallel_degree): the plan search tries cp > 1
+    # for long sequences only where it does. The reference trainer has no context parallelism.
+    context_parallel: bool = False
     # (arch, recipe, plan, seq_len) -> bytes one micro-batch leaves in the output layer's
     # deferred weight-gradient buffers (Megatron's --defer-embedding-wgrad-compute); None: the
     # stack has no such option.

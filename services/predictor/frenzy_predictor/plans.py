@@ -7,8 +7,9 @@ milliseconds (docs/marp-plans.md, "Search"):
 
 * memory does not depend on the GPU type: each plan is estimated once per job (`MemoryTable`),
   and the estimate's terms once per value of the plan fields they read (its memo);
-* tp, pp, dp and micro-batches are powers of two; tp stays inside a node; pipelines use the
-  node's widest tp (NVLink) or none (PCIe); at most 512 GPUs;
+* tp, pp, dp, cp and micro-batches are powers of two; tp stays inside a node; pipelines use the
+  node's widest tp (NVLink) or none (PCIe); context parallelism (cp > 1) only for long
+  sequences on stacks that have it (`context_parallel_sizes`); at most 512 GPUs;
 * branch and bound per GPU count: layouts (tp, pp, dp) in order of a compute-only lower bound,
   then (ZeRO stage, recompute) in order of their memory-blind step time; memory is estimated
   only for candidates that could still beat the incumbent (the cost model is ~5x cheaper);
@@ -39,6 +40,12 @@ MAX_TOKENS_PER_MICRO_BATCH = 16384  # GEMMs saturate long before; bigger only co
 MAX_OPTIONS_PER_TYPE = 8
 EFFICIENT_SCALING = 0.8  # options within 1/0.8 of a type's cheapest GPU-seconds rank first
 DP_STALL_LIMIT = 2  # stop doubling dp after this many doublings without a speed-up
+# Context parallelism is tried for sequences of at least this many tokens, up to MAX_CP ranks,
+# each rank keeping at least CP_MIN_TOKENS_PER_RANK: below that, activations rarely need it
+# and its K/V ring hides behind too little attention (search-space bounds, not fitted).
+CP_MIN_SEQ_LEN = 8192
+CP_MIN_TOKENS_PER_RANK = 2048
+MAX_CP = 16
 
 
 def usable_bytes(gpu: GpuType, fit_margin: float = FIT_MARGIN) -> float:
@@ -47,10 +54,21 @@ def usable_bytes(gpu: GpuType, fit_margin: float = FIT_MARGIN) -> float:
 
 
 def make_plan(tp: int, pp: int, dp: int, zero: int, micro_batch: int, recompute: str,
-              ep: int = 1) -> ParallelPlan:
+              ep: int = 1, cp: int = 1) -> ParallelPlan:
     """A plan as MARP emits it: sequence parallelism whenever tp > 1 (same traffic, less memory)."""
     return ParallelPlan(dp=dp, tp=tp, pp=pp, zero=zero, micro_batch=micro_batch,
-                        recompute=recompute, sequence_parallel=tp > 1, ep=ep)
+                        recompute=recompute, sequence_parallel=tp > 1, cp=cp, ep=ep)
+
+
+def context_parallel_sizes(framework: str, seq_len: int, limit: int) -> list[int]:
+    """cp values the search tries: 1, and for a long sequence on a stack with context
+    parallelism, powers of two that split it into 2 x cp equal chunks (Megatron's load-balanced
+    causal split, megatron/core/utils.py get_batch_on_this_cp_rank) of at least
+    CP_MIN_TOKENS_PER_RANK tokens per rank."""
+    if not recipe_profile(framework).context_parallel or seq_len < CP_MIN_SEQ_LEN:
+        return [1]
+    return [c for c in powers_of_two(min(MAX_CP, limit))
+            if c == 1 or (seq_len % (2 * c) == 0 and seq_len // c >= CP_MIN_TOKENS_PER_RANK)]
 
 
 class MemoryTable:
@@ -73,27 +91,30 @@ class MemoryTable:
         # routed-expert parameters a rank does not hold under expert parallelism
         self._other_experts = arch.num_layers * arch.expert_layer_params() * (ep - 1) // ep
 
-    def floor_bytes(self, tp: int, pp: int, dp: int, zero: int) -> float:
+    def floor_bytes(self, tp: int, pp: int, dp: int, zero: int, cp: int = 1) -> float:
         """A cheap lower bound on peak bytes: ZeRO model states of an average rank (no
-        activations, no overhead), so that hopeless plans skip the full estimate."""
+        activations, no overhead), so that hopeless plans skip the full estimate. ZeRO shards
+        over dp x cp ranks (context-parallel ranks hold the same weights)."""
         params = (self._params - self._other_experts) / (tp * pp)
+        shards = dp * cp
         if zero == 0:
             return params * (self._weight_b + self._grad_b + self._optimizer_b)
         if zero == 1:
-            return params * (self._weight_b + self._grad_b + self._optimizer_b / dp)
-        return self._params / (tp * pp) * self._optimizer_b / dp  # FSDP: sharded states
+            return params * (self._weight_b + self._grad_b + self._optimizer_b / shards)
+        return self._params / (tp * pp) * self._optimizer_b / shards  # FSDP: sharded states
 
     def estimate(self, plan: ParallelPlan) -> MemoryEstimate:
         """The full estimate of one plan (its three peaks), for the options returned."""
         return estimate_memory(self.arch, self.recipe, plan, self.seq_len,
                                grad_accum=plan.grad_accum(self.global_batch), memo=self.memo)
 
-    def peak_bytes(self, tp: int, pp: int, dp: int, zero: int, mb: int, recompute: str) -> int:
-        key = (tp, pp, dp, zero, mb, recompute)
+    def peak_bytes(self, tp: int, pp: int, dp: int, zero: int, mb: int, recompute: str,
+                   cp: int = 1) -> int:
+        key = (tp, pp, dp, zero, mb, recompute, cp)
         peak = self.peaks.get(key)
         if peak is None:
             self.calls += 1
-            plan = make_plan(tp, pp, dp, zero, mb, recompute, self.ep)
+            plan = make_plan(tp, pp, dp, zero, mb, recompute, self.ep, cp)
             peak = estimate_memory(self.arch, self.recipe, plan, self.seq_len,
                                    grad_accum=plan.grad_accum(self.global_batch),
                                    memo=self.memo).peak_bytes
@@ -125,10 +146,11 @@ def model_parallel_shapes(arch: ModelArch, gpu: GpuType, limit: int) -> list[tup
     return sorted(s for s in shapes if s[0] * s[1] <= limit)
 
 
-def micro_batches(global_batch: int, dp: int, seq_len: int) -> list[int]:
-    """Micro-batch sizes that divide the per-replica batch, up to MAX_TOKENS_PER_MICRO_BATCH."""
+def micro_batches(global_batch: int, dp: int, seq_len: int, cp: int = 1) -> list[int]:
+    """Micro-batch sizes that divide the per-replica batch, up to MAX_TOKENS_PER_MICRO_BATCH
+    per rank (a context-parallel rank holds seq_len / cp tokens of each sequence)."""
     per_replica = global_batch // dp
-    cap = max(1, MAX_TOKENS_PER_MICRO_BATCH // seq_len)
+    cap = max(1, MAX_TOKENS_PER_MICRO_BATCH * cp // seq_len)
     return [m for m in powers_of_two(min(per_replica, cap)) if per_replica % m == 0]
 
 
@@ -138,19 +160,20 @@ class _JobSpace:
 
     def __init__(self, training: TrainingSpec, zero_stages: Sequence[int]):
         self.training, self.zero_stages = training, sorted(set(zero_stages))
-        self._micro_batches: dict[int, list[int]] = {}
+        self._micro_batches: dict[tuple[int, int], list[int]] = {}
         self._zeros: dict[tuple[int, int], list[int]] = {}
 
-    def micro_batches(self, dp: int) -> list[int]:
-        mbs = self._micro_batches.get(dp)
+    def micro_batches(self, dp: int, cp: int = 1) -> list[int]:
+        mbs = self._micro_batches.get((dp, cp))
         if mbs is None:
-            mbs = self._micro_batches[dp] = micro_batches(
-                self.training.global_batch_size, dp, self.training.seq_len)
+            mbs = self._micro_batches[(dp, cp)] = micro_batches(
+                self.training.global_batch_size, dp, self.training.seq_len, cp)
         return mbs
 
     def zeros(self, pp: int, dp: int) -> list[int]:
         """ZeRO stages worth trying: none without replicas; 0-1 with pipelines (Megatron and
-        DeepSpeed refuse ZeRO-2/3 with pipelining: they shard grads per micro-batch)."""
+        DeepSpeed refuse ZeRO-2/3 with pipelining: they shard grads per micro-batch). `dp` counts
+        the ranks that shard: dp x cp."""
         zeros = self._zeros.get((pp, dp))
         if zeros is None:
             if dp == 1:
@@ -179,62 +202,63 @@ class _TypeSearch:
         self.space, self.recomputes = space, recomputes
         # a learned margin m asks that m x the predicted peak fit
         self.usable = usable_bytes(gpu, fit_margin) / memory_margin
-        self.cost = CostModel(arch, training, gpu)
+        self.cost = CostModel(arch, training, gpu, table.ep)
         self.best: dict[int, _Best] = {}
-        # Largest micro-batch that fitted per (tp, pp) and (zero, recompute index) at a smaller
-        # or equal dp. Memory never grows with dp (beyond one GPU), with the ZeRO stage or with
-        # recompute, so it also fits any (zero', recompute') >= (zero, recompute) here.
-        self.fitted_mb: dict[tuple[int, int], dict[tuple[int, int], int]] = {}
+        # Largest micro-batch that fitted per (tp, pp, cp) and (zero, recompute index) at a
+        # smaller or equal dp. Memory never grows with dp (beyond one GPU), with the ZeRO stage
+        # or with recompute, so it also fits any (zero', recompute') >= (zero, recompute) here.
+        self.fitted_mb: dict[tuple[int, int, int], dict[tuple[int, int], int]] = {}
 
     def incumbent_s(self, n: int) -> float:
         return self.best[n].step_s if n in self.best else math.inf
 
-    def largest_fitting(self, tp: int, pp: int, dp: int, zero: int, i: int, mbs: list[int]) -> int:
+    def largest_fitting(self, tp: int, pp: int, dp: int, zero: int, i: int, mbs: list[int],
+                        cp: int = 1) -> int:
         """Index of the largest micro-batch that fits, or -1 (binary search: memory grows with it)."""
         rc, table, usable = self.recomputes[i], self.table, self.usable
-        fitted = self.fitted_mb.setdefault((tp, pp), {})
+        fitted = self.fitted_mb.setdefault((tp, pp, cp), {})
         previous = max([m for (z, j), m in fitted.items() if z <= zero and j <= i], default=0)
         lo = bisect.bisect_right(mbs, previous) - 1  # mbs ascend
         if lo < 0:  # settle the common "nothing fits" case cheaply
-            if (table.floor_bytes(tp, pp, dp, zero) > usable
-                    or table.peak_bytes(tp, pp, dp, zero, mbs[0], rc) > usable):
+            if (table.floor_bytes(tp, pp, dp, zero, cp) > usable
+                    or table.peak_bytes(tp, pp, dp, zero, mbs[0], rc, cp) > usable):
                 return -1
             lo = 0
         hi = len(mbs) - 1
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if table.peak_bytes(tp, pp, dp, zero, mbs[mid], rc) <= usable:
+            if table.peak_bytes(tp, pp, dp, zero, mbs[mid], rc, cp) <= usable:
                 lo = mid
             else:
                 hi = mid - 1
-        if tp * pp * dp > 1:  # a single GPU has no NCCL buffers: not a bound for dp = 2
+        if tp * pp * dp * cp > 1:  # a single GPU has no NCCL buffers: not a bound for dp = 2
             fitted[(zero, i)] = max(fitted.get((zero, i), 0), mbs[lo])
         return lo
 
-    def floor(self, tp: int, pp: int, dp: int) -> tuple[float, int, list[int]]:
+    def floor(self, tp: int, pp: int, dp: int, cp: int = 1) -> tuple[float, int, list[int]]:
         """(lower bound on any plan's step time, its micro-batch, micro-batch choices).
 
         The bound is the pipelined compute alone: no recompute, no data-parallel traffic.
         """
-        mbs = self.space.micro_batches(dp)
+        mbs = self.space.micro_batches(dp, cp)
         if pp == 1:
-            return self.cost.pipeline_s(tp, pp, dp, mbs[-1], "none"), mbs[-1], mbs
-        floor_s, mb_hint = min([(self.cost.pipeline_s(tp, pp, dp, m, "none"), m) for m in mbs])
+            return self.cost.pipeline_s(tp, pp, dp, mbs[-1], "none", cp), mbs[-1], mbs
+        floor_s, mb_hint = min([(self.cost.pipeline_s(tp, pp, dp, m, "none", cp), m) for m in mbs])
         return floor_s, mb_hint, mbs
 
-    def layout(self, tp: int, pp: int, dp: int, mb_hint: int, mbs: list[int]) -> None:
-        """Try every ZeRO stage and recompute for one (tp, pp, dp), most promising first."""
-        n, cost, recomputes = tp * pp * dp, self.cost, self.recomputes
+    def layout(self, tp: int, pp: int, dp: int, mb_hint: int, mbs: list[int], cp: int = 1) -> None:
+        """Try every ZeRO stage and recompute for one (tp, pp, dp, cp), most promising first."""
+        n, cost, recomputes = tp * pp * dp * cp, self.cost, self.recomputes
         incumbent_s = self.incumbent_s(n)  # only this method improves it meanwhile
-        zeros = self.space.zeros(pp, dp)
+        zeros = self.space.zeros(pp, dp * cp)
         # Candidates in order of their bound (memory ignored); heavier recompute is queued only
         # when the lighter one could not fit the largest micro-batch.
-        bounds = cost.step_s_by_zero(tp, pp, dp, mb_hint, recomputes[0])
+        bounds = cost.step_s_by_zero(tp, pp, dp, mb_hint, recomputes[0], cp)
         queue = [(bounds[z], z, 0) for z in zeros]
         heapq.heapify(queue)
         if queue[0][0] >= incumbent_s:
             return  # no ZeRO stage can win here, before any memory estimate
-        if self.table.peak_bytes(tp, pp, dp, zeros[-1], mbs[0], recomputes[-1]) > self.usable:
+        if self.table.peak_bytes(tp, pp, dp, zeros[-1], mbs[0], recomputes[-1], cp) > self.usable:
             return  # not even the least memory-hungry plan fits
         too_big: list[tuple[int, int]] = []  # (zero, recompute index) whose smallest mb failed
         while queue:
@@ -244,12 +268,12 @@ class _TypeSearch:
             if any(z >= zero and j >= i for z, j in too_big):
                 top = -1  # a plan needing less memory already did not fit
             else:
-                top = self.largest_fitting(tp, pp, dp, zero, i, mbs)
+                top = self.largest_fitting(tp, pp, dp, zero, i, mbs, cp)
             # Heavier recompute: when nothing fits, or (selective only, it is cheap) to fit a
             # larger micro-batch; full recompute's +33% compute never pays for a larger one.
             if i + 1 < len(recomputes) and (
                     top < 0 or (top < len(mbs) - 1 and recomputes[i + 1] == "selective")):
-                heavier_s = cost.step_s(tp, pp, dp, zero, mb_hint, recomputes[i + 1])
+                heavier_s = cost.step_s(tp, pp, dp, zero, mb_hint, recomputes[i + 1], cp)
                 heapq.heappush(queue, (heavier_s, zero, i + 1))
             if top < 0:
                 too_big.append((zero, i))
@@ -257,30 +281,36 @@ class _TypeSearch:
             # Without pipelining larger micro-batches are never slower; with it they grow the bubble.
             rc = recomputes[i]
             if pp == 1:
-                step_s, mb = cost.step_s(tp, pp, dp, zero, mbs[top], rc), mbs[top]
+                step_s, mb = cost.step_s(tp, pp, dp, zero, mbs[top], rc, cp), mbs[top]
             else:
-                step_s, mb = min([(cost.step_s(tp, pp, dp, zero, m, rc), m) for m in mbs[:top + 1]])
+                step_s, mb = min([(cost.step_s(tp, pp, dp, zero, m, rc, cp), m)
+                                  for m in mbs[:top + 1]])
             if step_s < incumbent_s:
-                self.best[n] = _Best(step_s, make_plan(tp, pp, dp, zero, mb, rc, self.table.ep))
+                self.best[n] = _Best(step_s, make_plan(tp, pp, dp, zero, mb, rc, self.table.ep, cp))
                 incumbent_s = step_s
 
-    def layouts(self, shapes: list[tuple[int, int]], n: int) -> Iterator[tuple[int, int, int]]:
-        """(tp, pp, dp) with n GPUs whose model states could fit (a cheap bound, no estimate)."""
+    def layouts(self, shapes: list[tuple[int, int]], cps: list[int],
+                n: int) -> Iterator[tuple[int, int, int, int]]:
+        """(tp, pp, dp, cp) with n GPUs whose model states could fit (a cheap bound, no estimate)."""
         batch = self.training.global_batch_size
         for tp, pp in shapes:
-            dp = n // (tp * pp)
-            if dp * tp * pp == n and batch % dp == 0 and dp % self.table.ep == 0 and \
-                    self.table.floor_bytes(tp, pp, dp, self.space.zeros(pp, dp)[-1]) <= self.usable:
-                yield tp, pp, dp
+            for cp in cps:
+                dp = n // (tp * pp * cp)
+                if dp * tp * pp * cp == n and batch % dp == 0 and dp % self.table.ep == 0 and \
+                        self.table.floor_bytes(tp, pp, dp, self.space.zeros(pp, dp * cp)[-1],
+                                               cp) <= self.usable:
+                    yield tp, pp, dp, cp
 
-    def seed(self, plans: Iterable[ParallelPlan], shapes: list[tuple[int, int]]) -> None:
+    def seed(self, plans: Iterable[ParallelPlan], shapes: list[tuple[int, int]],
+             cps: list[int]) -> None:
         """Start from plans that won on other GPU types: a good incumbent early lets the
         bounds prune most layouts (their estimates are usually in the table already)."""
         for p in plans:
-            if (p.tp, p.pp) not in shapes or p.zero not in self.space.zeros(p.pp, p.dp) \
+            if (p.tp, p.pp) not in shapes or p.cp not in cps \
+                    or p.zero not in self.space.zeros(p.pp, p.dp * p.cp) \
                     or p.recompute not in self.recomputes:
                 continue
-            values = (p.tp, p.pp, p.dp, p.zero, p.micro_batch, p.recompute)
+            values = (p.tp, p.pp, p.dp, p.zero, p.micro_batch, p.recompute, p.cp)
             step_s = self.cost.step_s(*values)
             if step_s < self.incumbent_s(p.num_gpus) and \
                     self.table.peak_bytes(*values) <= self.usable:
@@ -291,17 +321,18 @@ class _TypeSearch:
         """GPU counts in doubling order from min_gpus; at each, layouts in order of their
         compute bound."""
         shapes = model_parallel_shapes(self.arch, gpu, limit)
+        cps = context_parallel_sizes(self.training.recipe.framework, self.training.seq_len, limit)
         fastest_s, stalls = math.inf, 0
         for n in powers_of_two(limit):
             if n < min_gpus:
                 continue
-            self.seed(seeds.get(n, ()), shapes)
-            layouts = sorted((*self.floor(tp, pp, dp), tp, pp, dp)
-                             for tp, pp, dp in self.layouts(shapes, n))
-            for floor_s, mb_hint, mbs, tp, pp, dp in layouts:
+            self.seed(seeds.get(n, ()), shapes, cps)
+            layouts = sorted((*self.floor(tp, pp, dp, cp), tp, pp, dp, cp)
+                             for tp, pp, dp, cp in self.layouts(shapes, cps, n))
+            for floor_s, mb_hint, mbs, tp, pp, dp, cp in layouts:
                 if floor_s >= self.incumbent_s(n):
                     break  # sorted: no later layout can beat the plan we have
-                self.layout(tp, pp, dp, mb_hint, mbs)
+                self.layout(tp, pp, dp, mb_hint, mbs, cp)
             if n not in self.best:
                 continue  # more GPUs may shard enough to fit
             if self.best[n].step_s < fastest_s * 0.999:

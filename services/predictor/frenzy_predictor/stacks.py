@@ -87,7 +87,7 @@ def megatron_deferred_output_wgrad_bytes(arch: ModelArch, recipe: Recipe, plan: 
 
 MEGATRON = RecipeProfile("megatron", model_states=megatron_model_state_bytes,
                          layer=megatron_layer_bytes, logits_loss=megatron_logits_loss_bytes,
-                         fsdp_stages=(), zero_stages=(0, 1),
+                         fsdp_stages=(), zero_stages=(0, 1), context_parallel=True,
                          deferred_output_wgrad=megatron_deferred_output_wgrad_bytes)
 
 
@@ -143,7 +143,8 @@ def torchtitan_logits_loss_bytes(arch: ModelArch, recipe: Recipe, plan: Parallel
 TORCHTITAN = RecipeProfile("torchtitan", model_states=torchtitan_model_state_bytes,
                            layer=torchtitan_layer_bytes, logits_loss=torchtitan_logits_loss_bytes,
                            allocator_slack_fraction=EXPANDABLE_SEGMENTS_SLACK_FRACTION,
-                           zero_stages=(0, 2, 3))  # DDP, FSDP2 without / with reshard
+                           zero_stages=(0, 2, 3),  # DDP, FSDP2 without / with reshard
+                           context_parallel=True)  # experimental.context_parallel_degree
 
 
 # ---------------------------------------------------------------- DeepSpeed (ZeRO)
