@@ -30,7 +30,7 @@ SKIP = ("resume", "fp8", "experts", "mla", "grpo", "inference", "release", "reru
 # Flags that change memory in ways the profiles do not model: a row with one is "approximate".
 UNMODELLED = ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
               "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
-              "--microbatch-group-size-per-virtual-pipeline-stage", "--cross-entropy-loss-fusion",
+              "--cross-entropy-loss-fusion",
               "--num-distributed-optimizer-instances")
 
 
@@ -107,6 +107,8 @@ def rows(repo: str) -> list[dict]:
             "global_batch": int(a["--global-batch-size"]),
             "dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": 1,
             "virtual_stages": (int(a["--num-layers"]) // pp // int(vp)) if vp else 1,
+            **({"microbatch_group_size": int(group)} if (group := a.get(
+                "--microbatch-group-size-per-virtual-pipeline-stage")) else {}),
             "distributed_optimizer": bool(a.get("--use-distributed-optimizer")),
             "sequence_parallel": bool(a.get("--sequence-parallel")),
             "recompute": a.get("--recompute-granularity", "none"),

@@ -1,6 +1,8 @@
 """Unit tests of the training stacks' recipe profiles (frenzy_predictor.stacks), term by term."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from frenzy.catalog.models import model_catalog
@@ -111,6 +113,25 @@ def test_interleaved_pipeline_holds_more_on_the_last_stage_and_stage_selects_a_r
         estimate_memory(LLAMA3_8B, R, plan, 4096, stage=4)
     with pytest.raises(ValueError, match="virtual_stages"):
         estimate_memory(LLAMA3_8B, R, plan, 4096, virtual_stages=3)
+
+
+def test_interleaved_microbatch_group_sets_the_warmup_chunks():
+    """--microbatch-group-size-per-virtual-pipeline-stage g replaces pp in the warm-up's
+    (v - 1) x g chunks (schedules.py get_pp_rank_microbatches); its default is pp."""
+    plan = ParallelPlan(pp=4, micro_batch=1)
+    assert pipeline_in_flight(plan, 3, 8, 3, microbatch_group=4) == \
+        pipeline_in_flight(plan, 3, 8, 3) == 9 / 3
+    assert pipeline_in_flight(plan, 3, 8, 3, microbatch_group=5) == 11 / 3  # (3 - 1) x 5 + 1
+    assert pipeline_in_flight(plan, 0, 8, 3, microbatch_group=5) == 17 / 3  # + (4 - 0 - 1) x 2
+    assert pipeline_in_flight(plan, 3, 3, 3, microbatch_group=5) == 9 / 3  # at most accum x v
+    layers12 = replace(LLAMA3_8B, num_layers=12)
+    default = estimate_memory(layers12, R, plan, 4096, framework="megatron", stage=3,
+                              grad_accum=8, virtual_stages=3)
+    group5 = estimate_memory(layers12, R, plan, 4096, framework="megatron", stage=3,
+                             grad_accum=8, virtual_stages=3, microbatch_group=5)
+    assert group5.breakdown["activations"] > default.breakdown["activations"]
+    with pytest.raises(ValueError, match="microbatch_group"):
+        estimate_memory(layers12, R, plan, 4096, virtual_stages=3, microbatch_group=0)
 
 
 def _spec(**training):

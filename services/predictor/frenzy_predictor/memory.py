@@ -516,30 +516,36 @@ def recipe_profile(framework: str) -> RecipeProfile:
     return PROFILES[framework]
 
 
-def pipeline_in_flight(plan: ParallelPlan, stage: int, accum: int, virtual_stages: int) -> float:
+def pipeline_in_flight(plan: ParallelPlan, stage: int, accum: int, virtual_stages: int,
+                       microbatch_group: int | None = None) -> float:
     """Micro-batches whose activations pipeline `stage` holds at its peak, in whole-stage units.
 
     1F1B (Narayanan et al. 2021): stage i holds pp - i. Megatron's interleaved 1F1B with v
-    model chunks per rank warms up (pp - i - 1)·2 + (v - 1)·pp chunks, plus the one running
-    (megatron/core/pipeline_parallel/schedules.py, get_pp_rank_microbatches), each 1/v of a
-    stage; never more than the step's accum·v chunks.
+    model chunks per rank warms up (pp - i - 1)·2 + (v - 1)·g chunks, plus the one running
+    (megatron/core/pipeline_parallel/schedules.py, get_pp_rank_microbatches, L964-965 at
+    d98e8a64dd), each 1/v of a stage; never more than the step's accum·v chunks. g is
+    --microbatch-group-size-per-virtual-pipeline-stage (`microbatch_group`), whose default is pp
+    (megatron/training/arguments.py).
     """
     if virtual_stages <= 1:
         return min(plan.pp - stage, accum)
-    chunks = (plan.pp - stage - 1) * 2 + (virtual_stages - 1) * plan.pp + 1
+    group = plan.pp if microbatch_group is None else microbatch_group
+    chunks = (plan.pp - stage - 1) * 2 + (virtual_stages - 1) * group + 1
     return min(chunks, accum * virtual_stages) / virtual_stages
 
 
 def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len: int, *,
                     grad_accum: int | None = None, memo: dict | None = None,
                     framework: str | None = None, stage: int | None = None,
-                    virtual_stages: int = 1, defer_output_wgrad: bool = False) -> MemoryEstimate:
+                    virtual_stages: int = 1, defer_output_wgrad: bool = False,
+                    microbatch_group: int | None = None) -> MemoryEstimate:
     """Per-rank peak memory of one training step of the reference recipe, or of another
     stack's recipe profile (`framework`, default recipe.framework; see frenzy_predictor.stacks).
 
     stage: only this pipeline stage's ranks (a stack that logs one rank's peak, as Megatron
     logs the last); None: the largest over stages. virtual_stages: Megatron's interleaved
-    schedule's model chunks per rank (1: plain 1F1B). defer_output_wgrad: the output layer's
+    schedule's model chunks per rank (1: plain 1F1B); microbatch_group: its micro-batches per
+    group (Megatron's --microbatch-group-size-per-virtual-pipeline-stage; None: pp). defer_output_wgrad: the output layer's
     weight gradient waits for the pipeline flush (Megatron's --defer-embedding-wgrad-compute),
     so the last stage keeps every micro-batch's buffers through backward.
 
@@ -562,6 +568,8 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
     if virtual_stages < 1 or (arch.num_layers // plan.pp) % virtual_stages:
         raise ValueError(f"virtual_stages: {virtual_stages} must divide the "
                          f"{arch.num_layers // plan.pp} layers of a stage")
+    if microbatch_group is not None and microbatch_group <= 0:
+        raise ValueError(f"microbatch_group: must be positive, got {microbatch_group}")
     if defer_output_wgrad and (profile.deferred_output_wgrad is None or plan.pp == 1):
         raise ValueError(f"defer_output_wgrad: needs a pipeline (pp > 1) and a stack that "
                          f"offers it (megatron), got pp {plan.pp} and {framework}")
@@ -631,7 +639,7 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
     stages = sorted({0, plan.pp - 1}) if stage is None else [stage]  # middle ones: below the first
     for stage in stages:
         first, last = stage == 0, stage == plan.pp - 1
-        in_flight = pipeline_in_flight(plan, stage, accum, virtual_stages)
+        in_flight = pipeline_in_flight(plan, stage, accum, virtual_stages, microbatch_group)
         params = _memoised(memo, ("params", plan.ep, plan.tp, plan.pp, stage), stage_params, arch, plan, stage)
         states_bwd = dict(_memoised(memo, ("states", plan.ep, plan.tp, plan.pp, plan.dp,
                                            states_plan.zero, params, accum > 1),
