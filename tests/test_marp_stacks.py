@@ -264,3 +264,22 @@ def test_hf_rmsnorm_keeps_fp32_input_and_normalised_copy_per_norm():
     full = ParallelPlan(micro_batch=2, recompute="full")
     assert stacks.hf_layer_bytes(LLAMA3_8B, R, full, 4096)[0] == layer_bytes(LLAMA3_8B, R, full, 4096)[0]
     assert stacks.hf_layer_bytes(GPT2, R, plan, 1024) == layer_bytes(GPT2, R, plan, 1024)
+
+
+def test_library_workspaces_are_allocated_tensors_of_the_stacks_not_twice_on_the_device():
+    """cuBLAS's workspace (PyTorch, CublasHandlePool.cpp: 32 MiB on Hopper) and, for Megatron,
+    Transformer Engine's (module/base.py get_workspace: 32 MiB on Hopper) are allocated through
+    the caching allocator: in peak_allocated_bytes, and out of the device overhead that counts
+    them for the reference trainer."""
+    from frenzy_predictor.memory import device_overhead_bytes
+
+    plan = ParallelPlan(dp=2, tp=2, micro_batch=1)
+    expected = {"megatron": 64 * 2**20, "torchtitan": 32 * 2**20, "deepspeed": 32 * 2**20,
+                "hf": 32 * 2**20}
+    reference = estimate_memory(LLAMA3_8B, R, plan, 4096)
+    assert "workspaces" not in reference.breakdown
+    for framework, workspace in expected.items():
+        est = estimate_memory(LLAMA3_8B, R, plan, 4096, framework=framework)
+        assert est.breakdown["workspaces"] == workspace
+        assert est.device_peak_bytes - est.peak_reserved_bytes == \
+            device_overhead_bytes(plan) - workspace

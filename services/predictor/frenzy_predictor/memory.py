@@ -483,6 +483,11 @@ class RecipeProfile:
     # --context-parallel-size, torchtitan's context_parallel_degree): the plan search tries cp > 1
     # for long sequences only where it does. The reference trainer has no context parallelism.
     context_parallel: bool = False
+    # Library workspaces the stack allocates through PyTorch's caching allocator (so counted in
+    # max_memory_allocated) and keeps for the run: cuBLAS's, Transformer Engine's. They come out
+    # of the device overhead (CUDA_CONTEXT_BYTES counts them for the reference trainer, whose
+    # tensor peak is checked against a CPU profiler that has none).
+    workspace_bytes: int = 0
     # (arch, recipe, plan, seq_len) -> bytes one micro-batch leaves in the output layer's
     # deferred weight-gradient buffers (Megatron's --defer-embedding-wgrad-compute); None: the
     # stack has no such option.
@@ -706,12 +711,14 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
                 buckets = profile.reduce_buckets(arch, recipe, states_plan, phase == "optimizer")
                 if buckets:
                     terms["reduce_buckets"] = buckets
+            if profile.workspace_bytes:
+                terms["workspaces"] = profile.workspace_bytes
             total = sum(terms.values())
             if best is None or total > best[0]:
                 best = (total, terms, phase, stage)
     peak, terms, phase, stage = best
     reserved = peak + allocator_slack_bytes(peak, profile.allocator_slack_fraction)
-    device = reserved + device_overhead_bytes(plan)
+    device = reserved + device_overhead_bytes(plan) - profile.workspace_bytes  # counted once
     breakdown = {**terms, "framework_overhead": device - peak}
     return MemoryEstimate(peak, reserved, device, breakdown, phase, stage, framework)
 

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from frenzy.catalog.models import ModelArch
 from frenzy.domain import OPTIMIZER_MOMENT_BYTES, ParallelPlan, Recipe
-from frenzy_predictor.memory import (FP32_BYTES, RecipeProfile, _act_bytes, _r,
+from frenzy_predictor.memory import (FP32_BYTES, MIB, RecipeProfile, _act_bytes, _r,
                                      korthikanti_layer_activation_bytes, layer_backward_transient_bytes,
                                      layer_bytes, logits_loss_bytes, mlp_saved_bytes,
                                      model_state_bytes)
@@ -22,6 +22,19 @@ from frenzy_predictor.memory import (FP32_BYTES, RecipeProfile, _act_bytes, _r,
 # 2 MiB pages into one growing segment per stream instead of caching whole blocks, so reserved
 # exceeds allocated by page rounding only. 1% is our assumption for it, not a fit.
 EXPANDABLE_SEGMENTS_SLACK_FRACTION = 0.01
+
+# Workspaces allocated through PyTorch's caching allocator, held for the run. MARP's memory does
+# not depend on the GPU type, so each takes its Hopper size, the larger:
+# - PyTorch's cuBLAS workspace, one per (handle, stream) running GEMMs (the compute stream here),
+#   allocated by the caching allocator (aten/src/ATen/cuda/CublasHandlePool.cpp,
+#   parseChosenWorkspaceSize / getNewWorkspace): 32 MiB on Hopper and later, and under
+#   CUBLAS_WORKSPACE_CONFIG=:4096:8 (Megatron's deterministic CI configs set it); by default
+#   :4096:2:16:8 = 8 MiB + 128 KiB on earlier GPUs. Recent PyTorch shares it with cuBLASLt.
+# - Transformer Engine's cuBLASLt workspace (transformer_engine/pytorch/module/base.py
+#   get_workspace: torch.empty(get_cublas_workspace_size_bytes()), 32 MiB from compute
+#   capability 9, 4 MiB before), used by every TE GEMM (Megatron's default transformer_impl).
+TORCH_CUBLAS_WORKSPACE_BYTES = 32 * MIB
+TE_CUBLAS_WORKSPACE_BYTES = 32 * MIB
 
 
 def _tokens(plan: ParallelPlan, seq_len: int) -> int:
@@ -88,7 +101,8 @@ def megatron_deferred_output_wgrad_bytes(arch: ModelArch, recipe: Recipe, plan: 
 MEGATRON = RecipeProfile("megatron", model_states=megatron_model_state_bytes,
                          layer=megatron_layer_bytes, logits_loss=megatron_logits_loss_bytes,
                          fsdp_stages=(), zero_stages=(0, 1), context_parallel=True,
-                         deferred_output_wgrad=megatron_deferred_output_wgrad_bytes)
+                         deferred_output_wgrad=megatron_deferred_output_wgrad_bytes,
+                         workspace_bytes=TORCH_CUBLAS_WORKSPACE_BYTES + TE_CUBLAS_WORKSPACE_BYTES)
 
 
 # ---------------------------------------------------------------- torchtitan (FSDP2)
@@ -144,7 +158,8 @@ TORCHTITAN = RecipeProfile("torchtitan", model_states=torchtitan_model_state_byt
                            layer=torchtitan_layer_bytes, logits_loss=torchtitan_logits_loss_bytes,
                            allocator_slack_fraction=EXPANDABLE_SEGMENTS_SLACK_FRACTION,
                            zero_stages=(0, 2, 3),  # DDP, FSDP2 without / with reshard
-                           context_parallel=True)  # experimental.context_parallel_degree
+                           context_parallel=True,  # experimental.context_parallel_degree
+                           workspace_bytes=TORCH_CUBLAS_WORKSPACE_BYTES)
 
 
 # ---------------------------------------------------------------- DeepSpeed (ZeRO)
@@ -259,7 +274,8 @@ def hf_reduce_bucket_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
 # with prefetching (partitioned_param_coordinator.py): modelled as FSDP's ZeRO-3 gathering.
 DEEPSPEED = RecipeProfile("deepspeed", model_states=deepspeed_model_state_bytes,
                           layer=hf_layer_bytes, logits_loss=hf_logits_loss_bytes, fsdp_stages=(3,),
-                          reduce_buckets=deepspeed_reduce_bucket_bytes)
+                          reduce_buckets=deepspeed_reduce_bucket_bytes,
+                          workspace_bytes=TORCH_CUBLAS_WORKSPACE_BYTES)
 
 
 # ---------------------------------------------------------------- HF Trainer (AMP + DDP)
@@ -284,6 +300,6 @@ def hf_model_state_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, pa
 
 HF = RecipeProfile("hf", model_states=hf_model_state_bytes, layer=hf_layer_bytes,
                    logits_loss=hf_logits_loss_bytes, fsdp_stages=(3,),
-                   reduce_buckets=hf_reduce_bucket_bytes)
+                   reduce_buckets=hf_reduce_bucket_bytes, workspace_bytes=TORCH_CUBLAS_WORKSPACE_BYTES)
 
 PROFILES: dict[str, RecipeProfile] = {p.name: p for p in (MEGATRON, TORCHTITAN, DEEPSPEED, HF)}
