@@ -52,7 +52,9 @@ def test_torchtitan_selective_saves_every_other_matmul_about_62_kb_per_token_for
 
 
 def test_torchtitan_reserved_peak_has_less_slack_than_the_reference():
-    plan = ParallelPlan(dp=8, zero=3, micro_batch=1, recompute="full")
+    """Expandable segments: less rounding slack (without FSDP, whose side-stream pools add
+    their own reserved bytes: test_torchtitan_reserved_peak_keeps_fsdp2_side_stream_pools)."""
+    plan = ParallelPlan(dp=8, zero=0, micro_batch=1, recompute="full")
     tt = estimate_memory(LLAMA3_8B, R, plan, 8192, framework="torchtitan")
     ref = estimate_memory(LLAMA3_8B, R, plan, 8192)
     assert tt.peak_reserved_bytes - tt.peak_allocated_bytes < \
@@ -283,3 +285,41 @@ def test_library_workspaces_are_allocated_tensors_of_the_stacks_not_twice_on_the
         assert est.breakdown["workspaces"] == workspace
         assert est.device_peak_bytes - est.peak_reserved_bytes == \
             device_overhead_bytes(plan) - workspace
+
+
+def test_torchtitan_reserved_peak_keeps_fsdp2_side_stream_pools():
+    """FSDP2 allocates the flat all-gather output on its copy-in stream and the reduce-scatter
+    input and output shard on its reduce-scatter stream; the caching allocator reuses a block
+    only on its own stream, so each pool stays reserved at its peak: for Llama-3-8B the root's
+    (embedding + final norm + head, 1.05B parameters) bf16 all-gather output and fp32
+    reduce-scatter input + shard, beside the compute stream's peak at the loss."""
+    from frenzy_predictor.memory import allocator_slack_bytes, fsdp_root_params
+
+    plan = ParallelPlan(dp=8, zero=3, micro_batch=2, recompute="selective")
+    est = estimate_memory(LLAMA3_8B, R, plan, 8192, grad_accum=1, framework="torchtitan")
+    assert est.peak_phase == "backward"
+    root = fsdp_root_params(LLAMA3_8B, plan, True, True)
+    padded = -(-root // 8) * 8
+    pools = padded * 2 + padded * 4 + padded // 8 * 4
+    slack = allocator_slack_bytes(est.peak_allocated_bytes, stacks.EXPANDABLE_SEGMENTS_SLACK_FRACTION)
+    assert est.peak_reserved_bytes - est.peak_allocated_bytes - slack == \
+        pytest.approx(pools, abs=3 * 512)
+    # the allocated peak is the compute stream's, unchanged; no pools without FSDP or replicas
+    for other in (ParallelPlan(dp=8, zero=0, micro_batch=2), ParallelPlan(dp=1, zero=3, micro_batch=2)):
+        e = estimate_memory(LLAMA3_8B, R, other, 8192, grad_accum=1, framework="torchtitan")
+        assert e.peak_reserved_bytes == e.peak_allocated_bytes + allocator_slack_bytes(
+            e.peak_allocated_bytes, stacks.EXPANDABLE_SEGMENTS_SLACK_FRACTION)
+    # the reference trainer's reserved peak does not count them (not validated on reserved)
+    ref = estimate_memory(LLAMA3_8B, R, plan, 8192, grad_accum=1)
+    assert ref.peak_reserved_bytes == ref.peak_allocated_bytes + allocator_slack_bytes(ref.peak_allocated_bytes)
+
+
+def test_side_stream_pools_do_not_count_what_the_peak_phase_holds_in_them():
+    from frenzy_predictor.memory import fsdp_block_reduce_scatter_input_bytes, fsdp_stream_pool_bytes
+
+    plan = ParallelPlan(dp=8, zero=3, micro_batch=1)
+    at_loss = fsdp_stream_pool_bytes(LLAMA3_8B, R, plan, "backward", 32)
+    at_block = fsdp_stream_pool_bytes(LLAMA3_8B, R, plan, "layer_3_backward", 32)
+    assert at_loss - at_block == fsdp_block_reduce_scatter_input_bytes(LLAMA3_8B, R, plan)
+    assert fsdp_stream_pool_bytes(LLAMA3_8B, R, plan, "layer_backward", 32) == at_loss
+    assert 0 < fsdp_stream_pool_bytes(LLAMA3_8B, R, plan, "root_reduce_scatter", 32) < at_block

@@ -368,6 +368,45 @@ def fsdp_root_reduce_scatter_bytes(arch: ModelArch, recipe: Recipe, plan: Parall
     return max(_r(root * e) + rs_input, _r(head * e) + rs_input + _r(shard * r))
 
 
+def fsdp_stream_pool_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, phase: str,
+                           layers: int) -> int:
+    """What the caching allocator keeps reserved in FSDP2's side-stream pools beyond what the
+    peak phase (`phase`, on the compute stream) has live in them.
+
+    FSDP2 allocates each group's flat all-gather output on its all-gather copy-in stream and
+    each reduce-scatter input and output shard on its reduce-scatter stream
+    (torch/distributed/_composable/fsdp/_fsdp_collectives.py, foreach_all_gather and
+    foreach_reduce: `with torch.cuda.stream(reduce_scatter_stream): reduce_scatter_input =
+    torch.empty(...)`), and the caching allocator reuses a freed block only for the stream it
+    was allocated on (c10/cuda/CUDACachingAllocator.cpp: blocks are looked up by stream and
+    size; with expandable segments, one segment per stream). Each pool therefore stays reserved
+    at its own peak: the largest group's (the root's, for a large vocabulary) 16-bit all-gather
+    output, and its reduce-scatter input plus output shard in the reduce dtype. The copied-out
+    unsharded weights live on the compute stream (counted as parameters); of the
+    reduce-scatter pool, the root's buffers are live when the peak is its reduce-scatter, and a
+    block's held input during a block's or the embedding's backward.
+    """
+    e, r, dp = _act_bytes(recipe), fsdp_reduce_dtype_bytes(recipe), plan.dp
+    block = -(-rank_layer_params(arch, plan) // plan.tp)
+    root = fsdp_root_params(arch, plan, True, True)
+
+    def padded(n: int) -> int:
+        return -(-n // dp) * dp
+
+    def reduce_scatter(n: int) -> int:  # input and output shard
+        return _r(padded(n) * r) + _r(padded(n) // dp * r)
+
+    all_gather_pool = _r(padded(max(root, block)) * e)
+    pool = all_gather_pool + max(reduce_scatter(root), reduce_scatter(block))
+    if phase == "root_reduce_scatter":
+        live = reduce_scatter(root)
+    elif phase == "embedding_backward" or (phase.startswith("layer_") and phase != "layer_backward"):
+        live = fsdp_block_reduce_scatter_input_bytes(arch, recipe, plan)
+    else:
+        live = 0
+    return max(0, pool - live)
+
+
 # ---------------------------------------------------------------- optimizer step
 
 def optimizer_step_temporary_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
@@ -488,6 +527,9 @@ class RecipeProfile:
     # of the device overhead (CUDA_CONTEXT_BYTES counts them for the reference trainer, whose
     # tensor peak is checked against a CPU profiler that has none).
     workspace_bytes: int = 0
+    # FSDP2's side-stream pools count in the reserved peak (fsdp_stream_pool_bytes): the stack
+    # reports max_memory_reserved and shards with FSDP2 (torchtitan).
+    fsdp_stream_pools: bool = False
     # (arch, recipe, plan, seq_len) -> bytes one micro-batch leaves in the output layer's
     # deferred weight-gradient buffers (Megatron's --defer-embedding-wgrad-compute); None: the
     # stack has no such option.
@@ -718,6 +760,8 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
                 best = (total, terms, phase, stage)
     peak, terms, phase, stage = best
     reserved = peak + allocator_slack_bytes(peak, profile.allocator_slack_fraction)
+    if fsdp and profile.fsdp_stream_pools and plan.dp > 1:
+        reserved += fsdp_stream_pool_bytes(arch, recipe, plan, phase, layers)
     device = reserved + device_overhead_bytes(plan) - profile.workspace_bytes  # counted once
     breakdown = {**terms, "framework_overhead": device - peak}
     return MemoryEstimate(peak, reserved, device, breakdown, phase, stage, framework)

@@ -159,7 +159,7 @@ TORCHTITAN = RecipeProfile("torchtitan", model_states=torchtitan_model_state_byt
                            allocator_slack_fraction=EXPANDABLE_SEGMENTS_SLACK_FRACTION,
                            zero_stages=(0, 2, 3),  # DDP, FSDP2 without / with reshard
                            context_parallel=True,  # experimental.context_parallel_degree
-                           workspace_bytes=TORCH_CUBLAS_WORKSPACE_BYTES)
+                           workspace_bytes=TORCH_CUBLAS_WORKSPACE_BYTES, fsdp_stream_pools=True)
 
 
 # ---------------------------------------------------------------- DeepSpeed (ZeRO)
