@@ -94,7 +94,8 @@ def predict(row: dict) -> dict[str, float]:
     est = estimate_memory(arch, recipe, plan, seq_len, grad_accum=accum, framework=row["stack"],
                           stage=stage, virtual_stages=row.get("virtual_stages", 1),
                           defer_output_wgrad=row.get("defer_embedding_wgrad", False),
-                          microbatch_group=row.get("microbatch_group_size"))
+                          microbatch_group=row.get("microbatch_group_size"),
+                          fused_loss=row.get("cross_entropy_fusion", False))
     ours = est.peak_allocated_bytes if row["metric"] == "allocated" else est.peak_reserved_bytes
     before = estimate_memory(arch, recipe, plan, seq_len, grad_accum=accum)
     return {"ours": ours, "frenzy": before.peak_tensor_bytes, **baselines(arch, plan, seq_len)}

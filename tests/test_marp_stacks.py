@@ -323,3 +323,20 @@ def test_side_stream_pools_do_not_count_what_the_peak_phase_holds_in_them():
     assert at_loss - at_block == fsdp_block_reduce_scatter_input_bytes(LLAMA3_8B, R, plan)
     assert fsdp_stream_pool_bytes(LLAMA3_8B, R, plan, "layer_backward", 32) == at_loss
     assert 0 < fsdp_stream_pool_bytes(LLAMA3_8B, R, plan, "root_reduce_scatter", 32) < at_block
+
+
+def test_megatron_fused_loss_keeps_one_more_fp32_logit_buffer():
+    """--cross-entropy-loss-fusion compiles the in-place loss steps (jit_fuser = torch.compile):
+    Inductor computes an in-place update of a graph input into a buffer of its own before the
+    copy, so the loss holds 10 B per logit instead of 6."""
+    plan = ParallelPlan(tp=2, micro_batch=4)
+    logits = 4 * 1024 * (LLAMA3_8B.vocab_size // 2)
+    plain = stacks.megatron_logits_loss_bytes(LLAMA3_8B, R, plan, 1024)
+    fused = stacks.megatron_fused_logits_loss_bytes(LLAMA3_8B, R, plan, 1024)
+    assert plain == pytest.approx(6 * logits, rel=1e-6)
+    assert fused - plain == pytest.approx(4 * logits, rel=1e-6)
+    est = estimate_memory(LLAMA3_8B, R, plan, 1024, framework="megatron")
+    est_fused = estimate_memory(LLAMA3_8B, R, plan, 1024, framework="megatron", fused_loss=True)
+    assert est_fused.breakdown["logits_loss"] - est.breakdown["logits_loss"] == fused - plain
+    with pytest.raises(ValueError, match="fused_loss"):
+        estimate_memory(LLAMA3_8B, R, plan, 1024, framework="torchtitan", fused_loss=True)

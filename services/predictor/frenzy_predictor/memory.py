@@ -534,6 +534,9 @@ class RecipeProfile:
     # deferred weight-gradient buffers (Megatron's --defer-embedding-wgrad-compute); None: the
     # stack has no such option.
     deferred_output_wgrad: Callable[..., int] | None = None
+    # (arch, recipe, plan, seq_len) -> the loss's bytes under the stack's fused loss option
+    # (Megatron's --cross-entropy-loss-fusion); None: the stack has no such option.
+    fused_logits_loss: Callable[..., int] | None = None
     # (arch, recipe, plan, at_step) -> bytes of the stack's gradient reduce buckets, in backward
     # (at_step False) or at the optimizer step (True); None: counted elsewhere or none.
     reduce_buckets: Callable[..., int] | None = None
@@ -585,14 +588,17 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
                     grad_accum: int | None = None, memo: dict | None = None,
                     framework: str | None = None, stage: int | None = None,
                     virtual_stages: int = 1, defer_output_wgrad: bool = False,
-                    microbatch_group: int | None = None) -> MemoryEstimate:
+                    microbatch_group: int | None = None,
+                    fused_loss: bool = False) -> MemoryEstimate:
     """Per-rank peak memory of one training step of the reference recipe, or of another
     stack's recipe profile (`framework`, default recipe.framework; see frenzy_predictor.stacks).
 
     stage: only this pipeline stage's ranks (a stack that logs one rank's peak, as Megatron
     logs the last); None: the largest over stages. virtual_stages: Megatron's interleaved
     schedule's model chunks per rank (1: plain 1F1B); microbatch_group: its micro-batches per
-    group (Megatron's --microbatch-group-size-per-virtual-pipeline-stage; None: pp). defer_output_wgrad: the output layer's
+    group (Megatron's --microbatch-group-size-per-virtual-pipeline-stage; None: pp).
+    fused_loss: the stack's fused loss (Megatron's --cross-entropy-loss-fusion).
+    defer_output_wgrad: the output layer's
     weight gradient waits for the pipeline flush (Megatron's --defer-embedding-wgrad-compute),
     so the last stage keeps every micro-batch's buffers through backward.
 
@@ -617,6 +623,9 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
                          f"{arch.num_layers // plan.pp} layers of a stage")
     if microbatch_group is not None and microbatch_group <= 0:
         raise ValueError(f"microbatch_group: must be positive, got {microbatch_group}")
+    if fused_loss and profile.fused_logits_loss is None:
+        raise ValueError(f"fused_loss: {framework} has no fused loss option")
+    loss_term = profile.fused_logits_loss if fused_loss else profile.logits_loss
     if defer_output_wgrad and (profile.deferred_output_wgrad is None or plan.pp == 1):
         raise ValueError(f"defer_output_wgrad: needs a pipeline (pp > 1) and a stack that "
                          f"offers it (megatron), got pp {plan.pp} and {framework}")
@@ -694,9 +703,10 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
         own_params = states_bwd["parameters"]  # what the stack keeps besides gathered weights
         if fsdp:
             states_bwd["parameters"] = own_params + loss_weights
-        outside, loss = _memoised(memo, ("stage", cp, plan.tp, plan.pp, plan.micro_batch, stage),
+        outside, loss = _memoised(memo, ("stage", cp, plan.tp, plan.pp, plan.micro_batch, stage,
+                                         fused_loss),
                                   stage_activation_bytes, arch, recipe, plan, seq_len, stage,
-                                  profile.logits_loss)
+                                  loss_term)
         acts = int(in_flight * (layers * layer_act + outside))
         inputs = input_bytes(seq_len, plan, accum)
         backward = {**states_bwd, "activations": acts, "logits_loss": loss, "temporaries": inputs}

@@ -82,6 +82,21 @@ def megatron_logits_loss_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPl
     return _r(logits * FP32_BYTES) + _r(logits * _act_bytes(recipe))
 
 
+def megatron_fused_logits_loss_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
+                                     seq_len: int) -> int:
+    """--cross-entropy-loss-fusion (megatron/core/fusions/fused_cross_entropy.py) runs the same
+    in-place steps as the unfused loss, each wrapped in `jit_fuser`, which is torch.compile
+    from PyTorch 2.2 (megatron/core/jit.py). Compiled, an in-place update of a graph input
+    (`vocab_parallel_logits -= ...`, `torch.exp(..., out=...)`, `div_`; in backward the
+    softmax's `index_put` and `mul_`) is computed into a buffer of its own and then copied into
+    the input: Inductor's MutationLayout.realize_into (torch/_inductor/ir.py) copies src into
+    dst and "cannot change src's layout to mutate dst directly as this would alias src to dst",
+    and a value read twice (the exp by the sum and by the copy) is realized. One more fp32
+    logit-sized buffer than the in-place loss: 10 B per logit."""
+    logits = _tokens(plan, seq_len) * _vocab_shard(arch, plan)
+    return megatron_logits_loss_bytes(arch, recipe, plan, seq_len) + _r(logits * FP32_BYTES)
+
+
 def megatron_deferred_output_wgrad_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
                                          seq_len: int) -> int:
     """--defer-embedding-wgrad-compute (wgrad_deferral_limit 0: every micro-batch): the output
@@ -102,6 +117,7 @@ MEGATRON = RecipeProfile("megatron", model_states=megatron_model_state_bytes,
                          layer=megatron_layer_bytes, logits_loss=megatron_logits_loss_bytes,
                          fsdp_stages=(), zero_stages=(0, 1), context_parallel=True,
                          deferred_output_wgrad=megatron_deferred_output_wgrad_bytes,
+                         fused_logits_loss=megatron_fused_logits_loss_bytes,
                          workspace_bytes=TORCH_CUBLAS_WORKSPACE_BYTES + TE_CUBLAS_WORKSPACE_BYTES)
 
 
