@@ -369,22 +369,25 @@ def fsdp_root_reduce_scatter_bytes(arch: ModelArch, recipe: Recipe, plan: Parall
 
 
 def fsdp_stream_pool_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, phase: str,
-                           layers: int) -> int:
+                           layers: int, live_grad_bytes: int = 0) -> int:
     """What the caching allocator keeps reserved in FSDP2's side-stream pools beyond what the
     peak phase (`phase`, on the compute stream) has live in them.
 
-    FSDP2 allocates each group's flat all-gather output on its all-gather copy-in stream and
-    each reduce-scatter input and output shard on its reduce-scatter stream
+    FSDP2 allocates each group's flat all-gather output on its all-gather copy-in stream, and
+    each reduce-scatter input and output on its reduce-scatter stream
     (torch/distributed/_composable/fsdp/_fsdp_collectives.py, foreach_all_gather and
     foreach_reduce: `with torch.cuda.stream(reduce_scatter_stream): reduce_scatter_input =
-    torch.empty(...)`), and the caching allocator reuses a freed block only for the stream it
-    was allocated on (c10/cuda/CUDACachingAllocator.cpp: blocks are looked up by stream and
-    size; with expandable segments, one segment per stream). Each pool therefore stays reserved
-    at its own peak: the largest group's (the root's, for a large vocabulary) 16-bit all-gather
-    output, and its reduce-scatter input plus output shard in the reduce dtype. The copied-out
-    unsharded weights live on the compute stream (counted as parameters); of the
-    reduce-scatter pool, the root's buffers are live when the peak is its reduce-scatter, and a
-    block's held input during a block's or the embedding's backward.
+    torch.empty(...)`, `reduce_output = reduce_scatter_input.new_empty(...)`); the sharded
+    gradients are views of those outputs (`sharded_param.grad`) and live there until the next
+    step's zero_grad. The caching allocator reuses a freed block only for the stream it was
+    allocated on (c10/cuda/CUDACachingAllocator.cpp: blocks are looked up by stream and size;
+    with expandable segments, one segment per stream), so each pool stays reserved at its own
+    peak: the largest group's (the root's, for a large vocabulary) 16-bit all-gather output;
+    every group's gradient shard plus the largest group's reduce-scatter input, in the reduce
+    dtype. Of these, the peak phase holds `live_grad_bytes` of gradient shards, the root's
+    reduce-scatter input during its reduce-scatter, and a block's held input during a
+    block's or the embedding's backward. (The copied-out unsharded weights live on the compute
+    stream and count as parameters.)
     """
     e, r, dp = _act_bytes(recipe), fsdp_reduce_dtype_bytes(recipe), plan.dp
     block = -(-rank_layer_params(arch, plan) // plan.tp)
@@ -393,18 +396,16 @@ def fsdp_stream_pool_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, 
     def padded(n: int) -> int:
         return -(-n // dp) * dp
 
-    def reduce_scatter(n: int) -> int:  # input and output shard
-        return _r(padded(n) * r) + _r(padded(n) // dp * r)
-
     all_gather_pool = _r(padded(max(root, block)) * e)
-    pool = all_gather_pool + max(reduce_scatter(root), reduce_scatter(block))
+    shards = layers * _r(padded(block) // dp * r) + _r(padded(root) // dp * r)
+    reduce_scatter_pool = shards + _r(padded(max(root, block)) * r)
     if phase == "root_reduce_scatter":
-        live = reduce_scatter(root)
+        live = _r(padded(root) * r) + _r(padded(root) // dp * r)
     elif phase == "embedding_backward" or (phase.startswith("layer_") and phase != "layer_backward"):
         live = fsdp_block_reduce_scatter_input_bytes(arch, recipe, plan)
     else:
         live = 0
-    return max(0, pool - live)
+    return max(0, all_gather_pool + reduce_scatter_pool - live - live_grad_bytes)
 
 
 # ---------------------------------------------------------------- optimizer step
@@ -771,7 +772,8 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
     peak, terms, phase, stage = best
     reserved = peak + allocator_slack_bytes(peak, profile.allocator_slack_fraction)
     if fsdp and profile.fsdp_stream_pools and plan.dp > 1:
-        reserved += fsdp_stream_pool_bytes(arch, recipe, plan, phase, layers)
+        reserved += fsdp_stream_pool_bytes(arch, recipe, plan, phase, layers,
+                                           terms.get("gradients", 0))
     device = reserved + device_overhead_bytes(plan) - profile.workspace_bytes  # counted once
     breakdown = {**terms, "framework_overhead": device - peak}
     return MemoryEstimate(peak, reserved, device, breakdown, phase, stage, framework)
