@@ -344,3 +344,27 @@ def test_megatron_fused_loss_keeps_one_more_fp32_logit_buffer():
     assert est_fused.breakdown["logits_loss"] - est.breakdown["logits_loss"] == fused - plain
     with pytest.raises(ValueError, match="fused_loss"):
         estimate_memory(LLAMA3_8B, R, plan, 1024, framework="torchtitan", fused_loss=True)
+
+
+def test_megatron_cp_attention_keeps_the_ring_kv_chunk_and_a_second_output_copy():
+    """TE's AttnFuncWithCPAndKVP2P saves the ring's last K/V chunk (a buffer of its own) and
+    out_part, a 16-bit copy of the output beside the one it returns: per cp rank's tokens,
+    2 x kv_dim + q_dim 16-bit values per token, saved without recompute."""
+    rank_plan = ParallelPlan(tp=2, micro_batch=1)
+    extra = stacks.megatron_context_parallel_attention_bytes(LLAMA3_8B, R, rank_plan, 4096)
+    assert extra == pytest.approx(4096 * (2 * 1024 + 4096) * 2 / 2, rel=1e-6)
+    for rc in ("none", "full"):
+        cp = estimate_memory(LLAMA3_8B, R, ParallelPlan(dp=1, cp=2, tp=2, recompute=rc), 8192,
+                             grad_accum=1, framework="megatron")
+        as_dp = estimate_memory(LLAMA3_8B, R, ParallelPlan(dp=2, tp=2, recompute=rc), 4096,
+                                grad_accum=1, framework="megatron")
+        more = cp.peak_allocated_bytes - as_dp.peak_allocated_bytes
+        # saved in all 32 layers without recompute; with full recompute only in the layer
+        # running backward, which is the peak only when it exceeds the loss's
+        assert more == 32 * extra if rc == "none" else more in (0, extra)
+    # torchtitan's context parallelism is not Transformer Engine's: no such term
+    tt = estimate_memory(LLAMA3_8B, R, ParallelPlan(dp=1, cp=2, zero=3), 8192, grad_accum=1,
+                         framework="torchtitan")
+    tt_dp = estimate_memory(LLAMA3_8B, R, ParallelPlan(dp=2, zero=3), 4096, grad_accum=1,
+                            framework="torchtitan")
+    assert tt.peak_allocated_bytes == tt_dp.peak_allocated_bytes

@@ -538,6 +538,9 @@ class RecipeProfile:
     # (arch, recipe, plan, seq_len) -> the loss's bytes under the stack's fused loss option
     # (Megatron's --cross-entropy-loss-fusion); None: the stack has no such option.
     fused_logits_loss: Callable[..., int] | None = None
+    # (arch, recipe, plan, seq_len) -> bytes a layer's context-parallel attention keeps beyond
+    # the layer term's (plan and seq_len per cp rank); None: nothing beyond it.
+    context_parallel_attention: Callable[..., int] | None = None
     # (arch, recipe, plan, at_step) -> bytes of the stack's gradient reduce buckets, in backward
     # (at_step False) or at the optimizer step (True); None: counted elsewhere or none.
     reduce_buckets: Callable[..., int] | None = None
@@ -654,6 +657,11 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
     layer_act, layer_live = _memoised(
         memo, ("layer", cp, plan.tp, plan.sequence_parallel, plan.micro_batch, plan.recompute),
         profile.layer, arch, recipe, plan, seq_len)
+    if cp > 1 and profile.context_parallel_attention is not None:
+        # saved unless recompute drops the attention's tensors; live in its backward either way
+        extra = profile.context_parallel_attention(arch, recipe, plan, seq_len)
+        layer_act += extra if plan.recompute == "none" else 0
+        layer_live += extra
     pending = _memoised(memo, ("pending", plan.ep, plan.tp, plan.pp, plan.zero),
                         pending_embedding_grad_bytes, arch, recipe, plan)
     fsdp = plan.zero >= 2

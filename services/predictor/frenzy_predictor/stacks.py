@@ -97,6 +97,19 @@ def megatron_fused_logits_loss_bytes(arch: ModelArch, recipe: Recipe, plan: Para
     return megatron_logits_loss_bytes(arch, recipe, plan, seq_len) + _r(logits * FP32_BYTES)
 
 
+def megatron_context_parallel_attention_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
+                                              seq_len: int) -> int:
+    """Transformer Engine's context-parallel attention (AttnFuncWithCPAndKVP2P.forward,
+    transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py, at
+    d0067d0da) saves q, `kv = p2p_comm_buffers[-1]` (the K and V chunk the ring delivered last,
+    a buffer of its own) and `out_part = out.to(...)`, a 16-bit copy of the corrected output,
+    while it returns another (`out_f16 = out.to(...)`), which the output projection saves. Beyond
+    the layer term (q, the rank's own k and v, one attention output): the ring's K/V chunk and
+    the second output copy, per cp rank (`seq_len` is the rank's)."""
+    tokens, e, t = _tokens(plan, seq_len), _act_bytes(recipe), plan.tp
+    return _r(2 * tokens * arch.kv_dim * e // t) + _r(tokens * arch.q_dim * e // t)
+
+
 def megatron_deferred_output_wgrad_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
                                          seq_len: int) -> int:
     """--defer-embedding-wgrad-compute (wgrad_deferral_limit 0: every micro-batch): the output
@@ -118,6 +131,7 @@ MEGATRON = RecipeProfile("megatron", model_states=megatron_model_state_bytes,
                          fsdp_stages=(), zero_stages=(0, 1), context_parallel=True,
                          deferred_output_wgrad=megatron_deferred_output_wgrad_bytes,
                          fused_logits_loss=megatron_fused_logits_loss_bytes,
+                         context_parallel_attention=megatron_context_parallel_attention_bytes,
                          workspace_bytes=TORCH_CUBLAS_WORKSPACE_BYTES + TE_CUBLAS_WORKSPACE_BYTES)
 
 
