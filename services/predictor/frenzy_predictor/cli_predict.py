@@ -296,7 +296,8 @@ def _print_plan(result: dict[str, Any]) -> None:
 @click.option("--recompute", type=click.Choice(RECOMPUTES), default="none", show_default=True)
 @click.option("--sequence-parallel", is_flag=True, help="Megatron sequence parallelism (tp > 1).")
 @click.option("--cp", type=int, default=1, show_default=True,
-              help="Context parallelism: each sequence split over this many GPUs (fixed plan).")
+              help="Context parallelism: each sequence split over this many GPUs (fixed plan; "
+              "the search tries it for long sequences on stacks that have it).")
 @click.option("--ep", type=int, default=1, show_default=True,
               help="Expert parallelism of a mixture-of-experts model (also in the plan search).")
 @click.option("--margins", "margins_from", help="Learned memory margins: the error recorder's "
