@@ -313,7 +313,8 @@ def test_torchtitan_reserved_peak_keeps_fsdp2_side_stream_pools():
             e.peak_allocated_bytes, stacks.EXPANDABLE_SEGMENTS_SLACK_FRACTION)
     # the reference trainer's reserved peak does not count them (not validated on reserved)
     ref = estimate_memory(LLAMA3_8B, R, plan, 8192, grad_accum=1)
-    assert ref.peak_reserved_bytes == ref.peak_allocated_bytes + allocator_slack_bytes(ref.peak_allocated_bytes)
+    assert ref.peak_reserved_bytes == \
+        ref.peak_allocated_bytes + allocator_slack_bytes(ref.peak_allocated_bytes)
 
 
 def test_side_stream_pools_do_not_count_what_the_peak_phase_holds_in_them():
