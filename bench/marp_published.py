@@ -95,7 +95,9 @@ def predict(row: dict) -> dict[str, float]:
                           stage=stage, virtual_stages=row.get("virtual_stages", 1),
                           defer_output_wgrad=row.get("defer_embedding_wgrad", False),
                           microbatch_group=row.get("microbatch_group_size"),
-                          fused_loss=row.get("cross_entropy_fusion", False))
+                          fused_loss=row.get("cross_entropy_fusion", False),
+                          reduce_bucket_elements=row.get("reduce_bucket_size"),
+                          sub_group_elements=row.get("sub_group_size"))
     ours = est.peak_allocated_bytes if row["metric"] == "allocated" else est.peak_reserved_bytes
     before = estimate_memory(arch, recipe, plan, seq_len, grad_accum=accum)
     return {"ours": ours, "frenzy": before.peak_tensor_bytes, **baselines(arch, plan, seq_len)}

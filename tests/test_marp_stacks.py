@@ -63,10 +63,37 @@ def test_torchtitan_reserved_peak_has_less_slack_than_the_reference():
 
 
 def test_deepspeed_zero3_keeps_16bit_param_and_grad_shards_beside_fp32():
+    """16-bit param and grad partitions, fp32 master + Adam (16 B / dp), and at the step a
+    shard under one sub-group: its flat 16-bit copy and fp32 grad together (6 B / dp)."""
     n, dp = 10**9, 8
     z3 = states(stacks.deepspeed_model_state_bytes, ParallelPlan(dp=dp, zero=3), n)
-    assert z3 == pytest.approx(20 * n / dp, rel=1e-5)
+    assert z3 == pytest.approx(22 * n / dp, rel=1e-5)
     assert z3 > states(model_state_bytes, ParallelPlan(dp=dp, zero=3), n)  # FSDP2: 16 B / dp
+    between_steps = states(stacks.deepspeed_model_state_bytes, ParallelPlan(dp=dp, zero=3), n,
+                           live=False)
+    assert between_steps == pytest.approx(16 * n / dp, rel=1e-5)
+
+
+def test_deepspeed_zero3_steps_one_sub_group_at_a_time():
+    """stage3.py makes the fp32 grad per sub-group (sub_group_size elements, closed at the
+    parameter that reaches it) and frees it before the next: a shard larger than a sub-group
+    pays (2 + 4) B for the largest sub-group only; sub_group_size 1e12 makes it the shard."""
+    plan, shard = ParallelPlan(dp=4, zero=3), 2 * 10**9
+    largest = -(-LLAMA3_8B.vocab_size * LLAMA3_8B.hidden_size // 4)
+    step = stacks.deepspeed_stage3_step_grad_bytes(LLAMA3_8B, R, plan, shard)
+    assert step == pytest.approx(6 * (stacks.DEEPSPEED_SUB_GROUP_ELEMENTS + largest), rel=1e-5)
+    whole = stacks.deepspeed_stage3_step_grad_bytes(LLAMA3_8B, R, plan, shard, 10**12)
+    assert whole == pytest.approx(6 * shard, rel=1e-5)
+    full = replace(plan, recompute="full", micro_batch=1)  # activations small: the step peaks
+    one_sub_group = estimate_memory(LLAMA3_8B, Recipe(grad_dtype="16bit"), full, 2048,
+                                    grad_accum=1, framework="deepspeed", sub_group_elements=10**12)
+    default = estimate_memory(LLAMA3_8B, Recipe(grad_dtype="16bit"), full, 2048, grad_accum=1,
+                              framework="deepspeed")
+    # one sub-group of 2e9 elements: the step is the peak; 1e9 ones: a layer's backward is
+    assert one_sub_group.peak_phase == "optimizer" != default.peak_phase
+    assert one_sub_group.peak_allocated_bytes > default.peak_allocated_bytes
+    with pytest.raises(ValueError, match="sub_group_elements"):
+        estimate_memory(LLAMA3_8B, R, plan, 2048, framework="torchtitan", sub_group_elements=10**9)
 
 
 def test_deepspeed_zero1_and_2_follow_the_optimizer_deepspeed_picks():
@@ -252,6 +279,23 @@ def test_deepspeed_estimate_carries_the_bucket_in_backward():
     assert est.peak_phase == "backward" and est.breakdown["reduce_buckets"] == bucket
     no_zero = estimate_memory(LLAMA3_8B, R, ParallelPlan(dp=8), 4096, framework="deepspeed")
     assert "reduce_buckets" not in no_zero.breakdown
+
+
+@pytest.mark.parametrize("framework", ["deepspeed", "hf"])
+def test_a_job_s_own_reduce_bucket_size_replaces_the_default(framework):
+    """A DeepSpeed config that sets zero_optimization.reduce_bucket_size (e.g. 5e7) gets a
+    bucket of that many 16-bit elements, and the peak moves by the difference; none, the
+    stack's default; a size that is not positive is refused naming the argument."""
+    plan = ParallelPlan(dp=8, zero=3, micro_batch=1, recompute="full")
+    default = estimate_memory(LLAMA3_8B, Recipe(grad_dtype="16bit"), plan, 4096, grad_accum=1,
+                              framework=framework)
+    own = estimate_memory(LLAMA3_8B, Recipe(grad_dtype="16bit"), plan, 4096, grad_accum=1,
+                          framework=framework, reduce_bucket_elements=50_000_000)
+    assert own.breakdown["reduce_buckets"] == pytest.approx(2 * 50_000_000, rel=1e-4)
+    assert (default.peak_allocated_bytes - own.peak_allocated_bytes
+            == default.breakdown["reduce_buckets"] - own.breakdown["reduce_buckets"])
+    with pytest.raises(ValueError, match="reduce_bucket_elements"):
+        estimate_memory(LLAMA3_8B, R, plan, 4096, framework=framework, reduce_bucket_elements=0)
 
 
 def test_hf_rmsnorm_keeps_fp32_input_and_normalised_copy_per_norm():

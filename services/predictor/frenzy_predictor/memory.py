@@ -25,6 +25,7 @@ training stack's (frenzy_predictor.stacks: megatron, torchtitan, deepspeed, hf).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Callable
 
 from frenzy.catalog.models import ModelArch
@@ -507,7 +508,8 @@ class RecipeProfile:
     The reference trainer's profile is FRENZY; the others live in frenzy_predictor.stacks."""
 
     name: str
-    # (arch, recipe, plan, params, grads_live) -> {parameters, gradients, optimizer_states}
+    # (arch, recipe, plan, params, grads_live) -> {parameters, gradients, optimizer_states};
+    # DeepSpeed's (deepspeed, hf) also take sub_group_elements=
     model_states: Callable[..., dict[str, int]]
     # (arch, recipe, plan, seq_len) -> (saved per layer, live while a layer runs backward)
     layer: Callable[..., tuple[int, int]]
@@ -541,8 +543,9 @@ class RecipeProfile:
     # (arch, recipe, plan, seq_len) -> bytes a layer's context-parallel attention keeps beyond
     # the layer term's (plan and seq_len per cp rank); None: nothing beyond it.
     context_parallel_attention: Callable[..., int] | None = None
-    # (arch, recipe, plan, at_step) -> bytes of the stack's gradient reduce buckets, in backward
-    # (at_step False) or at the optimizer step (True); None: counted elsewhere or none.
+    # (arch, recipe, plan, at_step, bucket_elements=None) -> bytes of the stack's gradient reduce
+    # buckets, in backward (at_step False) or at the optimizer step (True); bucket_elements: the
+    # job's own reduce_bucket_size (None: the stack's default); None: counted elsewhere or none.
     reduce_buckets: Callable[..., int] | None = None
 
 
@@ -593,7 +596,9 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
                     framework: str | None = None, stage: int | None = None,
                     virtual_stages: int = 1, defer_output_wgrad: bool = False,
                     microbatch_group: int | None = None,
-                    fused_loss: bool = False) -> MemoryEstimate:
+                    fused_loss: bool = False,
+                    reduce_bucket_elements: int | None = None,
+                    sub_group_elements: int | None = None) -> MemoryEstimate:
     """Per-rank peak memory of one training step of the reference recipe, or of another
     stack's recipe profile (`framework`, default recipe.framework; see frenzy_predictor.stacks).
 
@@ -602,6 +607,10 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
     schedule's model chunks per rank (1: plain 1F1B); microbatch_group: its micro-batches per
     group (Megatron's --microbatch-group-size-per-virtual-pipeline-stage; None: pp).
     fused_loss: the stack's fused loss (Megatron's --cross-entropy-loss-fusion).
+    reduce_bucket_elements: the job's DeepSpeed reduce_bucket_size (zero_optimization), when its
+    config sets one; None: the stack's default (DeepSpeed's 5e8, the HF Trainer's hidden²).
+    sub_group_elements: the job's DeepSpeed sub_group_size (ZeRO-3 steps one sub-group at a time);
+    None: DeepSpeed's default, 1e9.
     defer_output_wgrad: the output layer's
     weight gradient waits for the pipeline flush (Megatron's --defer-embedding-wgrad-compute),
     so the last stage keeps every micro-batch's buffers through backward.
@@ -615,7 +624,7 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
     """
     framework = framework or recipe.framework
     profile = recipe_profile(framework)
-    job = (arch, recipe, seq_len, framework)
+    job = (arch, recipe, seq_len, framework, reduce_bucket_elements, sub_group_elements)
     job_valid = memo is not None and "job" in memo  # an earlier call validated the memo's job
     if job_valid and memo["job"] != job:
         raise ValueError("memo: kept for another job (model, recipe, seq_len or framework)")
@@ -627,6 +636,14 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
                          f"{arch.num_layers // plan.pp} layers of a stage")
     if microbatch_group is not None and microbatch_group <= 0:
         raise ValueError(f"microbatch_group: must be positive, got {microbatch_group}")
+    if reduce_bucket_elements is not None and reduce_bucket_elements <= 0:
+        raise ValueError(f"reduce_bucket_elements: must be positive, got {reduce_bucket_elements}")
+    model_states = profile.model_states
+    if sub_group_elements is not None:
+        if sub_group_elements <= 0 or profile.name not in ("deepspeed", "hf"):
+            raise ValueError(f"sub_group_elements: a positive DeepSpeed sub_group_size for the "
+                             f"deepspeed or hf stack, got {sub_group_elements} for {framework}")
+        model_states = partial(profile.model_states, sub_group_elements=sub_group_elements)
     if fused_loss and profile.fused_logits_loss is None:
         raise ValueError(f"fused_loss: {framework} has no fused loss option")
     loss_term = profile.fused_logits_loss if fused_loss else profile.logits_loss
@@ -708,7 +725,7 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
         params = _memoised(memo, ("params", plan.ep, plan.tp, plan.pp, stage), stage_params, arch, plan, stage)
         states_bwd = dict(_memoised(memo, ("states", plan.ep, plan.tp, plan.pp, plan.dp,
                                            states_plan.zero, params, accum > 1),
-                                    profile.model_states, arch, recipe, states_plan, params, accum > 1))
+                                    model_states, arch, recipe, states_plan, params, accum > 1))
         own_params = states_bwd["parameters"]  # what the stack keeps besides gathered weights
         if fsdp:
             states_bwd["parameters"] = own_params + loss_weights
@@ -760,7 +777,7 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
 
         states_opt = _memoised(memo, ("states", plan.ep, plan.tp, plan.pp, plan.dp,
                                       states_plan.zero, params, True),
-                               profile.model_states, arch, recipe, states_plan, params, True)
+                               model_states, arch, recipe, states_plan, params, True)
         optimizer = {**states_opt, "activations": 0, "logits_loss": 0,
                      "temporaries": inputs + optimizer_step_temporary_bytes(arch, recipe, plan, params)}
         for phase, terms in (("backward", backward), (layer_phase, layer_bwd),
@@ -769,7 +786,8 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
             if terms is None:
                 continue
             if profile.reduce_buckets is not None:
-                buckets = profile.reduce_buckets(arch, recipe, states_plan, phase == "optimizer")
+                buckets = profile.reduce_buckets(arch, recipe, states_plan, phase == "optimizer",
+                                                 bucket_elements=reduce_bucket_elements)
                 if buckets:
                     terms["reduce_buckets"] = buckets
             if profile.workspace_bytes:

@@ -195,7 +195,8 @@ TORCHTITAN = RecipeProfile("torchtitan", model_states=torchtitan_model_state_byt
 # ---------------------------------------------------------------- DeepSpeed (ZeRO)
 
 def deepspeed_model_state_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, params: int,
-                                grads_live: bool) -> dict[str, int]:
+                                grads_live: bool, sub_group_elements: int | None = None
+                                ) -> dict[str, int]:
     """DeepSpeed's optimizer wrappers (deepspeed/runtime/engine.py, _do_optimizer_sanity_check
     picks one from the ZeRO stage and data_types.grad_accum_dtype, which recipe.grad_dtype is):
 
@@ -210,9 +211,11 @@ def deepspeed_model_state_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelP
       + 4 (fp32 grads at the step) + 12; fp32 accumulation is refused by DeepSpeed without ZeRO
       and is modelled as BF16_Optimizer over one rank;
     - ZeRO-3 (zero/stage3.py): 16-bit parameter partition (fp16_partitioned_groups_flat) and
-      gradient partition (grad_partitions_flat_buffer), the fp32 partition's grad at the step,
-      fp32 master partition + Adam: (2 + 2 + 4 + 12) / dp.
+      gradient partition (grad_partitions_flat_buffer), fp32 master partition + Adam:
+      (2 + 2 + 12) / dp, and at the step the fp32 grad of one sub-group at a time
+      (deepspeed_stage3_step_grad_bytes).
     The reduce buckets are a term of their own (deepspeed_reduce_bucket_bytes).
+    sub_group_elements: the job's zero_optimization.sub_group_size (None: DeepSpeed's default).
     """
     dp, e = plan.dp, _act_bytes(recipe)
     moments = OPTIMIZER_MOMENT_BYTES[recipe.optimizer]
@@ -223,7 +226,9 @@ def deepspeed_model_state_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelP
         return _r(n * FP32_BYTES) if grads_live else 0
 
     if plan.zero == 3:
-        return {"parameters": _r(shard * e), "gradients": _r(shard * e) + step_grad(shard),
+        step = deepspeed_stage3_step_grad_bytes(arch, recipe, plan, shard, sub_group_elements) \
+            if grads_live else 0
+        return {"parameters": _r(shard * e), "gradients": _r(shard * e) + step,
                 "optimizer_states": _r(shard * FP32_BYTES) + (moments // 4) * _r(shard * 4)}
     opt = shard if plan.zero >= 1 else params
     states = _r(opt * FP32_BYTES) + (moments // 4) * _r(opt * 4)
@@ -233,6 +238,28 @@ def deepspeed_model_state_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelP
     grads = _r(shard * e) if plan.zero == 2 else _r(params * e)
     return {"parameters": _r(params * e), "gradients": grads + step_grad(opt),
             "optimizer_states": states}
+
+
+# DeepSpeed's default zero_optimization.sub_group_size, in elements (zero/config.py,
+# DeepSpeedZeroConfig.sub_group_size: pp_int(1e9)).
+DEEPSPEED_SUB_GROUP_ELEMENTS = 1_000_000_000
+
+
+def deepspeed_stage3_step_grad_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
+                                     shard: int, sub_group_elements: int | None = None) -> int:
+    """ZeRO-3's step updates one sub-group of the rank's partition at a time (stage3.py `step`:
+    _prepare_sub_group, the optimizer step, _release_sub_group, which sets the fp32 partition's
+    grad back to None). _prepare_fp32_grad_for_sub_group makes the fp32 grad as
+    `self.flatten(averaged_gradients).to(fp32)`: a flat 16-bit copy of the sub-group's
+    gradients and its fp32 copy are live together, (2 + 4) B per element of the largest
+    sub-group. _create_fp16_sub_groups closes a sub-group at the first parameter that takes it
+    to sub_group_size elements or more, so the largest is under sub_group_size plus one
+    parameter's partition (the largest matrix: the embedding or an MLP projection)."""
+    sub_group = sub_group_elements or DEEPSPEED_SUB_GROUP_ELEMENTS
+    largest_param = -(-max(arch.vocab_size, arch.ffn_hidden_size, arch.moe_ffn_hidden_size)
+                      * arch.hidden_size // plan.dp)
+    elements = min(shard, sub_group + largest_param)
+    return _r(elements * _act_bytes(recipe)) + _r(elements * FP32_BYTES)
 
 
 def hf_logits_loss_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
@@ -274,8 +301,7 @@ DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 500_000_000
 
 
 def deepspeed_reduce_bucket_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
-                                  at_step: bool, bucket_elements: int = DEEPSPEED_REDUCE_BUCKET_ELEMENTS
-                                  ) -> int:
+                                  at_step: bool, bucket_elements: int | None = None) -> int:
     """The gradient reduce buckets DeepSpeed allocates with contiguous_gradients (on by
     default), reduce_bucket_size elements in the optimizer's 16-bit dtype:
 
@@ -284,20 +310,22 @@ def deepspeed_reduce_bucket_bytes(arch: ModelArch, recipe: Recipe, plan: Paralle
       _release_ipg_buffers at the step: held through backward, not at the step;
     - ZeRO-3 (zero/stage3.py, after initialize_optimizer_states): one, kept for the run.
     ZeRO-0 has none. DeepSpeedExamples#336 (a maintainer) names this buffer as why ZeRO-2 peaks
-    above ZeRO-1 when activations dominate.
+    above ZeRO-1 when activations dominate. bucket_elements: the job's reduce_bucket_size
+    (None: DeepSpeed's default, zero/config.py ZERO_OPTIMIZATION_REDUCE_BUCKET_SIZE_DEFAULT).
     """
     if plan.zero == 0 or (plan.zero < 3 and at_step):
         return 0
-    return _r(bucket_elements * _act_bytes(recipe))
+    return _r((bucket_elements or DEEPSPEED_REDUCE_BUCKET_ELEMENTS) * _act_bytes(recipe))
 
 
 def hf_reduce_bucket_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
-                           at_step: bool) -> int:
+                           at_step: bool, bucket_elements: int | None = None) -> int:
     """With a ZeRO stage the Trainer fills reduce_bucket_size "auto" with hidden_size²
     (transformers/integrations/deepspeed.py, HfTrainerDeepSpeedConfig.trainer_config_finalize);
-    DeepSpeed's buckets otherwise. No ZeRO: DDP's buckets are in hf_model_state_bytes."""
+    DeepSpeed's buckets otherwise; bucket_elements: a size the job's config sets itself.
+    No ZeRO: DDP's buckets are in hf_model_state_bytes."""
     return deepspeed_reduce_bucket_bytes(arch, recipe, plan, at_step,
-                                         arch.hidden_size * arch.hidden_size)
+                                         bucket_elements or arch.hidden_size * arch.hidden_size)
 
 
 # ZeRO-3 fetches each module's partitioned parameters before it runs and releases them after,
@@ -311,7 +339,8 @@ DEEPSPEED = RecipeProfile("deepspeed", model_states=deepspeed_model_state_bytes,
 # ---------------------------------------------------------------- HF Trainer (AMP + DDP)
 
 def hf_model_state_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, params: int,
-                         grads_live: bool) -> dict[str, int]:
+                         grads_live: bool, sub_group_elements: int | None = None
+                         ) -> dict[str, int]:
     """Trainer(bf16=True) without DeepSpeed/FSDP: fp32 weights under torch.autocast, whose
     16-bit casts of every weight are saved by the linears for backward (2 B/param), fp32 grads
     (4 B/param), torch.optim.AdamW moments (8 B/param), and with more than one GPU DDP's fp32
@@ -319,8 +348,8 @@ def hf_model_state_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, pa
     False by default). About 22 B/param. With a ZeRO stage the Trainer hands the model to
     DeepSpeed (transformers/integrations/deepspeed.py): DeepSpeed's states apply."""
     if plan.zero > 0 or recipe.precision == "fp32":
-        return deepspeed_model_state_bytes(arch, recipe, plan, params, grads_live) \
-            if plan.zero > 0 else model_state_bytes(arch, recipe, plan, params, grads_live)
+        return deepspeed_model_state_bytes(arch, recipe, plan, params, grads_live,
+                                           sub_group_elements) if plan.zero > 0 else model_state_bytes(arch, recipe, plan, params, grads_live)
     moments = OPTIMIZER_MOMENT_BYTES[recipe.optimizer]
     buckets = _r(params * FP32_BYTES) if plan.dp > 1 else 0
     return {"parameters": _r(params * FP32_BYTES) + _r(params * _act_bytes(recipe)),
