@@ -312,6 +312,22 @@ def test_hf_rmsnorm_keeps_fp32_input_and_normalised_copy_per_norm():
     assert stacks.hf_layer_bytes(GPT2, R, plan, 1024) == layer_bytes(GPT2, R, plan, 1024)
 
 
+def test_hf_qk_norm_keeps_fp32_and_normalised_q_and_k():
+    """Qwen3's q_norm and k_norm (eager RMSNorms over each head) save 4 + 2 B per q and k
+    element beyond the layer without them, split over tp with the heads; the norms' weights
+    (head_dim each) are parameters."""
+    qk = replace(LLAMA3_8B, qk_norm=True)
+    plan, tokens = ParallelPlan(tp=2, micro_batch=2), 2 * 4096
+    with_norm, live = stacks.hf_layer_bytes(qk, R, plan, 4096)
+    without, live_without = stacks.hf_layer_bytes(LLAMA3_8B, R, plan, 4096)
+    per_rank = tokens * (qk.q_dim + qk.kv_dim) // 2
+    assert with_norm - without == pytest.approx(6 * per_rank, rel=1e-4)
+    assert live - live_without == pytest.approx(6 * per_rank, rel=1e-4)
+    assert qk.num_params() - LLAMA3_8B.num_params() == 2 * qk.head_dim * qk.num_layers
+    # the reference trainer builds no q/k norm: its layer term is unchanged
+    assert layer_bytes(qk, R, plan, 4096) == layer_bytes(LLAMA3_8B, R, plan, 4096)
+
+
 def test_library_workspaces_are_allocated_tensors_of_the_stacks_not_twice_on_the_device():
     """cuBLAS's workspace (PyTorch, CublasHandlePool.cpp: 32 MiB on Hopper) and, for Megatron,
     Transformer Engine's (module/base.py get_workspace: 32 MiB on Hopper) are allocated through

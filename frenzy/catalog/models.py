@@ -44,6 +44,7 @@ class ModelArch:
     experts_per_token: int = 0  # top-k
     moe_ffn_hidden_size: int = 0
     shared_expert_ffn_hidden_size: int = 0  # 0: no shared expert
+    qk_norm: bool = False  # RMSNorm over each head's q and k (Qwen3); not in the reference trainer
 
     @property
     def head_dim(self) -> int:
@@ -87,7 +88,7 @@ class ModelArch:
                 shared = self.shared_expert_ffn_hidden_size
                 mlp = self.expert_layer_params() + h * self.num_experts \
                     + (3 * h * shared + h if shared else 0)  # router; shared expert and its gate
-            norms = 2 * h
+            norms = 2 * h + (2 * self.head_dim if self.qk_norm else 0)
         return attention + mlp + norms
 
     def embedding_params(self) -> int:

@@ -286,13 +286,22 @@ def hf_layer_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
     input: 4 B more per element, per norm. Their RoPE (q * cos + rotate_half(q) * sin) keeps
     only cos and sin (no grad), like the reference. GPT-2 uses nn.LayerNorm (fused: the
     reference term); Gemma's norm differs and is not re-derived (the reference term).
+    A q/k norm (arch.qk_norm; models/qwen3/modeling_qwen3.py Qwen3Attention:
+    `self.q_norm(self.q_proj(hidden_states).view(hidden_shape))`, the same for k; Qwen3RMSNorm
+    is LlamaRMSNorm) saves the fp32 copy and the normalised 16-bit tensor of every q and k
+    element, 6 B each, where the q_proj and k_proj outputs were not saved (the attention saves
+    the rotated q and k, in the reference term).
     Full recompute keeps the block input only; the recomputed layer running backward holds the
     norms' tensors again."""
     saved, live = layer_bytes(arch, recipe, plan, seq_len)
     if arch.family in ("gpt2", "gemma"):
         return saved, live
     rep = plan.tp if plan.sequence_parallel else 1
-    norms = 2 * _r(_tokens(plan, seq_len) * arch.hidden_size * FP32_BYTES // rep)
+    tokens = _tokens(plan, seq_len)
+    norms = 2 * _r(tokens * arch.hidden_size * FP32_BYTES // rep)
+    if arch.qk_norm:  # heads split over tp
+        qk_elements = tokens * (arch.q_dim + arch.kv_dim) // plan.tp
+        norms += _r(qk_elements * (FP32_BYTES + _act_bytes(recipe)))
     return (saved if plan.recompute == "full" else saved + norms), live + norms
 
 
