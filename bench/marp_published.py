@@ -3,7 +3,8 @@
     .venv/bin/python bench/marp_published.py
 
 Reads bench/data/marp_published.yaml (collected first hand: Megatron-LM's functional-test golden
-values, torchtitan's benchmark tables, a DeepSpeed ZeRO-2/3 table; see the file's header and bench/marp_published_collect.py).
+values, torchtitan's benchmark tables, DeepSpeed's examples and a DeepSpeed ZeRO-2/3 table; see
+the file's header and bench/marp_published_collect.py).
 For each row: the measured peak, MARP with the stack's recipe profile (`ours`), MARP with the
 reference trainer's profile as it was before profiles (`frenzy`), and the three formulas of
 bench/marp_accuracy.py (Frenzy paper, Korthikanti, DeepSpeed's estimator). `ours` is compared
