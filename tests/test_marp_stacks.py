@@ -96,6 +96,23 @@ def test_deepspeed_zero3_steps_one_sub_group_at_a_time():
         estimate_memory(LLAMA3_8B, R, plan, 2048, framework="torchtitan", sub_group_elements=10**9)
 
 
+@pytest.mark.parametrize("framework,zero", [("deepspeed", 2), ("deepspeed", 3), ("hf", 3)])
+def test_deepspeed_fp32_step_grads_are_not_held_in_backward_when_accumulating(framework, zero):
+    """DeepSpeed makes the fp32 gradient copy inside the step and frees it there
+    (stage_1_and_2.py step, stage3.py _release_sub_group): micro-batches accumulate into the
+    16-bit gradients, so a backward-phase peak is the same with 1 or 8 micro-batches per step,
+    where FSDP-style stacks keep their sharded grads from the first backward on."""
+    plan = ParallelPlan(dp=8, zero=zero, micro_batch=1)
+    one, eight = (estimate_memory(LLAMA3_8B, Recipe(grad_dtype="16bit"), plan, 4096,
+                                  grad_accum=accum, framework=framework) for accum in (1, 8))
+    assert "backward" in one.peak_phase and "backward" in eight.peak_phase
+    assert one.breakdown["gradients"] == eight.breakdown["gradients"]
+    fsdp_one, fsdp_eight = (estimate_memory(LLAMA3_8B, R, ParallelPlan(dp=8, zero=3, micro_batch=1),
+                                            4096, grad_accum=a, framework="torchtitan")
+                            for a in (1, 8))
+    assert fsdp_eight.breakdown["gradients"] > fsdp_one.breakdown["gradients"]
+
+
 def test_deepspeed_zero1_and_2_follow_the_optimizer_deepspeed_picks():
     n, dp = 10**9, 8
     # fp32 accumulation (recipe.grad_dtype fp32): BF16_Optimizer's full-size fp32 grad buffer

@@ -547,6 +547,10 @@ class RecipeProfile:
     # buckets, in backward (at_step False) or at the optimizer step (True); bucket_elements: the
     # job's own reduce_bucket_size (None: the stack's default); None: counted elsewhere or none.
     reduce_buckets: Callable[..., int] | None = None
+    # True: the gradients model_states adds when grads_live exist only inside the optimizer step
+    # (DeepSpeed's fp32 copy), so backward never holds them, with or without accumulation;
+    # False: they live from a step's first backward to its optimizer step (FSDP's sharded grads).
+    step_only_grads: bool = False
 
 
 def _memoised(memo: dict | None, key: tuple, term, *args):
@@ -663,6 +667,7 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
             raise ValueError(f"plan.cp: {cp} must divide seq_len {seq_len}")
         plan, seq_len = replace(plan, dp=plan.dp * cp, cp=1), seq_len // cp
     accum = grad_accum if grad_accum is not None else max(2, plan.pp)
+    grads_in_backward = accum > 1 and not profile.step_only_grads
     layers = arch.num_layers // plan.pp
     # The profile's model states see the plan's ZeRO stage; the FSDP terms see it only where the
     # stack gathers weights FSDP-style (DeepSpeed ZeRO-2 keeps whole 16-bit weights).
@@ -724,8 +729,9 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
         in_flight = pipeline_in_flight(plan, stage, accum, virtual_stages, microbatch_group)
         params = _memoised(memo, ("params", plan.ep, plan.tp, plan.pp, stage), stage_params, arch, plan, stage)
         states_bwd = dict(_memoised(memo, ("states", plan.ep, plan.tp, plan.pp, plan.dp,
-                                           states_plan.zero, params, accum > 1),
-                                    model_states, arch, recipe, states_plan, params, accum > 1))
+                                           states_plan.zero, params, grads_in_backward),
+                                    model_states, arch, recipe, states_plan, params,
+                                    grads_in_backward))
         own_params = states_bwd["parameters"]  # what the stack keeps besides gathered weights
         if fsdp:
             states_bwd["parameters"] = own_params + loss_weights

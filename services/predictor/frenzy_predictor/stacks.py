@@ -339,10 +339,13 @@ def hf_reduce_bucket_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
 
 # ZeRO-3 fetches each module's partitioned parameters before it runs and releases them after,
 # with prefetching (partitioned_param_coordinator.py): modelled as FSDP's ZeRO-3 gathering.
+# The fp32 gradient copy is made inside the step and freed there (stage_1_and_2.py `step`:
+# `single_partition_of_fp32_groups[i].grad = None` after _optimizer_step; stage3.py
+# `_release_sub_group`): accumulating micro-batches add into the 16-bit gradients only.
 DEEPSPEED = RecipeProfile("deepspeed", model_states=deepspeed_model_state_bytes,
                           layer=hf_layer_bytes, logits_loss=hf_logits_loss_bytes, fsdp_stages=(3,),
                           reduce_buckets=deepspeed_reduce_bucket_bytes,
-                          workspace_bytes=TORCH_CUBLAS_WORKSPACE_BYTES)
+                          workspace_bytes=TORCH_CUBLAS_WORKSPACE_BYTES, step_only_grads=True)
 
 
 # ---------------------------------------------------------------- HF Trainer (AMP + DDP)
@@ -366,8 +369,10 @@ def hf_model_state_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, pa
             "optimizer_states": (moments // 4) * _r(params * 4)}
 
 
+# AMP + DDP keeps its fp32 grads whatever grads_live says; with ZeRO, DeepSpeed's step-only copy.
 HF = RecipeProfile("hf", model_states=hf_model_state_bytes, layer=hf_layer_bytes,
                    logits_loss=hf_logits_loss_bytes, fsdp_stages=(3,),
-                   reduce_buckets=hf_reduce_bucket_bytes, workspace_bytes=TORCH_CUBLAS_WORKSPACE_BYTES)
+                   reduce_buckets=hf_reduce_bucket_bytes, workspace_bytes=TORCH_CUBLAS_WORKSPACE_BYTES,
+                   step_only_grads=True)
 
 PROFILES: dict[str, RecipeProfile] = {p.name: p for p in (MEGATRON, TORCHTITAN, DEEPSPEED, HF)}
