@@ -34,11 +34,11 @@ from pathlib import Path
 import numpy as np
 
 from frenzy import topics
-from frenzy.broker import free_port
+from frenzy.ports import free_port
 from frenzy.bus import Bus
 from frenzy.client import FrenzyClient
 from frenzy.config import BusSettings
-from frenzy.localcluster import start_cluster
+from frenzy.tools.localcluster import start_cluster
 from frenzy.v1 import events_pb2, types_pb2
 
 REPO = Path(__file__).resolve().parents[1]

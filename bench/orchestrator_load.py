@@ -32,10 +32,11 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from frenzy.broker import free_port, start_embedded_broker, tansu_version, wait_for_port
+from frenzy.ports import free_port, wait_for_port
+from frenzy.tools.broker import start_embedded_broker, tansu_version
 from frenzy.client import FrenzyClient
 from frenzy.config import BusSettings
-from frenzy.localcluster import LocalCluster
+from frenzy.tools.localcluster import LocalCluster
 from frenzy.v1 import types_pb2
 
 HERE = Path(__file__).resolve().parent

@@ -32,7 +32,7 @@ def kafka_bootstrap() -> Iterator[str]:
         with KafkaContainer() as kafka:
             yield kafka.get_bootstrap_server()
         return
-    from frenzy.broker import start_embedded_broker
+    from frenzy.tools.broker import start_embedded_broker
 
     with start_embedded_broker() as broker:
         yield broker.bootstrap

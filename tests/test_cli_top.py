@@ -13,8 +13,8 @@ import pytest
 from rich.console import Console
 
 import frenzy
-from frenzy.broker import free_port
-from frenzy.cli_top import Snapshot, frame, job_letters, run_top
+from frenzy.ports import free_port
+from frenzy.tools.cli_top import Snapshot, frame, job_letters, run_top
 from frenzy.v1 import services_pb2, types_pb2
 
 DATA = Path(__file__).parent / "data"
@@ -73,7 +73,7 @@ def test_the_queue_says_how_long_a_job_waits_and_live_jobs_come_before_ended_one
 
 @pytest.fixture(scope="module")
 def cluster(kafka_bootstrap, tmp_path_factory):
-    from frenzy.localcluster import start_cluster
+    from frenzy.tools.localcluster import start_cluster
 
     os.environ["KAFKA_BOOTSTRAP"] = kafka_bootstrap
     local = start_cluster(DATA / "cluster_small.yaml", free_port(), tmp_path_factory.mktemp("frenzy"),
@@ -93,7 +93,7 @@ def test_top_redraws_a_running_job_live_and_prints_one_frame_with_once(cluster):
             time.sleep(0.1)
         terminal = Console(file=io.StringIO(), force_terminal=True, width=200, color_system=None)
         run_top(client, terminal, refresh_s=0.2, iterations=3)
-        once = subprocess.run([sys.executable, "-m", "frenzy.cli", "top", "--once"], capture_output=True,
+        once = subprocess.run([sys.executable, "-m", "frenzy.tools.cli", "top", "--once"], capture_output=True,
                               text=True, timeout=60, env={**os.environ, "FRENZY_ADDR": cluster.grpc_address})
         client.cancel(job_id)
     drawn = terminal.file.getvalue()

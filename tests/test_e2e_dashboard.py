@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from frenzy.broker import free_port
-from frenzy.cli import cli
+from frenzy.ports import free_port
+from frenzy.tools.cli import cli
 from frenzy.client import FrenzyClient
-from frenzy.localcluster import start_cluster
+from frenzy.tools.localcluster import start_cluster
 from frenzy.security.store import SecurityStore
 from frenzy.v1 import types_pb2
 

@@ -15,11 +15,11 @@ import pytest
 pytest.importorskip("torch")
 
 from frenzy import topics  # noqa: E402
-from frenzy.broker import free_port  # noqa: E402
+from frenzy.ports import free_port  # noqa: E402
 from frenzy.bus import Bus  # noqa: E402
 from frenzy.client import FrenzyClient  # noqa: E402
 from frenzy.config import BusSettings  # noqa: E402
-from frenzy.localcluster import start_cluster  # noqa: E402
+from frenzy.tools.localcluster import start_cluster  # noqa: E402
 from frenzy.v1 import events_pb2, types_pb2  # noqa: E402
 from frenzy_agent.executor import job_dir_name, job_key  # noqa: E402
 

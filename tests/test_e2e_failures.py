@@ -14,9 +14,9 @@ import grpc
 import pytest
 
 from frenzy import topics
-from frenzy.broker import free_port
+from frenzy.ports import free_port
 from frenzy.client import FrenzyClient
-from frenzy.localcluster import start_cluster
+from frenzy.tools.localcluster import start_cluster
 from frenzy.security.signing import pipeline_headers
 from frenzy.v1 import types_pb2
 

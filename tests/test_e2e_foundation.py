@@ -15,8 +15,8 @@ import pytest
 
 from frenzy import topics
 from frenzy.client import FrenzyClient
-from frenzy.localcluster import start_cluster
-from frenzy.broker import free_port
+from frenzy.tools.localcluster import start_cluster
+from frenzy.ports import free_port
 from frenzy.security.signing import pipeline_headers
 from frenzy.v1 import types_pb2
 from frenzy_agent.executor import job_dir_name
@@ -185,7 +185,7 @@ def test_invalid_spec_is_invalid_argument_naming_the_field(client, spec, field):
 
 
 def _cli(cluster, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "frenzy.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "frenzy.tools.cli", *args], capture_output=True, text=True,
                           env={**os.environ, "FRENZY_ADDR": cluster.grpc_address}, timeout=60)
 
 

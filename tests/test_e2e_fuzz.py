@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from frenzy.broker import free_port
-from frenzy.localcluster import start_cluster
-from frenzy.security.fuzz import run_fuzz
+from frenzy.ports import free_port
+from frenzy.tools.localcluster import start_cluster
+from frenzy.tools.fuzz import run_fuzz
 
 pytestmark = pytest.mark.e2e
 DATA = Path(__file__).parent / "data"

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from frenzy import events, topics
-from frenzy.broker import free_port
+from frenzy.ports import free_port
 from frenzy.client import FrenzyClient
-from frenzy.localcluster import start_cluster
+from frenzy.tools.localcluster import start_cluster
 from frenzy.v1 import events_pb2, types_pb2
 
 pytestmark = pytest.mark.e2e

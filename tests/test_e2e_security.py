@@ -16,9 +16,9 @@ import grpc
 import pytest
 
 from frenzy import events, topics
-from frenzy.broker import free_port
+from frenzy.ports import free_port
 from frenzy.client import FrenzyClient
-from frenzy.localcluster import start_cluster
+from frenzy.tools.localcluster import start_cluster
 from frenzy.security import signing
 from frenzy.security.guards import load_or_create_orchestrator_key
 from frenzy.security.store import SecurityStore, TenantPolicy
@@ -150,11 +150,11 @@ def test_a_missing_or_wrong_token_is_unauthenticated_in_the_client_and_the_cli(c
     channel.close()
     env = {**os.environ, "FRENZY_ADDR": cluster.grpc_address, "FRENZY_TOKEN": "wrong.token"}
     for args in (["status"], ["nodes"], ["cluster"], ["cancel", "x"]):
-        out = subprocess.run([sys.executable, "-m", "frenzy.cli", *args], capture_output=True,
+        out = subprocess.run([sys.executable, "-m", "frenzy.tools.cli", *args], capture_output=True,
                              text=True, env=env, timeout=60)
         assert out.returncode != 0 and "not authenticated" in out.stderr, (args, out.stderr)
     env.pop("FRENZY_TOKEN")  # the CLI finds the cluster's own config by its address
-    out = subprocess.run([sys.executable, "-m", "frenzy.cli", "nodes", "--json"], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "frenzy.tools.cli", "nodes", "--json"], capture_output=True,
                          text=True, env=env, timeout=60)
     assert out.returncode == 0, out.stderr
 
@@ -372,7 +372,7 @@ def test_the_scheduler_keeps_a_tenant_within_its_gpu_quota(cluster, store):
 def test_token_create_list_and_revoke_through_the_cli(cluster):
     def cli(*args: str, token: str = "") -> subprocess.CompletedProcess:
         env = {**os.environ, "FRENZY_ADDR": cluster.grpc_address, "FRENZY_TOKEN": token}
-        return subprocess.run([sys.executable, "-m", "frenzy.cli", *args], capture_output=True,
+        return subprocess.run([sys.executable, "-m", "frenzy.tools.cli", *args], capture_output=True,
                               text=True, env=env, timeout=60)
 
     security = ["--security-dir", str(cluster.security.directory)]

@@ -15,9 +15,9 @@ import pytest
 pytest.importorskip("torch")
 psutil = pytest.importorskip("psutil")
 
-from frenzy.broker import free_port  # noqa: E402
+from frenzy.ports import free_port  # noqa: E402
 from frenzy.client import FrenzyClient  # noqa: E402
-from frenzy.localcluster import start_cluster  # noqa: E402
+from frenzy.tools.localcluster import start_cluster  # noqa: E402
 from frenzy.v1 import types_pb2  # noqa: E402
 from frenzy_agent.executor import job_dir_name  # noqa: E402
 

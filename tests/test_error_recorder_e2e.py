@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from frenzy import topics
-from frenzy.broker import free_port
+from frenzy.ports import free_port
 from frenzy.bus import Bus, partition_for_key
 from frenzy.config import BusSettings
 from frenzy.v1 import events_pb2, types_pb2
@@ -228,7 +228,7 @@ def test_local_cluster_records_a_real_jobs_error(kafka_bootstrap, tmp_path, monk
     """start_cluster runs the recorder beside the services; a real job's measured peak lands in
     the table, and the recorder exits cleanly with the cluster."""
     from frenzy.client import FrenzyClient
-    from frenzy.localcluster import start_cluster
+    from frenzy.tools.localcluster import start_cluster
 
     monkeypatch.setenv("KAFKA_BOOTSTRAP", kafka_bootstrap)
     cluster = start_cluster(Path(__file__).parent / "data" / "cluster_small.yaml", free_port(),

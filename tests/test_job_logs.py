@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 import frenzy
-from frenzy.broker import free_port
+from frenzy.ports import free_port
 from frenzy.joblogs import LineSplitter, LogCursor, chunk_spans
 from frenzy.v1 import types_pb2
 
@@ -52,7 +52,7 @@ def test_lines_are_whole_per_rank_and_the_last_partial_line_is_flushed():
 
 @pytest.fixture(scope="module")
 def cluster(kafka_bootstrap, tmp_path_factory):
-    from frenzy.localcluster import start_cluster
+    from frenzy.tools.localcluster import start_cluster
 
     os.environ["KAFKA_BOOTSTRAP"] = kafka_bootstrap
     local = start_cluster(DATA / "cluster_small.yaml", free_port(), tmp_path_factory.mktemp("frenzy"),
@@ -62,7 +62,7 @@ def cluster(kafka_bootstrap, tmp_path_factory):
 
 
 def frenzy_cli(cluster, *args: str, timeout_s: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "frenzy.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "frenzy.tools.cli", *args], capture_output=True, text=True,
                           timeout=timeout_s, env={**os.environ, "FRENZY_ADDR": cluster.grpc_address})
 
 

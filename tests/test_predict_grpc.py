@@ -5,7 +5,7 @@ import asyncio
 
 import grpc
 
-from frenzy.broker import free_port
+from frenzy.ports import free_port
 from frenzy.catalog.models import model_catalog
 from frenzy.convert import plan_from_proto
 from frenzy.domain import Recipe

@@ -12,7 +12,7 @@ import pytest
 
 import frenzy
 from frenzy import events
-from frenzy.broker import free_port
+from frenzy.ports import free_port
 from frenzy.client import to_spec
 from frenzy.jobspec import SpecError
 from frenzy.pipeline import job_submitted_record, produce_job
@@ -88,7 +88,7 @@ def test_the_token_travels_as_bearer_metadata(monkeypatch, token, env_token, exp
 
 @pytest.fixture(scope="module")
 def cluster(kafka_bootstrap, tmp_path_factory):
-    from frenzy.localcluster import start_cluster
+    from frenzy.tools.localcluster import start_cluster
 
     os.environ["KAFKA_BOOTSTRAP"] = kafka_bootstrap
     local = start_cluster(DATA / "cluster_small.yaml", free_port(), tmp_path_factory.mktemp("frenzy"),

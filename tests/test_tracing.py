@@ -14,7 +14,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 import frenzy
 from frenzy import tracing
-from frenzy.broker import free_port
+from frenzy.ports import free_port
 from frenzy.v1 import types_pb2
 
 DATA = Path(__file__).parent / "data"
@@ -62,7 +62,7 @@ def collector():
 
 @pytest.fixture(scope="module")
 def cluster(kafka_bootstrap, tmp_path_factory, collector):
-    from frenzy.localcluster import start_cluster
+    from frenzy.tools.localcluster import start_cluster
 
     os.environ["KAFKA_BOOTSTRAP"] = kafka_bootstrap
     local = start_cluster(DATA / "cluster_small.yaml", free_port(), tmp_path_factory.mktemp("frenzy"),

@@ -35,7 +35,7 @@ import torch
 import torch.distributed as dist
 
 from frenzy.catalog.models import ModelArch, load_model
-from frenzy.broker import free_port
+from frenzy.ports import free_port
 from frenzy.domain import (ATTENTIONS, GRAD_DTYPES, MAX_SEQ_LEN, OPTIMIZERS, PRECISIONS,
                            ParallelPlan, Recipe)
 from frenzy.outcomes import (EXIT_BAD_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_OOM,

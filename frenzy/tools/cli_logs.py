@@ -10,7 +10,7 @@ import sys
 import click
 import grpc
 
-from frenzy.cli_jobs import _client, _fail_rpc
+from frenzy.tools.cli_jobs import _client, _fail_rpc
 from frenzy.joblogs import LineSplitter
 
 

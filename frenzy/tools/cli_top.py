@@ -18,7 +18,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from frenzy.cli_jobs import _client, _fail_rpc
+from frenzy.tools.cli_jobs import _client, _fail_rpc
 from frenzy.client import Client
 from frenzy.console import table_console
 from frenzy.convert import describe_plan
