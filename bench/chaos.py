@@ -38,9 +38,9 @@ import numpy as np
 from frenzy.ports import free_port
 from frenzy.client import FrenzyClient
 from frenzy.tools.localcluster import DEFAULT_CLUSTER
+from frenzy.jobstates import TERMINAL
 from frenzy.v1 import types_pb2
 
-TERMINAL = {types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED}
 COMPONENTS = ["orchestrator", "scheduler", "predictor", "errors", "agent", "broker"]
 READY_LINE = {"orchestrator": "orchestrator started", "scheduler": "scheduler started",
               "predictor": "predictor started", "errors": "[^Worker]: Ready", "agent": "agent started"}

@@ -21,9 +21,8 @@ from frenzy.ports import free_port
 from frenzy.client import FrenzyClient
 from frenzy.tools.demo import sample_specs
 from frenzy.tools.localcluster import DEFAULT_CLUSTER, start_cluster
+from frenzy.jobstates import TERMINAL
 from frenzy.v1 import types_pb2
-
-TERMINAL = {types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED}
 
 
 def seconds(ts) -> float:

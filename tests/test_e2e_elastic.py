@@ -20,6 +20,7 @@ from frenzy.bus import Bus  # noqa: E402
 from frenzy.client import FrenzyClient  # noqa: E402
 from frenzy.config import BusSettings  # noqa: E402
 from frenzy.tools.localcluster import start_cluster  # noqa: E402
+from frenzy.jobstates import TERMINAL  # noqa: E402
 from frenzy.v1 import events_pb2, types_pb2  # noqa: E402
 from frenzy_agent.executor import job_dir_name, job_key  # noqa: E402
 
@@ -57,7 +58,7 @@ def _wait(client: FrenzyClient, job_id: str, until, timeout_s: float = 240) -> t
         seen.append(job)
         if until(job):
             return job, seen
-        if job.state in (types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED):
+        if job.state in TERMINAL:
             break
     raise AssertionError(f"job {job_id} ended or timed out first: {seen[-1] if seen else None}")
 

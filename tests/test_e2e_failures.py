@@ -18,11 +18,11 @@ from frenzy.ports import free_port
 from frenzy.client import FrenzyClient
 from frenzy.tools.localcluster import start_cluster
 from frenzy.security.signing import pipeline_headers
+from frenzy.jobstates import TERMINAL
 from frenzy.v1 import types_pb2
 
 pytestmark = pytest.mark.e2e
 DATA = Path(__file__).parent / "data"
-TERMINAL = {types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED}
 
 
 @pytest.fixture(scope="module")

@@ -18,12 +18,12 @@ from frenzy.client import FrenzyClient
 from frenzy.tools.localcluster import start_cluster
 from frenzy.ports import free_port
 from frenzy.security.signing import pipeline_headers
+from frenzy.jobstates import TERMINAL
 from frenzy.v1 import types_pb2
 from frenzy_agent.executor import job_dir_name
 
 pytestmark = pytest.mark.e2e
 DATA = Path(__file__).parent / "data"
-TERMINAL = {types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED}
 
 
 def small_spec(name: str = "e2e", model: str = "gpt2", entrypoint: list[str] | None = None) -> types_pb2.JobSpec:

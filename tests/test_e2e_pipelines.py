@@ -14,6 +14,7 @@ import pytest
 from frenzy.ports import free_port
 from frenzy.client import FrenzyClient
 from frenzy.tools.localcluster import start_cluster
+from frenzy.jobstates import TERMINAL
 from frenzy.v1 import types_pb2
 
 pytestmark = pytest.mark.e2e
@@ -57,7 +58,7 @@ def test_a_job_produced_onto_kafka_by_a_plain_producer_succeeds(cluster, tmp_pat
         while time.monotonic() < deadline:
             try:
                 job = client.get("pipeline-kafka-1")
-                if job.state in (types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED):
+                if job.state in TERMINAL:
                     break
             except Exception:  # not known until the orchestrator has read the record
                 pass

@@ -20,11 +20,11 @@ from frenzy import events, topics
 from frenzy.ports import free_port
 from frenzy.client import FrenzyClient
 from frenzy.tools.localcluster import start_cluster
+from frenzy.jobstates import TERMINAL
 from frenzy.v1 import events_pb2, types_pb2
 
 pytestmark = pytest.mark.e2e
 DATA = Path(__file__).parent / "data"
-TERMINAL = {types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED}
 JOBS = 20  # on 12 GPUs: some run and some wait when the orchestrator dies
 
 

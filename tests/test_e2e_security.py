@@ -22,11 +22,11 @@ from frenzy.tools.localcluster import start_cluster
 from frenzy.security import signing
 from frenzy.security.guards import load_or_create_orchestrator_key
 from frenzy.security.store import SecurityStore, TenantPolicy
+from frenzy.jobstates import HOLDING, TERMINAL
 from frenzy.v1 import events_pb2, services_pb2, types_pb2
 
 pytestmark = pytest.mark.e2e
 DATA = Path(__file__).parent / "data"
-TERMINAL = {types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED}
 
 
 def spec(name: str = "sec", entrypoint: list[str] | None = None, **kw) -> types_pb2.JobSpec:
@@ -365,7 +365,7 @@ def test_the_scheduler_keeps_a_tenant_within_its_gpu_quota(cluster, store):
         time.sleep(2.0)  # free GPUs abound; only the quota keeps it waiting
         assert g.get(second).state == types_pb2.QUEUED
         g.cancel(first)
-        wait_state(g, second, {types_pb2.RUNNING, types_pb2.LAUNCHING, types_pb2.PLACED})
+        wait_state(g, second, HOLDING)
         g.cancel(second)
 
 

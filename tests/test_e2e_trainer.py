@@ -23,7 +23,6 @@ from frenzy_agent.executor import job_dir_name  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.torch]
 DATA = Path(__file__).parent / "data"
-TERMINAL = {types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED}
 GPU_TYPE = "H100-80GB"  # the node type in cluster_trainer.yaml
 STEPS, SEQ_LEN, GLOBAL_BATCH = 30, 64, 16
 

@@ -14,11 +14,11 @@ import pytest
 
 from frenzy.ports import free_port
 from frenzy.client import FrenzyClient
+from frenzy.jobstates import TERMINAL
 from frenzy.v1 import types_pb2
 
 pytestmark = pytest.mark.e2e
 DATA = Path(__file__).parent / "data"
-TERMINAL = {types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED}
 
 
 class Up:
