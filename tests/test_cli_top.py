@@ -7,17 +7,14 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from rich.console import Console
 
 import frenzy
-from frenzy.ports import free_port
 from frenzy.tools.cli_top import Snapshot, frame, job_letters, run_top
 from frenzy.v1 import services_pb2, types_pb2
 
-DATA = Path(__file__).parent / "data"
 
 
 def job(job_id, state, submitted_s, node="", gpus=(), tenant="team-a", **fields) -> types_pb2.Job:
@@ -72,14 +69,8 @@ def test_the_queue_says_how_long_a_job_waits_and_live_jobs_come_before_ended_one
 
 
 @pytest.fixture(scope="module")
-def cluster(kafka_bootstrap, tmp_path_factory):
-    from frenzy.tools.localcluster import start_cluster
-
-    os.environ["KAFKA_BOOTSTRAP"] = kafka_bootstrap
-    local = start_cluster(DATA / "cluster_small.yaml", free_port(), tmp_path_factory.mktemp("frenzy"),
-                          "has", extra_env={"FRENZY_TIME_SCALE": "0.05"}, namespace="top")
-    yield local
-    local.stop()
+def cluster(local_cluster):
+    return local_cluster("top", time_scale=0.05)
 
 
 @pytest.mark.e2e

@@ -15,15 +15,12 @@ import pytest
 
 from frenzy import topics
 from frenzy.client import FrenzyClient
-from frenzy.tools.localcluster import start_cluster
-from frenzy.ports import free_port
 from frenzy.security.signing import pipeline_headers
 from frenzy.jobstates import TERMINAL
 from frenzy.v1 import types_pb2
 from frenzy_agent.executor import job_dir_name
 
 pytestmark = pytest.mark.e2e
-DATA = Path(__file__).parent / "data"
 
 
 def small_spec(name: str = "e2e", model: str = "gpt2", entrypoint: list[str] | None = None) -> types_pb2.JobSpec:
@@ -33,13 +30,8 @@ def small_spec(name: str = "e2e", model: str = "gpt2", entrypoint: list[str] | N
 
 
 @pytest.fixture(scope="module")
-def cluster(kafka_bootstrap, tmp_path_factory):
-    os.environ["KAFKA_BOOTSTRAP"] = kafka_bootstrap
-    workdir = tmp_path_factory.mktemp("frenzy")
-    local = start_cluster(DATA / "cluster_small.yaml", free_port(), workdir, "has",
-                          extra_env={"FRENZY_TIME_SCALE": "0.01"}, namespace="foundation")
-    yield local
-    local.stop()
+def cluster(local_cluster):
+    return local_cluster("foundation")
 
 
 @pytest.fixture()

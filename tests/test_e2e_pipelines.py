@@ -11,16 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from frenzy.ports import free_port
 from frenzy.client import FrenzyClient
-from frenzy.tools.localcluster import start_cluster
 from frenzy.jobstates import TERMINAL
 from frenzy.v1 import types_pb2
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parent.parent
 PIPELINES = ROOT / "examples" / "pipelines"
-DATA = Path(__file__).parent / "data"
 NAMESPACE = "pipelines"
 SPEC = """\
 name: {name}
@@ -30,12 +27,8 @@ training: {{seq_len: 1024, global_batch_size: 8, tokens: 20000000}}
 
 
 @pytest.fixture(scope="module")
-def cluster(kafka_bootstrap, tmp_path_factory):
-    os.environ["KAFKA_BOOTSTRAP"] = kafka_bootstrap
-    local = start_cluster(DATA / "cluster_small.yaml", free_port(), tmp_path_factory.mktemp("frenzy"),
-                          "has", extra_env={"FRENZY_TIME_SCALE": "0.01"}, namespace=NAMESPACE)
-    yield local
-    local.stop()
+def cluster(local_cluster):
+    return local_cluster(NAMESPACE)
 
 
 def run_example(script: str, *args: str, cluster, timeout_s: float = 90) -> subprocess.CompletedProcess:

@@ -10,15 +10,12 @@ import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import grpc
 import pytest
 
 from frenzy import events, topics
-from frenzy.ports import free_port
 from frenzy.client import FrenzyClient
-from frenzy.tools.localcluster import start_cluster
 from frenzy.security import signing
 from frenzy.security.guards import load_or_create_orchestrator_key
 from frenzy.security.store import SecurityStore, TenantPolicy
@@ -26,7 +23,6 @@ from frenzy.jobstates import HOLDING, TERMINAL
 from frenzy.v1 import events_pb2, services_pb2, types_pb2
 
 pytestmark = pytest.mark.e2e
-DATA = Path(__file__).parent / "data"
 
 
 def spec(name: str = "sec", entrypoint: list[str] | None = None, **kw) -> types_pb2.JobSpec:
@@ -36,12 +32,8 @@ def spec(name: str = "sec", entrypoint: list[str] | None = None, **kw) -> types_
 
 
 @pytest.fixture(scope="module")
-def cluster(kafka_bootstrap, tmp_path_factory):
-    os.environ["KAFKA_BOOTSTRAP"] = kafka_bootstrap
-    local = start_cluster(DATA / "cluster_small.yaml", free_port(), tmp_path_factory.mktemp("frenzy"),
-                          "has", extra_env={"FRENZY_TIME_SCALE": "0.01"}, namespace="security")
-    yield local
-    local.stop()
+def cluster(local_cluster):
+    return local_cluster("security")
 
 
 @pytest.fixture(scope="module")
