@@ -35,10 +35,10 @@ from pathlib import Path
 import grpc
 import numpy as np
 
-from frenzy.ports import free_port
 from frenzy.client import FrenzyClient
-from frenzy.tools.localcluster import DEFAULT_CLUSTER
 from frenzy.jobstates import TERMINAL
+from frenzy.ports import free_port
+from frenzy.tools.localcluster import DEFAULT_CLUSTER
 from frenzy.v1 import types_pb2
 
 COMPONENTS = ["orchestrator", "scheduler", "predictor", "errors", "agent", "broker"]

@@ -34,12 +34,12 @@ from pathlib import Path
 import numpy as np
 
 from frenzy import topics
-from frenzy.ports import free_port
 from frenzy.bus import Bus
 from frenzy.client import FrenzyClient
 from frenzy.config import BusSettings
-from frenzy.tools.localcluster import start_cluster
 from frenzy.jobstates import TERMINAL
+from frenzy.ports import free_port
+from frenzy.tools.localcluster import start_cluster
 from frenzy.v1 import events_pb2, types_pb2
 
 REPO = Path(__file__).resolve().parents[1]

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-from frenzy.ports import free_port
 from frenzy.client import FrenzyClient
+from frenzy.jobstates import TERMINAL
+from frenzy.ports import free_port
 from frenzy.tools.demo import sample_specs
 from frenzy.tools.localcluster import DEFAULT_CLUSTER, start_cluster
-from frenzy.jobstates import TERMINAL
 from frenzy.v1 import types_pb2
 
 

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 from frenzy.ports import free_port
-from frenzy.tools.localcluster import start_cluster
 from frenzy.tools.fuzz import run_fuzz
+from frenzy.tools.localcluster import start_cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -32,12 +32,12 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from frenzy.ports import free_port, wait_for_port
-from frenzy.tools.broker import start_embedded_broker, tansu_version
 from frenzy.client import FrenzyClient
 from frenzy.config import BusSettings
-from frenzy.tools.localcluster import LocalCluster
 from frenzy.jobstates import TERMINAL
+from frenzy.ports import free_port, wait_for_port
+from frenzy.tools.broker import start_embedded_broker, tansu_version
+from frenzy.tools.localcluster import LocalCluster
 from frenzy.v1 import types_pb2
 
 HERE = Path(__file__).resolve().parent

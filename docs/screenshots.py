@@ -12,8 +12,8 @@ from pathlib import Path
 
 from selenium import webdriver
 
-from frenzy.ports import free_port
 from frenzy.client import FrenzyClient
+from frenzy.ports import free_port
 from frenzy.tools.demo import sample_specs
 from frenzy.tools.localcluster import DEFAULT_CLUSTER, start_cluster
 from frenzy.v1 import types_pb2

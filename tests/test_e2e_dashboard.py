@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from frenzy.tools.cli import cli
 from frenzy.client import FrenzyClient
 from frenzy.security.store import SecurityStore
+from frenzy.tools.cli import cli
 from frenzy.v1 import types_pb2
 
 pytestmark = pytest.mark.e2e

@@ -14,8 +14,8 @@ import pytest
 
 from frenzy import topics
 from frenzy.client import FrenzyClient
-from frenzy.security.signing import pipeline_headers
 from frenzy.jobstates import TERMINAL
+from frenzy.security.signing import pipeline_headers
 from frenzy.v1 import types_pb2
 
 pytestmark = pytest.mark.e2e

@@ -15,8 +15,8 @@ import pytest
 
 from frenzy import topics
 from frenzy.client import FrenzyClient
-from frenzy.security.signing import pipeline_headers
 from frenzy.jobstates import TERMINAL
+from frenzy.security.signing import pipeline_headers
 from frenzy.v1 import types_pb2
 from frenzy_agent.executor import job_dir_name
 

@@ -16,10 +16,10 @@ import pytest
 
 from frenzy import events, topics
 from frenzy.client import FrenzyClient
+from frenzy.jobstates import HOLDING, TERMINAL
 from frenzy.security import signing
 from frenzy.security.guards import load_or_create_orchestrator_key
 from frenzy.security.store import SecurityStore, TenantPolicy
-from frenzy.jobstates import HOLDING, TERMINAL
 from frenzy.v1 import events_pb2, services_pb2, types_pb2
 
 pytestmark = pytest.mark.e2e

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from frenzy.ports import free_port
 from frenzy.client import FrenzyClient
 from frenzy.jobstates import TERMINAL
+from frenzy.ports import free_port
 from frenzy.v1 import types_pb2
 
 pytestmark = pytest.mark.e2e

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from frenzy import topics
-from frenzy.ports import free_port
 from frenzy.bus import Bus, partition_for_key
 from frenzy.config import BusSettings
+from frenzy.ports import free_port
 from frenzy.v1 import events_pb2, types_pb2
 from test_error_recorder import status as status_event
 
