@@ -2,7 +2,8 @@
 
 The agent sets them (frenzy_agent.executor.job_environment); the reference trainer
 (frenzy_trainer), the synthetic workload (frenzy_agent.workload) and the status-file writer
-(frenzy.outcomes) read them. Both sides import these names, so a renamed variable cannot leave
+(frenzy.outcomes) read them. The trainer already depends on frenzy (catalog, domain, outcomes),
+so it imports these too. Both sides import these names, so a renamed variable cannot leave
 one side reading a variable nobody sets (tests/test_constants.py fails on a literal copy).
 docs/trainer.md describes what each one holds. Variables only the trainer reads (FRENZY_LR,
 FRENZY_SEED, ...; a spec's `env` may set them) stay with the trainer, their one reader.
