@@ -22,7 +22,7 @@ test: $(STAMP)
 
 # Regenerate frenzy/v1/*_pb2*.py from protos/ (tests fail when the checked-in code is stale).
 proto: $(STAMP)
-	$(BIN)/python -m frenzy.protogen
+	$(BIN)/python -m frenzy.tools.protogen
 
 bench: $(STAMP)
 	$(BIN)/python bench/e2e_latency.py

@@ -35,12 +35,12 @@ from pathlib import Path
 import grpc
 import numpy as np
 
-from frenzy.broker import free_port
 from frenzy.client import FrenzyClient
-from frenzy.localcluster import DEFAULT_CLUSTER
+from frenzy.jobstates import TERMINAL
+from frenzy.ports import free_port
+from frenzy.tools.localcluster import DEFAULT_CLUSTER
 from frenzy.v1 import types_pb2
 
-TERMINAL = {types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED}
 COMPONENTS = ["orchestrator", "scheduler", "predictor", "errors", "agent", "broker"]
 READY_LINE = {"orchestrator": "orchestrator started", "scheduler": "scheduler started",
               "predictor": "predictor started", "errors": "[^Worker]: Ready", "agent": "agent started"}
@@ -75,7 +75,7 @@ class Up:
         env = {k: v for k, v in os.environ.items() if k != "KAFKA_BOOTSTRAP"}
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "frenzy.cli", "up", "--cluster", str(cluster), "--workdir",
+                [sys.executable, "-m", "frenzy.tools.cli", "up", "--cluster", str(cluster), "--workdir",
                  str(workdir), "--grpc-port", str(self.port)], stdout=log, stderr=subprocess.STDOUT,
                 env=env, start_new_session=True)
         deadline = time.monotonic() + 180

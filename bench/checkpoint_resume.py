@@ -34,11 +34,12 @@ from pathlib import Path
 import numpy as np
 
 from frenzy import topics
-from frenzy.broker import free_port
 from frenzy.bus import Bus
 from frenzy.client import FrenzyClient
 from frenzy.config import BusSettings
-from frenzy.localcluster import start_cluster
+from frenzy.jobstates import TERMINAL
+from frenzy.ports import free_port
+from frenzy.tools.localcluster import start_cluster
 from frenzy.v1 import events_pb2, types_pb2
 
 REPO = Path(__file__).resolve().parents[1]
@@ -119,7 +120,7 @@ def watch_until(client, job_id, until, timeout_s=180.0):
     for job in client.watch(job_id, timeout_s=timeout_s):
         if until(job):
             return job, time.monotonic()
-        if job.state in (types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED):
+        if job.state in TERMINAL:
             raise RuntimeError(f"job ended first: {job.reason}")
     raise RuntimeError("watch ended")
 

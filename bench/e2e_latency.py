@@ -17,13 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
-from frenzy.broker import free_port
 from frenzy.client import FrenzyClient
-from frenzy.demo import sample_specs
-from frenzy.localcluster import DEFAULT_CLUSTER, start_cluster
+from frenzy.jobstates import TERMINAL
+from frenzy.ports import free_port
+from frenzy.tools.demo import sample_specs
+from frenzy.tools.localcluster import DEFAULT_CLUSTER, start_cluster
 from frenzy.v1 import types_pb2
-
-TERMINAL = {types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED}
 
 
 def seconds(ts) -> float:

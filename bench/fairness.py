@@ -21,7 +21,8 @@ import statistics
 import time
 from pathlib import Path
 
-from frenzy_scheduler.clusterfile import build_cluster, load_cluster_file
+from frenzy.clusterfile import load_cluster_file
+from frenzy_scheduler.clusterfile import build_cluster
 from frenzy_scheduler.fairshare import FairSharePolicy, TenantShare
 from frenzy_scheduler.policies import get_policy
 from frenzy_scheduler.simulator import prepare_jobs

@@ -17,9 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from frenzy.broker import free_port
-from frenzy.localcluster import start_cluster
-from frenzy.security.fuzz import run_fuzz
+from frenzy.ports import free_port
+from frenzy.tools.fuzz import run_fuzz
+from frenzy.tools.localcluster import start_cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 

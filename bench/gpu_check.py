@@ -132,7 +132,7 @@ PLAN_MODEL, PLAN_SEQ_LEN, PLAN_BATCH, PLAN_STEPS = "gpt2", 512, 8, 6
 
 
 def _run_ranks(gpus: list[Gpu], plan: dict, workdir: Path, args: list[str]) -> tuple[list[int], str]:
-    from frenzy.broker import free_port
+    from frenzy.ports import free_port
 
     ranks = plan.get("dp", 1) * plan.get("tp", 1) * plan.get("pp", 1)
     port = str(free_port())

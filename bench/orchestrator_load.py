@@ -32,14 +32,15 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from frenzy.broker import free_port, start_embedded_broker, tansu_version, wait_for_port
 from frenzy.client import FrenzyClient
 from frenzy.config import BusSettings
-from frenzy.localcluster import LocalCluster
+from frenzy.jobstates import TERMINAL
+from frenzy.ports import free_port, wait_for_port
+from frenzy.tools.broker import start_embedded_broker, tansu_version
+from frenzy.tools.localcluster import LocalCluster
 from frenzy.v1 import types_pb2
 
 HERE = Path(__file__).resolve().parent
-TERMINAL = {types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED}
 GPU_MIX = ("A100-80GB", "A100-40GB", "V100-32GB", "T4")  # one fleet process each
 MODELS = ("gpt2", "gpt2-medium", "llama3.2-1b", "tinyllama-1.1b")
 

@@ -24,7 +24,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from frenzy_scheduler.clusterfile import NodeGroup, build_cluster, load_cluster_file, scale_groups
+from frenzy.clusterfile import NodeGroup, load_cluster_file, scale_groups
+from frenzy_scheduler.clusterfile import build_cluster
 from frenzy_scheduler.core import ClusterView, QueuedJob, RunningJob
 from frenzy_scheduler.policies import get_policy
 from frenzy_scheduler.policies.sia import SiaConfig, SiaPolicy

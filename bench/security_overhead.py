@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from frenzy import events, topics
-from frenzy.broker import free_port, wait_for_port
 from frenzy.client import FrenzyClient
+from frenzy.ports import free_port, wait_for_port
 from frenzy.security import signing
 from frenzy.security.grpc_auth import Authenticator
 from frenzy.security.guards import AgentGuard, OrchestratorGuard

@@ -12,10 +12,10 @@ from pathlib import Path
 
 from selenium import webdriver
 
-from frenzy.broker import free_port
 from frenzy.client import FrenzyClient
-from frenzy.demo import sample_specs
-from frenzy.localcluster import DEFAULT_CLUSTER, start_cluster
+from frenzy.ports import free_port
+from frenzy.tools.demo import sample_specs
+from frenzy.tools.localcluster import DEFAULT_CLUSTER, start_cluster
 from frenzy.v1 import types_pb2
 
 OUT = Path(__file__).parent / "images"

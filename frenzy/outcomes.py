@@ -20,6 +20,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from frenzy import jobvars
+
 EXIT_OK = 0
 EXIT_FAILED = 1  # anything else; a traceback is on stderr
 EXIT_BAD_CONFIG = 2
@@ -36,7 +38,6 @@ INTERPRETED = (OOM_REASON, RENDEZVOUS_REASON, PREEMPTED_REASON)
 # orchestrator runs the job again (from its last checkpoint), as after a lost node.
 LOST_REASON = "LOST"
 
-STATUS_FILE_ENV = "FRENZY_STATUS_FILE"
 # Checkpoint-now (preemption, resize, migration): the agent sends this signal; the trainer saves
 # at its next step boundary, writes a PREEMPTED status (with the checkpoint step) and exits 0.
 CHECKPOINT_NOW_SIGNAL = "SIGUSR1"
@@ -59,7 +60,7 @@ def write_status(outcome: str, detail: str = "", path: str | os.PathLike | None 
     names the checkpoint it committed (`checkpoint_step`), which the agent reports."""
     if outcome not in INTERPRETED:
         raise ValueError(f"outcome must be one of {INTERPRETED}, not {outcome!r}")
-    target = path or os.environ.get(STATUS_FILE_ENV, "")
+    target = path or os.environ.get(jobvars.STATUS_FILE, "")
     if not target:
         return
     tmp = Path(f"{target}.tmp")

@@ -1,14 +1,18 @@
 """Shared fixtures. The broker: $KAFKA_BOOTSTRAP, else testcontainers Kafka when Docker answers,
-else the embedded Tansu broker on a free port."""
+else the embedded Tansu broker on a free port. `local_cluster` starts real clusters on it."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data"
+
+if TYPE_CHECKING:
+    from frenzy.tools.localcluster import LocalCluster
 
 
 def _docker_answers() -> bool:
@@ -32,7 +36,45 @@ def kafka_bootstrap() -> Iterator[str]:
         with KafkaContainer() as kafka:
             yield kafka.get_bootstrap_server()
         return
-    from frenzy.broker import start_embedded_broker
+    from frenzy.tools.broker import start_embedded_broker
 
     with start_embedded_broker() as broker:
         yield broker.bootstrap
+
+
+@pytest.fixture(scope="module")
+def local_cluster(kafka_bootstrap, tmp_path_factory) -> Iterator[Callable[..., LocalCluster]]:
+    """A factory of real local clusters (every service a process, `frenzy up`'s start_cluster) on
+    the session's broker; each cluster it started stops when the module ends (a test may stop
+    one earlier). A module's fixture is usually
+
+        @pytest.fixture(scope="module")
+        def cluster(local_cluster):
+            return local_cluster("sdk")
+
+    namespace: the module's own topic and group prefix (FRENZY_NAMESPACE), so modules sharing the
+    broker never see each other's events. cluster_file: a file in tests/data. time_scale: the
+    synthetic workload's FRENZY_TIME_SCALE (None: the agent's default, for trainer jobs).
+    extra_env: further settings for every service. workdir: default a fresh temporary folder.
+
+    start_cluster takes its broker from KAFKA_BOOTSTRAP, so the factory sets it for the session
+    (the same value every module gets from kafka_bootstrap).
+    """
+    from frenzy.ports import free_port
+    from frenzy.tools.localcluster import start_cluster
+
+    started: list[LocalCluster] = []
+
+    def start(namespace: str, cluster_file: str = "cluster_small.yaml",
+              time_scale: float | None = 0.01, extra_env: dict[str, str] | None = None,
+              workdir: Path | None = None) -> LocalCluster:
+        os.environ["KAFKA_BOOTSTRAP"] = kafka_bootstrap
+        env = {} if time_scale is None else {"FRENZY_TIME_SCALE": str(time_scale)}
+        cluster = start_cluster(DATA / cluster_file, free_port(), workdir or tmp_path_factory.mktemp("frenzy"),
+                                "has", extra_env={**env, **(extra_env or {})}, namespace=namespace)
+        started.append(cluster)
+        return cluster
+
+    yield start
+    for cluster in reversed(started):
+        cluster.stop()

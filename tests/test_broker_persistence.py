@@ -9,8 +9,8 @@ import time
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from frenzy.broker import rclone_binary, start_embedded_broker
-from frenzy.s3guard import precondition_holds
+from frenzy.tools.broker import rclone_binary, start_embedded_broker
+from frenzy.tools.s3guard import precondition_holds
 
 pytestmark = pytest.mark.e2e
 TOPIC = "persist.test"

@@ -7,17 +7,14 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from rich.console import Console
 
 import frenzy
-from frenzy.broker import free_port
-from frenzy.cli_top import Snapshot, frame, job_letters, run_top
+from frenzy.tools.cli_top import Snapshot, frame, job_letters, run_top
 from frenzy.v1 import services_pb2, types_pb2
 
-DATA = Path(__file__).parent / "data"
 
 
 def job(job_id, state, submitted_s, node="", gpus=(), tenant="team-a", **fields) -> types_pb2.Job:
@@ -72,14 +69,8 @@ def test_the_queue_says_how_long_a_job_waits_and_live_jobs_come_before_ended_one
 
 
 @pytest.fixture(scope="module")
-def cluster(kafka_bootstrap, tmp_path_factory):
-    from frenzy.localcluster import start_cluster
-
-    os.environ["KAFKA_BOOTSTRAP"] = kafka_bootstrap
-    local = start_cluster(DATA / "cluster_small.yaml", free_port(), tmp_path_factory.mktemp("frenzy"),
-                          "has", extra_env={"FRENZY_TIME_SCALE": "0.05"}, namespace="top")
-    yield local
-    local.stop()
+def cluster(local_cluster):
+    return local_cluster("top", time_scale=0.05)
 
 
 @pytest.mark.e2e
@@ -93,7 +84,7 @@ def test_top_redraws_a_running_job_live_and_prints_one_frame_with_once(cluster):
             time.sleep(0.1)
         terminal = Console(file=io.StringIO(), force_terminal=True, width=200, color_system=None)
         run_top(client, terminal, refresh_s=0.2, iterations=3)
-        once = subprocess.run([sys.executable, "-m", "frenzy.cli", "top", "--once"], capture_output=True,
+        once = subprocess.run([sys.executable, "-m", "frenzy.tools.cli", "top", "--once"], capture_output=True,
                               text=True, timeout=60, env={**os.environ, "FRENZY_ADDR": cluster.grpc_address})
         client.cancel(job_id)
     drawn = terminal.file.getvalue()

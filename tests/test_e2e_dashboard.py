@@ -17,16 +17,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from frenzy.broker import free_port
-from frenzy.cli import cli
 from frenzy.client import FrenzyClient
-from frenzy.localcluster import start_cluster
 from frenzy.security.store import SecurityStore
+from frenzy.tools.cli import cli
 from frenzy.v1 import types_pb2
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parent.parent
-DATA = Path(__file__).parent / "data"
 ARTIFACTS = Path(os.environ.get("FRENZY_TEST_ARTIFACTS", ROOT / "test-artifacts")) / "dashboard"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -41,17 +38,12 @@ NO_BROWSER = ("no browser: install Debian's chromium and chromium-driver (.ci/ru
 
 
 @pytest.fixture(scope="module")
-def cluster(kafka_bootstrap, tmp_path_factory):
-    os.environ["KAFKA_BOOTSTRAP"] = kafka_bootstrap
+def cluster(local_cluster, tmp_path_factory):
     workdir = tmp_path_factory.mktemp("frenzy")
     tokens = workdir / "dashboard-tokens.json"
     tokens.write_text(json.dumps({TEAM_TOKEN: {"tenant": "team-a", "role": "user"}}))
-    local = start_cluster(DATA / "cluster_small.yaml", free_port(), workdir, "has",
-                          extra_env={"FRENZY_TIME_SCALE": "0.01",
-                                     "FRENZY_DASHBOARD_TOKENS_FILE": str(tokens)},
-                          namespace="dashboard")
-    yield local
-    local.stop()
+    return local_cluster("dashboard", workdir=workdir,
+                         extra_env={"FRENZY_DASHBOARD_TOKENS_FILE": str(tokens)})
 
 
 @pytest.fixture(scope="module")

@@ -8,35 +8,28 @@ import os
 import signal
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("torch")
 
 from frenzy import topics  # noqa: E402
-from frenzy.broker import free_port  # noqa: E402
 from frenzy.bus import Bus  # noqa: E402
 from frenzy.client import FrenzyClient  # noqa: E402
 from frenzy.config import BusSettings  # noqa: E402
-from frenzy.localcluster import start_cluster  # noqa: E402
+from frenzy.jobstates import TERMINAL  # noqa: E402
 from frenzy.v1 import events_pb2, types_pb2  # noqa: E402
 from frenzy_agent.executor import job_dir_name, job_key  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.torch]
-DATA = Path(__file__).parent / "data"
 GPU_TYPE = "H100-80GB"
 EVERY = 5  # checkpoint interval, steps
 
 
 @pytest.fixture(scope="module")
-def cluster(kafka_bootstrap, tmp_path_factory):
-    os.environ["KAFKA_BOOTSTRAP"] = kafka_bootstrap
-    local = start_cluster(DATA / "cluster_elastic.yaml", free_port(), tmp_path_factory.mktemp("frenzy"),
-                          "has", namespace=f"elastic{int(time.time())}",
-                          extra_env={"FRENZY_NODE_TIMEOUT_S": "4", "FRENZY_CHECKPOINT_GRACE_S": "30"})
-    yield local
-    local.stop()
+def cluster(local_cluster):
+    return local_cluster(f"elastic{int(time.time())}", "cluster_elastic.yaml", time_scale=None,
+                         extra_env={"FRENZY_NODE_TIMEOUT_S": "4", "FRENZY_CHECKPOINT_GRACE_S": "30"})
 
 
 def spec(name: str, steps: int) -> types_pb2.JobSpec:
@@ -57,7 +50,7 @@ def _wait(client: FrenzyClient, job_id: str, until, timeout_s: float = 240) -> t
         seen.append(job)
         if until(job):
             return job, seen
-        if job.state in (types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED):
+        if job.state in TERMINAL:
             break
     raise AssertionError(f"job {job_id} ended or timed out first: {seen[-1] if seen else None}")
 

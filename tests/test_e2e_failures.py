@@ -8,33 +8,24 @@ import os
 import signal
 import sys
 import time
-from pathlib import Path
 
 import grpc
 import pytest
 
 from frenzy import topics
-from frenzy.broker import free_port
 from frenzy.client import FrenzyClient
-from frenzy.localcluster import start_cluster
+from frenzy.jobstates import TERMINAL
 from frenzy.security.signing import pipeline_headers
 from frenzy.v1 import types_pb2
 
 pytestmark = pytest.mark.e2e
-DATA = Path(__file__).parent / "data"
-TERMINAL = {types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED}
 
 
 @pytest.fixture(scope="module")
-def cluster(kafka_bootstrap, tmp_path_factory):
-    os.environ["KAFKA_BOOTSTRAP"] = kafka_bootstrap
-    local = start_cluster(DATA / "cluster_failover.yaml", free_port(),
-                          tmp_path_factory.mktemp("frenzy"), "has",
-                          extra_env={"FRENZY_NODE_TIMEOUT_S": "3", "FRENZY_TIME_SCALE": "0.01",
-                                     "FRENZY_PLAN_TIMEOUT_S": "20", "FRENZY_LAUNCH_TIMEOUT_S": "20"},
-                          namespace="failures")
-    yield local
-    local.stop()
+def cluster(local_cluster):
+    return local_cluster("failures", "cluster_failover.yaml",
+                         extra_env={"FRENZY_NODE_TIMEOUT_S": "3", "FRENZY_PLAN_TIMEOUT_S": "20",
+                                    "FRENZY_LAUNCH_TIMEOUT_S": "20"})
 
 
 def spec(name: str, entrypoint: list[str]) -> types_pb2.JobSpec:

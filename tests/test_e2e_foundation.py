@@ -15,15 +15,12 @@ import pytest
 
 from frenzy import topics
 from frenzy.client import FrenzyClient
-from frenzy.localcluster import start_cluster
-from frenzy.broker import free_port
+from frenzy.jobstates import TERMINAL
 from frenzy.security.signing import pipeline_headers
 from frenzy.v1 import types_pb2
 from frenzy_agent.executor import job_dir_name
 
 pytestmark = pytest.mark.e2e
-DATA = Path(__file__).parent / "data"
-TERMINAL = {types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED}
 
 
 def small_spec(name: str = "e2e", model: str = "gpt2", entrypoint: list[str] | None = None) -> types_pb2.JobSpec:
@@ -33,13 +30,8 @@ def small_spec(name: str = "e2e", model: str = "gpt2", entrypoint: list[str] | N
 
 
 @pytest.fixture(scope="module")
-def cluster(kafka_bootstrap, tmp_path_factory):
-    os.environ["KAFKA_BOOTSTRAP"] = kafka_bootstrap
-    workdir = tmp_path_factory.mktemp("frenzy")
-    local = start_cluster(DATA / "cluster_small.yaml", free_port(), workdir, "has",
-                          extra_env={"FRENZY_TIME_SCALE": "0.01"}, namespace="foundation")
-    yield local
-    local.stop()
+def cluster(local_cluster):
+    return local_cluster("foundation")
 
 
 @pytest.fixture()
@@ -185,7 +177,7 @@ def test_invalid_spec_is_invalid_argument_naming_the_field(client, spec, field):
 
 
 def _cli(cluster, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "frenzy.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "frenzy.tools.cli", *args], capture_output=True, text=True,
                           env={**os.environ, "FRENZY_ADDR": cluster.grpc_address}, timeout=60)
 
 

@@ -2,23 +2,17 @@
 gRPC requests and random or mutated records on every topic a service consumes."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-from frenzy.broker import free_port
-from frenzy.localcluster import start_cluster
-from frenzy.security.fuzz import run_fuzz
+from frenzy.tools.fuzz import run_fuzz
 
 pytestmark = pytest.mark.e2e
-DATA = Path(__file__).parent / "data"
 
 
-def test_fuzzed_requests_and_records_break_nothing(kafka_bootstrap, tmp_path):
-    os.environ["KAFKA_BOOTSTRAP"] = kafka_bootstrap
-    cluster = start_cluster(DATA / "cluster_small.yaml", free_port(), tmp_path, "has",
-                            extra_env={"FRENZY_TIME_SCALE": "0.01"}, namespace="fuzz")
+def test_fuzzed_requests_and_records_break_nothing(local_cluster):
+    cluster = local_cluster("fuzz")
     try:
         report = run_fuzz(cluster, grpc_requests=300, records_per_topic=30, seed=11)
     finally:

@@ -11,15 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from frenzy.broker import free_port
 from frenzy.client import FrenzyClient
-from frenzy.localcluster import start_cluster
+from frenzy.jobstates import TERMINAL
 from frenzy.v1 import types_pb2
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parent.parent
 PIPELINES = ROOT / "examples" / "pipelines"
-DATA = Path(__file__).parent / "data"
 NAMESPACE = "pipelines"
 SPEC = """\
 name: {name}
@@ -29,12 +27,8 @@ training: {{seq_len: 1024, global_batch_size: 8, tokens: 20000000}}
 
 
 @pytest.fixture(scope="module")
-def cluster(kafka_bootstrap, tmp_path_factory):
-    os.environ["KAFKA_BOOTSTRAP"] = kafka_bootstrap
-    local = start_cluster(DATA / "cluster_small.yaml", free_port(), tmp_path_factory.mktemp("frenzy"),
-                          "has", extra_env={"FRENZY_TIME_SCALE": "0.01"}, namespace=NAMESPACE)
-    yield local
-    local.stop()
+def cluster(local_cluster):
+    return local_cluster(NAMESPACE)
 
 
 def run_example(script: str, *args: str, cluster, timeout_s: float = 90) -> subprocess.CompletedProcess:
@@ -57,7 +51,7 @@ def test_a_job_produced_onto_kafka_by_a_plain_producer_succeeds(cluster, tmp_pat
         while time.monotonic() < deadline:
             try:
                 job = client.get("pipeline-kafka-1")
-                if job.state in (types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED):
+                if job.state in TERMINAL:
                     break
             except Exception:  # not known until the orchestrator has read the record
                 pass

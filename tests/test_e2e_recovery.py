@@ -5,37 +5,28 @@ ended while they were down."""
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 
 from frenzy import events, topics
-from frenzy.broker import free_port
 from frenzy.client import FrenzyClient
-from frenzy.localcluster import start_cluster
+from frenzy.jobstates import TERMINAL
 from frenzy.v1 import events_pb2, types_pb2
 
 pytestmark = pytest.mark.e2e
-DATA = Path(__file__).parent / "data"
-TERMINAL = {types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED}
 JOBS = 20  # on 12 GPUs: some run and some wait when the orchestrator dies
 
 
 @pytest.fixture(scope="module")
-def cluster(kafka_bootstrap, tmp_path_factory):
-    os.environ["KAFKA_BOOTSTRAP"] = kafka_bootstrap
-    local = start_cluster(DATA / "cluster_small.yaml", free_port(), tmp_path_factory.mktemp("frenzy"),
-                          "has", extra_env={"FRENZY_NODE_TIMEOUT_S": "15"},
-                          namespace=f"recovery{int(time.time())}")
-    yield local
-    local.stop()
+def cluster(local_cluster):
+    return local_cluster(f"recovery{int(time.time())}", time_scale=None,
+                         extra_env={"FRENZY_NODE_TIMEOUT_S": "15"})
 
 
 def spec(i: int) -> types_pb2.JobSpec:

@@ -10,23 +10,19 @@ import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import grpc
 import pytest
 
 from frenzy import events, topics
-from frenzy.broker import free_port
 from frenzy.client import FrenzyClient
-from frenzy.localcluster import start_cluster
+from frenzy.jobstates import HOLDING, TERMINAL
 from frenzy.security import signing
 from frenzy.security.guards import load_or_create_orchestrator_key
 from frenzy.security.store import SecurityStore, TenantPolicy
 from frenzy.v1 import events_pb2, services_pb2, types_pb2
 
 pytestmark = pytest.mark.e2e
-DATA = Path(__file__).parent / "data"
-TERMINAL = {types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED}
 
 
 def spec(name: str = "sec", entrypoint: list[str] | None = None, **kw) -> types_pb2.JobSpec:
@@ -36,12 +32,8 @@ def spec(name: str = "sec", entrypoint: list[str] | None = None, **kw) -> types_
 
 
 @pytest.fixture(scope="module")
-def cluster(kafka_bootstrap, tmp_path_factory):
-    os.environ["KAFKA_BOOTSTRAP"] = kafka_bootstrap
-    local = start_cluster(DATA / "cluster_small.yaml", free_port(), tmp_path_factory.mktemp("frenzy"),
-                          "has", extra_env={"FRENZY_TIME_SCALE": "0.01"}, namespace="security")
-    yield local
-    local.stop()
+def cluster(local_cluster):
+    return local_cluster("security")
 
 
 @pytest.fixture(scope="module")
@@ -150,11 +142,11 @@ def test_a_missing_or_wrong_token_is_unauthenticated_in_the_client_and_the_cli(c
     channel.close()
     env = {**os.environ, "FRENZY_ADDR": cluster.grpc_address, "FRENZY_TOKEN": "wrong.token"}
     for args in (["status"], ["nodes"], ["cluster"], ["cancel", "x"]):
-        out = subprocess.run([sys.executable, "-m", "frenzy.cli", *args], capture_output=True,
+        out = subprocess.run([sys.executable, "-m", "frenzy.tools.cli", *args], capture_output=True,
                              text=True, env=env, timeout=60)
         assert out.returncode != 0 and "not authenticated" in out.stderr, (args, out.stderr)
     env.pop("FRENZY_TOKEN")  # the CLI finds the cluster's own config by its address
-    out = subprocess.run([sys.executable, "-m", "frenzy.cli", "nodes", "--json"], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "frenzy.tools.cli", "nodes", "--json"], capture_output=True,
                          text=True, env=env, timeout=60)
     assert out.returncode == 0, out.stderr
 
@@ -365,14 +357,14 @@ def test_the_scheduler_keeps_a_tenant_within_its_gpu_quota(cluster, store):
         time.sleep(2.0)  # free GPUs abound; only the quota keeps it waiting
         assert g.get(second).state == types_pb2.QUEUED
         g.cancel(first)
-        wait_state(g, second, {types_pb2.RUNNING, types_pb2.LAUNCHING, types_pb2.PLACED})
+        wait_state(g, second, HOLDING)
         g.cancel(second)
 
 
 def test_token_create_list_and_revoke_through_the_cli(cluster):
     def cli(*args: str, token: str = "") -> subprocess.CompletedProcess:
         env = {**os.environ, "FRENZY_ADDR": cluster.grpc_address, "FRENZY_TOKEN": token}
-        return subprocess.run([sys.executable, "-m", "frenzy.cli", *args], capture_output=True,
+        return subprocess.run([sys.executable, "-m", "frenzy.tools.cli", *args], capture_output=True,
                               text=True, env=env, timeout=60)
 
     security = ["--security-dir", str(cluster.security.directory)]

@@ -4,7 +4,6 @@ flows back through Kafka to the orchestrator and WatchJob."""
 from __future__ import annotations
 
 import json
-import os
 import socket
 import sys
 import time
@@ -15,26 +14,18 @@ import pytest
 pytest.importorskip("torch")
 psutil = pytest.importorskip("psutil")
 
-from frenzy.broker import free_port  # noqa: E402
 from frenzy.client import FrenzyClient  # noqa: E402
-from frenzy.localcluster import start_cluster  # noqa: E402
 from frenzy.v1 import types_pb2  # noqa: E402
 from frenzy_agent.executor import job_dir_name  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.torch]
-DATA = Path(__file__).parent / "data"
-TERMINAL = {types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED}
 GPU_TYPE = "H100-80GB"  # the node type in cluster_trainer.yaml
 STEPS, SEQ_LEN, GLOBAL_BATCH = 30, 64, 16
 
 
 @pytest.fixture(scope="module")
-def cluster(kafka_bootstrap, tmp_path_factory):
-    os.environ["KAFKA_BOOTSTRAP"] = kafka_bootstrap
-    local = start_cluster(DATA / "cluster_trainer.yaml", free_port(), tmp_path_factory.mktemp("frenzy"),
-                          "has", namespace=f"trainer{int(time.time())}")
-    yield local
-    local.stop()
+def cluster(local_cluster):
+    return local_cluster(f"trainer{int(time.time())}", "cluster_trainer.yaml", time_scale=None)
 
 
 def ddp_spec() -> types_pb2.JobSpec:

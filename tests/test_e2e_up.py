@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from frenzy.broker import free_port
 from frenzy.client import FrenzyClient
+from frenzy.jobstates import TERMINAL
+from frenzy.ports import free_port
 from frenzy.v1 import types_pb2
 
 pytestmark = pytest.mark.e2e
 DATA = Path(__file__).parent / "data"
-TERMINAL = {types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED}
 
 
 class Up:
@@ -30,7 +30,7 @@ class Up:
         env.update(FRENZY_NODE_TIMEOUT_S="5", PYTHONUNBUFFERED="1")
         self.log = open(workdir.parent / f"{workdir.name}-up-{self.port}.log", "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "frenzy.cli", "up", "--cluster", str(DATA / "cluster_failover.yaml"),
+            [sys.executable, "-m", "frenzy.tools.cli", "up", "--cluster", str(DATA / "cluster_failover.yaml"),
              "--workdir", str(workdir), "--grpc-port", str(self.port), *flags],
             stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         self.address = f"127.0.0.1:{self.port}"
@@ -51,7 +51,7 @@ class Up:
         return json.loads((self.workdir / "cluster.json").read_text())
 
     def nodes_json(self) -> list[dict]:
-        out = subprocess.run([sys.executable, "-m", "frenzy.cli", "nodes", "--json"], capture_output=True,
+        out = subprocess.run([sys.executable, "-m", "frenzy.tools.cli", "nodes", "--json"], capture_output=True,
                              text=True, env={**os.environ, "FRENZY_ADDR": self.address}, timeout=60)
         assert out.returncode == 0, out.stderr
         return json.loads(out.stdout)
@@ -108,7 +108,7 @@ def test_supervised_cluster_survives_an_agent_kill_refuses_a_second_up_and_dies_
     try:
         up.wait_ready()
         # A second cluster in the same workdir is refused while the first runs.
-        second = subprocess.run([sys.executable, "-m", "frenzy.cli", "up", "--ephemeral", "--workdir",
+        second = subprocess.run([sys.executable, "-m", "frenzy.tools.cli", "up", "--ephemeral", "--workdir",
                                  str(up.workdir), "--grpc-port", str(free_port())],
                                 capture_output=True, text=True, timeout=60)
         assert second.returncode == 2 and "in use" in second.stderr, second.stderr

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from frenzy import topics
-from frenzy.broker import free_port
 from frenzy.bus import Bus, partition_for_key
 from frenzy.config import BusSettings
+from frenzy.ports import free_port
 from frenzy.v1 import events_pb2, types_pb2
 from test_error_recorder import status as status_event
 
@@ -224,16 +224,12 @@ def test_table_comes_back_from_its_changelog_after_sigkill(recorder):
     assert recorder.stop(signal.SIGTERM) == 0
 
 
-def test_local_cluster_records_a_real_jobs_error(kafka_bootstrap, tmp_path, monkeypatch):
+def test_local_cluster_records_a_real_jobs_error(kafka_bootstrap, local_cluster, tmp_path):
     """start_cluster runs the recorder beside the services; a real job's measured peak lands in
     the table, and the recorder exits cleanly with the cluster."""
     from frenzy.client import FrenzyClient
-    from frenzy.localcluster import start_cluster
 
-    monkeypatch.setenv("KAFKA_BOOTSTRAP", kafka_bootstrap)
-    cluster = start_cluster(Path(__file__).parent / "data" / "cluster_small.yaml", free_port(),
-                            tmp_path, "has", extra_env={"FRENZY_TIME_SCALE": "0.01"},
-                            namespace=f"errclu{uuid.uuid4().hex[:8]}")
+    cluster = local_cluster(f"errclu{uuid.uuid4().hex[:8]}", workdir=tmp_path)
     try:
         view = Recorder(kafka_bootstrap, tmp_path)
         view.port, view.proc, view.log_path = (cluster.errors_port, cluster.processes["errors"],

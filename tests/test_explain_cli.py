@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from frenzy.cli_explain import decision_table, explanation, options_table
+from frenzy.tools.cli_explain import decision_table, explanation, options_table
 from frenzy.v1 import types_pb2
 
 GIB = 1024**3

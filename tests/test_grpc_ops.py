@@ -9,8 +9,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from frenzy.broker import free_port
 from frenzy.grpc_ops import enable_health_and_reflection
+from frenzy.ports import free_port
 from frenzy.runtime import serve_health
 
 SERVING = health_pb2.HealthCheckResponse.SERVING

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from frenzy.broker import free_port
+from frenzy.ports import free_port
 from frenzy_orchestrator.api import start_grpc
 
 

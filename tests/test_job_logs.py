@@ -6,17 +6,14 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from hypothesis import given, strategies as st
 
 import frenzy
-from frenzy.broker import free_port
 from frenzy.joblogs import LineSplitter, LogCursor, chunk_spans
 from frenzy.v1 import types_pb2
 
-DATA = Path(__file__).parent / "data"
 # Two ranks, each printing numbered lines with pauses, so -f sees them arrive while the job runs.
 PRINTER = "for i in 1 2 3 4 5 6; do echo \"rank $RANK line $i\"; sleep 0.3; done; printf 'no newline'"
 SPEC = {"name": "talker", "model": "gpt2", "entrypoint": ["/bin/sh", "-c", PRINTER],
@@ -51,18 +48,12 @@ def test_lines_are_whole_per_rank_and_the_last_partial_line_is_flushed():
 
 
 @pytest.fixture(scope="module")
-def cluster(kafka_bootstrap, tmp_path_factory):
-    from frenzy.localcluster import start_cluster
-
-    os.environ["KAFKA_BOOTSTRAP"] = kafka_bootstrap
-    local = start_cluster(DATA / "cluster_small.yaml", free_port(), tmp_path_factory.mktemp("frenzy"),
-                          "has", extra_env={"FRENZY_TIME_SCALE": "0.01"}, namespace="logs")
-    yield local
-    local.stop()
+def cluster(local_cluster):
+    return local_cluster("logs")
 
 
 def frenzy_cli(cluster, *args: str, timeout_s: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "frenzy.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "frenzy.tools.cli", *args], capture_output=True, text=True,
                           timeout=timeout_s, env={**os.environ, "FRENZY_ADDR": cluster.grpc_address})
 
 

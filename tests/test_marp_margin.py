@@ -82,7 +82,7 @@ def test_planning_applies_the_margin_of_the_specs_framework_family_and_gpu_type(
 
 
 def test_cluster_view_reports_the_margins_placed_jobs_run_with():
-    from frenzy.cli_jobs import margins_in_use
+    from frenzy.tools.cli_jobs import margins_in_use
     from frenzy.v1 import types_pb2
 
     def job(state, gpu, margin):

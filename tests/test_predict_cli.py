@@ -6,7 +6,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from frenzy.cli import cli
+from frenzy.tools.cli import cli
 
 BASE = ["predict", "--model", "tiny-gpt2", "--seq-len", "256", "--global-batch", "8"]
 FIXED = BASE + ["--gpu-type", "A100-80GB", "--dp", "2", "--micro-batch", "4"]

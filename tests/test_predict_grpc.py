@@ -5,11 +5,11 @@ import asyncio
 
 import grpc
 
-from frenzy.broker import free_port
 from frenzy.catalog.models import model_catalog
 from frenzy.convert import plan_from_proto
 from frenzy.domain import Recipe
 from frenzy.jobspec import JobSpecModel
+from frenzy.ports import free_port
 from frenzy.v1 import services_pb2, services_pb2_grpc
 from frenzy_orchestrator.api import PredictorApi
 from frenzy_predictor.memory import estimate_memory

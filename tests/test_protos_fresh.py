@@ -1,7 +1,7 @@
 """Fails when frenzy/v1 is stale against protos/ (run `make proto`)."""
 from pathlib import Path
 
-from frenzy.protogen import ROOT, generate
+from frenzy.tools.protogen import ROOT, generate
 
 
 def test_generated_code_matches_protos(tmp_path: Path) -> None:

@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from frenzy_scheduler.clusterfile import (build_cluster, groups_from_alibaba_csv, load_cluster_file,
-                                          parse_cluster, scale_groups)
+from frenzy.clusterfile import groups_from_alibaba_csv, load_cluster_file, parse_cluster, scale_groups
+from frenzy_scheduler.clusterfile import build_cluster
 from frenzy_scheduler.core import ClusterView, NodeState
 from frenzy_scheduler.placement import FreeIndex
 

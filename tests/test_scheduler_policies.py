@@ -5,9 +5,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from frenzy.domain import ParallelPlan, PlanOption
+from frenzy.placement_check import NodeFacts, placement_problem
 from frenzy_scheduler.core import ClusterView, NodeState, QueuedJob, RunningJob
 from frenzy_scheduler.policies import get_policy, policy_names
-from frenzy.placement_check import NodeFacts, placement_problem
 from frenzy_scheduler.policies.frenzy import FrenzyNarrowPolicy, FrenzyPolicy
 from frenzy_scheduler.policies.has import HasConfig, HasPolicy
 
@@ -196,3 +196,16 @@ def test_has_decisions_do_not_depend_on_what_it_cached_before(first, second, end
                               0.0, end_s) for n, s in cluster.nodes.items() if s.num_free < s.total_gpus]
         assert warm.schedule(queue, cluster, 200.0, running) == \
             HasPolicy(config).schedule(queue, cluster, 200.0, running)
+
+
+def test_frenzy_up_asks_the_scheduler_for_its_policies_and_names_the_option_it_rejects():
+    """`frenzy up` imports no scheduler code (tests/test_layering.py): it asks
+    `python -m frenzy_scheduler.policies`, which must answer with the registry."""
+    from click.testing import CliRunner
+
+    from frenzy.tools.localcluster import scheduler_policy_names, up_command
+
+    assert scheduler_policy_names() == policy_names()
+    result = CliRunner().invoke(up_command, ["--policy", "no-such-policy"])
+    assert result.exit_code == 2
+    assert "--policy" in result.output and "unknown policy 'no-such-policy'" in result.output

@@ -2,23 +2,19 @@
 records it writes, without a cluster; then every call against a real one."""
 from __future__ import annotations
 
-import os
 import time
 from concurrent import futures
-from pathlib import Path
 
 import grpc
 import pytest
 
 import frenzy
 from frenzy import events
-from frenzy.broker import free_port
 from frenzy.client import to_spec
 from frenzy.jobspec import SpecError
 from frenzy.pipeline import job_submitted_record, produce_job
 from frenzy.v1 import services_pb2_grpc, types_pb2
 
-DATA = Path(__file__).parent / "data"
 SPEC = {"name": "sdk", "model": "gpt2",
         "training": {"seq_len": 1024, "global_batch_size": 8, "tokens": 20_000_000}}
 SPEC_YAML = "name: sdk\nmodel: gpt2\ntraining: {seq_len: 1024, global_batch_size: 8, tokens: 20000000}\n"
@@ -87,14 +83,8 @@ def test_the_token_travels_as_bearer_metadata(monkeypatch, token, env_token, exp
 
 
 @pytest.fixture(scope="module")
-def cluster(kafka_bootstrap, tmp_path_factory):
-    from frenzy.localcluster import start_cluster
-
-    os.environ["KAFKA_BOOTSTRAP"] = kafka_bootstrap
-    local = start_cluster(DATA / "cluster_small.yaml", free_port(), tmp_path_factory.mktemp("frenzy"),
-                          "has", extra_env={"FRENZY_TIME_SCALE": "0.01"}, namespace="sdk")
-    yield local
-    local.stop()
+def cluster(local_cluster):
+    return local_cluster("sdk")
 
 
 @pytest.mark.e2e

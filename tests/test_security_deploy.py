@@ -6,7 +6,7 @@ from pathlib import Path
 import yaml
 from click.testing import CliRunner
 
-from frenzy.security.cli_token import security
+from frenzy.tools.cli_token import security
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVICES = yaml.safe_load((ROOT / "deploy" / "compose" / "compose.yaml").read_text())["services"]

@@ -5,7 +5,7 @@ import json
 
 from click.testing import CliRunner
 
-from frenzy.cli import cli
+from frenzy.tools.cli import cli
 from frenzy_scheduler.cli_simulate import REQUIRED_KEYS
 
 TRACE = "tests/data/trace_philly_150.csv"

@@ -8,7 +8,7 @@ import re
 
 from click.testing import CliRunner
 
-from frenzy.cli import cli
+from frenzy.tools.cli import cli
 from frenzy_scheduler import plots
 
 TRACE = "tests/data/trace_philly_150.csv"

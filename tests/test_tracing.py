@@ -2,22 +2,18 @@
 job, exported over OTLP/HTTP to a real receiver (the OpenTelemetry protobuf, decoded here)."""
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections import defaultdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 import frenzy
 from frenzy import tracing
-from frenzy.broker import free_port
 from frenzy.v1 import types_pb2
 
-DATA = Path(__file__).parent / "data"
 
 
 def test_without_a_span_nothing_is_added_to_records_or_metadata():
@@ -61,16 +57,9 @@ def collector():
 
 
 @pytest.fixture(scope="module")
-def cluster(kafka_bootstrap, tmp_path_factory, collector):
-    from frenzy.localcluster import start_cluster
-
-    os.environ["KAFKA_BOOTSTRAP"] = kafka_bootstrap
-    local = start_cluster(DATA / "cluster_small.yaml", free_port(), tmp_path_factory.mktemp("frenzy"),
-                          "has", namespace="tracing",
-                          extra_env={"FRENZY_TIME_SCALE": "0.01", "FRENZY_OTLP_ENDPOINT": collector,
-                                     "OTEL_BSP_SCHEDULE_DELAY": "200"})
-    yield local
-    local.stop()
+def cluster(local_cluster, collector):
+    return local_cluster("tracing", extra_env={"FRENZY_OTLP_ENDPOINT": collector,
+                                               "OTEL_BSP_SCHEDULE_DELAY": "200"})
 
 
 @pytest.mark.e2e

@@ -14,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from frenzy.broker import free_port  # noqa: E402
+from frenzy.ports import free_port  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

@@ -10,11 +10,10 @@ import os
 import sys
 from typing import Iterable
 
+from frenzy.jobstates import HOLDING, WAITING
 from frenzy.security.store import Identity, TenantPolicy
 from frenzy.v1 import services_pb2, types_pb2
 
-ACTIVE_STATES = (types_pb2.PLACED, types_pb2.LAUNCHING, types_pb2.RUNNING)
-WAITING_STATES = (types_pb2.SUBMITTED, types_pb2.PLANNED, types_pb2.QUEUED)
 # The reference trainer and the synthetic workload: what an empty entrypoint runs, and the
 # trainer given explicitly (examples/jobs/*.yaml).
 BUILTIN_MODULES = ("frenzy_trainer", "frenzy_agent.workload")
@@ -50,13 +49,13 @@ def scoped_summary(who: Identity, summary: services_pb2.ClusterSummary,
         return summary
     mine = [j for j in jobs if j.tenant == who.tenant]
     for s in summary.gpu_types:
-        s.running_jobs = sum(1 for j in mine if j.state in ACTIVE_STATES and j.option.gpu_type == s.gpu_type)
+        s.running_jobs = sum(1 for j in mine if j.state in HOLDING and j.option.gpu_type == s.gpu_type)
         s.queued_jobs = sum(1 for j in mine if j.state == types_pb2.QUEUED)
     return summary
 
 
 def gpus_in_use(tenant: str, jobs: Iterable[types_pb2.Job]) -> int:
-    return sum(j.option.num_gpus for j in jobs if j.tenant == tenant and j.state in ACTIVE_STATES)
+    return sum(j.option.num_gpus for j in jobs if j.tenant == tenant and j.state in HOLDING)
 
 
 def quota_problem(tenant: str, policy: TenantPolicy, spec: types_pb2.JobSpec,
@@ -64,7 +63,7 @@ def quota_problem(tenant: str, policy: TenantPolicy, spec: types_pb2.JobSpec,
     """Why a new job of this tenant is refused at submission, or ""."""
     jobs = list(jobs)
     if policy.max_queued_jobs:
-        waiting = sum(1 for j in jobs if j.tenant == tenant and j.state in WAITING_STATES)
+        waiting = sum(1 for j in jobs if j.tenant == tenant and j.state in WAITING)
         if waiting >= policy.max_queued_jobs:
             return (f"quota: tenant {tenant!r} has {waiting} queued jobs, the most it may have "
                     f"is {policy.max_queued_jobs}")

@@ -19,8 +19,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from frenzy import jobvars
 from frenzy.convert import plan_json
-from frenzy.outcomes import STATUS_FILE_ENV, read_status
+from frenzy.outcomes import read_status
 from frenzy.security.jobenv import clean_environment
 from frenzy.security.limits import check_job_id
 from frenzy.v1 import events_pb2
@@ -30,7 +31,7 @@ MODEL_CONFIG_FILE = "model_config.json"
 # `trap : USR1`: the checkpoint-now signal goes to the whole process group; the wrapper must
 # outlive it (else the agent sees the job gone before the trainer saved). A caught signal is
 # reset to its default in the program `sh` runs, so the trainer installs its own handler.
-_RECORD_EXIT = 'trap : USR1; "$@"; rc=$?; echo $rc > "$FRENZY_EXIT_FILE"; exit $rc'
+_RECORD_EXIT = f'trap : USR1; "$@"; rc=$?; echo $rc > "${jobvars.EXIT_FILE}"; exit $rc'
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
@@ -109,29 +110,29 @@ def job_environment(launch: events_pb2.LaunchJob, local_rank: int, workdir: Path
         "GROUP_RANK": str(launch.node_rank),
         "MASTER_ADDR": launch.master_addr,
         "MASTER_PORT": str(launch.master_port),
-        "FRENZY_PLAN": json.dumps(plan_json(option.plan)),
-        "FRENZY_JOB_ID": launch.job_id,
-        "FRENZY_ATTEMPT": str(launch.attempt),
-        "FRENZY_GPU_TYPE": option.gpu_type,
+        jobvars.PLAN: json.dumps(plan_json(option.plan)),
+        jobvars.JOB_ID: launch.job_id,
+        jobvars.ATTEMPT: str(launch.attempt),
+        jobvars.GPU_TYPE: option.gpu_type,
         # An inline config.json is written into the job's directory (see launch).
-        "FRENZY_MODEL": str(workdir / MODEL_CONFIG_FILE) if spec.model_config_json else spec.model,
-        "FRENZY_SEQ_LEN": str(spec.training.seq_len),
-        "FRENZY_GLOBAL_BATCH": str(spec.training.global_batch_size),
-        "FRENZY_STEPS": str(steps),
-        "FRENZY_PRECISION": spec.training.precision or "bf16",
-        "FRENZY_OPTIMIZER": spec.training.optimizer or "adamw",
-        "FRENZY_GRAD_DTYPE": spec.training.grad_dtype or "fp32",
-        "FRENZY_ATTENTION": spec.training.attention or "flash",
-        "FRENZY_DROPOUT": str(spec.training.dropout),
-        "FRENZY_TOKENS_PER_STEP": str(tokens_per_step),
-        "FRENZY_PREDICTED_DURATION_S": str(option.duration_s),
+        jobvars.MODEL: str(workdir / MODEL_CONFIG_FILE) if spec.model_config_json else spec.model,
+        jobvars.SEQ_LEN: str(spec.training.seq_len),
+        jobvars.GLOBAL_BATCH: str(spec.training.global_batch_size),
+        jobvars.STEPS: str(steps),
+        jobvars.PRECISION: spec.training.precision or "bf16",
+        jobvars.OPTIMIZER: spec.training.optimizer or "adamw",
+        jobvars.GRAD_DTYPE: spec.training.grad_dtype or "fp32",
+        jobvars.ATTENTION: spec.training.attention or "flash",
+        jobvars.DROPOUT: str(spec.training.dropout),
+        jobvars.TOKENS_PER_STEP: str(tokens_per_step),
+        jobvars.PREDICTED_DURATION_S: str(option.duration_s),
         # What max_memory_allocated should reach: the allocated peak (the synthetic workload
         # reports it as its measurement; options from before the three peaks carry only one).
-        "FRENZY_PREDICTED_PEAK_BYTES": str(option.peak_allocated_bytes or option.peak_bytes_per_gpu),
-        "FRENZY_TIME_SCALE": str(time_scale),
-        "FRENZY_PROGRESS_FILE": str(workdir / "progress.jsonl"),
-        "FRENZY_EXIT_FILE": str(workdir / f"exit.{local_rank}"),
-        STATUS_FILE_ENV: str(workdir / f"status.{local_rank}.json"),
+        jobvars.PREDICTED_PEAK_BYTES: str(option.peak_allocated_bytes or option.peak_bytes_per_gpu),
+        jobvars.TIME_SCALE: str(time_scale),
+        jobvars.PROGRESS_FILE: str(workdir / "progress.jsonl"),
+        jobvars.EXIT_FILE: str(workdir / f"exit.{local_rank}"),
+        jobvars.STATUS_FILE: str(workdir / f"status.{local_rank}.json"),
         "PYTHONUNBUFFERED": "1",
         **checkpoint_environment(launch, checkpoint_root or workdir.parent / "checkpoints"),
     }
@@ -142,15 +143,15 @@ def checkpoint_environment(launch: events_pb2.LaunchJob, root: Path) -> dict[str
     new attempt finds the last one) and the spec's checkpoint policy (docs/trainer.md)."""
     t = launch.spec.training
     uri = launch.checkpoint_uri or t.checkpoint_uri or str((root / job_key(launch.job_id)).resolve())
-    env = {"FRENZY_CHECKPOINT_URI": uri, "FRENZY_RESUME_FROM_STEP": str(launch.resume_from_step)}
+    env = {jobvars.CHECKPOINT_URI: uri, jobvars.RESUME_FROM_STEP: str(launch.resume_from_step)}
     if t.checkpoint_every_steps:
-        env["FRENZY_CHECKPOINT_EVERY_STEPS"] = str(t.checkpoint_every_steps)
+        env[jobvars.CHECKPOINT_EVERY_STEPS] = str(t.checkpoint_every_steps)
     if t.checkpoint_every_s:
-        env["FRENZY_CHECKPOINT_EVERY_S"] = str(t.checkpoint_every_s)
+        env[jobvars.CHECKPOINT_EVERY_S] = str(t.checkpoint_every_s)
     if t.checkpoint_keep:
-        env["FRENZY_CHECKPOINT_KEEP"] = str(t.checkpoint_keep)
+        env[jobvars.CHECKPOINT_KEEP] = str(t.checkpoint_keep)
     if t.keep_checkpoints:
-        env["FRENZY_KEEP_CHECKPOINTS"] = "1"
+        env[jobvars.KEEP_CHECKPOINTS] = "1"
     return env
 
 

@@ -12,15 +12,17 @@ import signal
 import sys
 import time
 
+from frenzy import jobvars
+
 
 def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    duration_s = float(os.environ.get("FRENZY_PREDICTED_DURATION_S", "1")) * float(
-        os.environ.get("FRENZY_TIME_SCALE", "1"))
-    steps = max(1, int(os.environ.get("FRENZY_STEPS", "20")))
-    tokens_per_step = int(os.environ.get("FRENZY_TOKENS_PER_STEP", "0"))
-    peak_bytes = int(os.environ.get("FRENZY_PREDICTED_PEAK_BYTES", "0"))
-    progress_path = os.environ.get("FRENZY_PROGRESS_FILE", "")
+    duration_s = float(os.environ.get(jobvars.PREDICTED_DURATION_S, "1")) * float(
+        os.environ.get(jobvars.TIME_SCALE, "1"))
+    steps = max(1, int(os.environ.get(jobvars.STEPS, "20")))
+    tokens_per_step = int(os.environ.get(jobvars.TOKENS_PER_STEP, "0"))
+    peak_bytes = int(os.environ.get(jobvars.PREDICTED_PEAK_BYTES, "0"))
+    progress_path = os.environ.get(jobvars.PROGRESS_FILE, "")
     writes_progress = os.environ.get("RANK", "0") == "0" and progress_path
     shown_steps = min(steps, 50)
     started = time.monotonic()

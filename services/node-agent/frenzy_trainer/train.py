@@ -34,8 +34,9 @@ from typing import Any, Mapping, Sequence
 import torch
 import torch.distributed as dist
 
+from frenzy import jobvars
 from frenzy.catalog.models import ModelArch, load_model
-from frenzy.broker import free_port
+from frenzy.ports import free_port
 from frenzy.domain import (ATTENTIONS, GRAD_DTYPES, MAX_SEQ_LEN, OPTIMIZERS, PRECISIONS,
                            ParallelPlan, Recipe)
 from frenzy.outcomes import (EXIT_BAD_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_OOM,
@@ -93,25 +94,25 @@ class DistEnv:
 
 # flag -> (FRENZY_* variable, FRENZY_JOB_SPEC key, default)
 _FIELDS: dict[str, tuple[str, str, Any]] = {
-    "model": ("FRENZY_MODEL", "model", None),
-    "seq_len": ("FRENZY_SEQ_LEN", "seq_len", None),
-    "global_batch": ("FRENZY_GLOBAL_BATCH", "global_batch_size", None),
-    "steps": ("FRENZY_STEPS", "steps", None),
+    "model": (jobvars.MODEL, "model", None),
+    "seq_len": (jobvars.SEQ_LEN, "seq_len", None),
+    "global_batch": (jobvars.GLOBAL_BATCH, "global_batch_size", None),
+    "steps": (jobvars.STEPS, "steps", None),
     "tokens": ("FRENZY_TOKENS", "tokens", None),
-    "precision": ("FRENZY_PRECISION", "precision", "bf16"),
-    "grad_dtype": ("FRENZY_GRAD_DTYPE", "grad_dtype", "fp32"),
-    "optimizer": ("FRENZY_OPTIMIZER", "optimizer", "adamw"),
-    "attention": ("FRENZY_ATTENTION", "attention", "flash"),
-    "dropout": ("FRENZY_DROPOUT", "dropout", 0.0),
+    "precision": (jobvars.PRECISION, "precision", "bf16"),
+    "grad_dtype": (jobvars.GRAD_DTYPE, "grad_dtype", "fp32"),
+    "optimizer": (jobvars.OPTIMIZER, "optimizer", "adamw"),
+    "attention": (jobvars.ATTENTION, "attention", "flash"),
+    "dropout": (jobvars.DROPOUT, "dropout", 0.0),
     "lr": ("FRENZY_LR", "lr", 6e-4),
     "data": ("FRENZY_DATA", "data", "synthetic"),
     "seed": ("FRENZY_SEED", "seed", 1234),
     "log_every": ("FRENZY_LOG_EVERY", "log_every", 1),
-    "checkpoint_uri": ("FRENZY_CHECKPOINT_URI", "checkpoint_uri", ""),
-    "checkpoint_every_steps": ("FRENZY_CHECKPOINT_EVERY_STEPS", "checkpoint_every_steps", 0),
-    "checkpoint_every_s": ("FRENZY_CHECKPOINT_EVERY_S", "checkpoint_every_s", 0.0),
-    "checkpoint_keep": ("FRENZY_CHECKPOINT_KEEP", "checkpoint_keep", DEFAULT_KEEP),
-    "keep_checkpoints": ("FRENZY_KEEP_CHECKPOINTS", "keep_checkpoints", False),
+    "checkpoint_uri": (jobvars.CHECKPOINT_URI, "checkpoint_uri", ""),
+    "checkpoint_every_steps": (jobvars.CHECKPOINT_EVERY_STEPS, "checkpoint_every_steps", 0),
+    "checkpoint_every_s": (jobvars.CHECKPOINT_EVERY_S, "checkpoint_every_s", 0.0),
+    "checkpoint_keep": (jobvars.CHECKPOINT_KEEP, "checkpoint_keep", DEFAULT_KEEP),
+    "keep_checkpoints": (jobvars.KEEP_CHECKPOINTS, "keep_checkpoints", False),
 }
 
 
@@ -220,7 +221,7 @@ def load_config(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[JobCon
     config = JobConfig(str(model), seq_len, global_batch, steps, recipe, lr, str(value("data")),
                        _number("seed", value("seed"), int), max(1, log_every),
                        _checkpoint_policy(value))
-    plan_text = args.get("plan") or environ.get("FRENZY_PLAN") or ""
+    plan_text = args.get("plan") or environ.get(jobvars.PLAN) or ""
     return config, parse_plan(plan_text)
 
 
@@ -471,7 +472,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         limit = int(environ.get("FRENZY_MEMORY_LIMIT_BYTES", "0") or 0)
         timeout_s = float(environ.get("FRENZY_DIST_TIMEOUT_S", "600"))
         _init_distributed(env, device, plan, timeout_s)
-        progress = ProgressWriter(environ.get("FRENZY_PROGRESS_FILE") if env.rank == 0 else None)
+        progress = ProgressWriter(environ.get(jobvars.PROGRESS_FILE) if env.rank == 0 else None)
         with PeakMemory(device, limit) as memory:
             summary = train(config, plan, env, device, progress, memory, preempt)
         progress.write(summary)
@@ -483,19 +484,19 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             # Every rank says so in its own status file (frenzy.outcomes), so no exit code a
             # user program could produce is read as a preemption; exit 0: the save succeeded.
             write_status(PREEMPTED_REASON, f"checkpoint at step {summary['checkpoint_step']}",
-                         environ.get("FRENZY_STATUS_FILE"), summary["checkpoint_step"])
+                         environ.get(jobvars.STATUS_FILE), summary["checkpoint_step"])
         return EXIT_OK
     except Terminated:
         print("frenzy_trainer: SIGTERM, stopping", file=sys.stderr)
         return EXIT_SIGTERM
     except RendezvousError as err:
         print(f"frenzy_trainer: rendezvous failed: {err}", file=sys.stderr)
-        write_status(RENDEZVOUS_REASON, str(err), environ.get("FRENZY_STATUS_FILE"))
+        write_status(RENDEZVOUS_REASON, str(err), environ.get(jobvars.STATUS_FILE))
         return EXIT_RENDEZVOUS
     except (ConfigError, ValueError) as err:
         if _is_oom(err):
             print(f"frenzy_trainer: out of memory: {err}", file=sys.stderr)
-            write_status(OOM_REASON, str(err), environ.get("FRENZY_STATUS_FILE"))
+            write_status(OOM_REASON, str(err), environ.get(jobvars.STATUS_FILE))
             return EXIT_OOM
         print(f"frenzy_trainer: bad configuration: {err}", file=sys.stderr)
         return EXIT_BAD_CONFIG
@@ -506,7 +507,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             return EXIT_SIGTERM
         if _is_oom(err):
             print(f"frenzy_trainer: out of memory: {err}", file=sys.stderr)
-            write_status(OOM_REASON, str(err), environ.get("FRENZY_STATUS_FILE"))
+            write_status(OOM_REASON, str(err), environ.get(jobvars.STATUS_FILE))
             return EXIT_OOM
         traceback.print_exc()
         return EXIT_FAILED

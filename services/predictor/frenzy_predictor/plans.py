@@ -28,7 +28,8 @@ from typing import Iterable, Iterator, Mapping, Sequence
 
 from frenzy.catalog.gpus import GpuType
 from frenzy.catalog.models import ModelArch
-from frenzy.domain import RECOMPUTES, Constraints, ParallelPlan, PlanOption, TrainingSpec
+from frenzy.domain import (OPTIMIZER_MOMENT_BYTES, RECOMPUTES, Constraints, ParallelPlan, PlanOption,
+                           TrainingSpec)
 from frenzy_predictor.cost import CostModel
 from frenzy_predictor.memory import MemoryEstimate, estimate_memory, recipe_profile
 
@@ -85,8 +86,8 @@ class MemoryTable:
         fp32 = recipe.precision == "fp32"
         self._weight_b = 4 if fp32 else 2
         self._grad_b = 4 if fp32 or recipe.grad_dtype == "fp32" else 2
-        # fp32 master copy (none when training in fp32) + moments: 2 for AdamW, 1 for SGD
-        self._optimizer_b = (0 if fp32 else 4) + (8 if recipe.optimizer == "adamw" else 4)
+        # fp32 master copy (none when training in fp32) + the optimizer's moments
+        self._optimizer_b = (0 if fp32 else 4) + OPTIMIZER_MOMENT_BYTES[recipe.optimizer]
         self._params = arch.num_params()
         # routed-expert parameters a rank does not hold under expert parallelism
         self._other_experts = arch.num_layers * arch.expert_layer_params() * (ep - 1) // ep

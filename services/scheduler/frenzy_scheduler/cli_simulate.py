@@ -16,8 +16,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from frenzy.clusterfile import NodeGroup, load_cluster_file
 from frenzy.console import table_console
-from frenzy_scheduler.clusterfile import NodeGroup, build_cluster, load_cluster_file
+from frenzy_scheduler.clusterfile import build_cluster
 from frenzy_scheduler.policies import BASELINES, policy_names
 from frenzy_scheduler.simulator import SimConfig, offered_load, prepare_jobs, run_policy
 from frenzy_scheduler.simulator.trace import load_trace, parse_start

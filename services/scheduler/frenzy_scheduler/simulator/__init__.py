@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Sequence
 
-from frenzy_scheduler.clusterfile import NodeGroup, build_cluster
+from frenzy.clusterfile import NodeGroup
+from frenzy_scheduler.clusterfile import build_cluster
 from frenzy_scheduler.policies import get_policy
 from frenzy_scheduler.simulator.engine import AvailabilityEvent, SimConfig, SimResult, simulate
 from frenzy_scheduler.simulator.metrics import offered_load, scale_arrivals, summarize

@@ -7,23 +7,23 @@ import click
 
 # name -> "module:attribute" of a click.Command. Each service owns the commands for its domain.
 LAZY_COMMANDS: dict[str, str] = {
-    "up": "frenzy.localcluster:up_command",
-    "demo": "frenzy.demo:demo_command",
-    "submit": "frenzy.cli_jobs:submit",
-    "status": "frenzy.cli_jobs:status",
-    "watch": "frenzy.cli_jobs:watch",
-    "cancel": "frenzy.cli_jobs:cancel",
-    "nodes": "frenzy.cli_jobs:nodes",
-    "cluster": "frenzy.cli_jobs:cluster",
-    "explain": "frenzy.cli_explain:explain",
-    "logs": "frenzy.cli_logs:logs",
-    "top": "frenzy.cli_top:top",
+    "up": "frenzy.tools.localcluster:up_command",
+    "demo": "frenzy.tools.demo:demo_command",
+    "submit": "frenzy.tools.cli_jobs:submit",
+    "status": "frenzy.tools.cli_jobs:status",
+    "watch": "frenzy.tools.cli_jobs:watch",
+    "cancel": "frenzy.tools.cli_jobs:cancel",
+    "nodes": "frenzy.tools.cli_jobs:nodes",
+    "cluster": "frenzy.tools.cli_jobs:cluster",
+    "explain": "frenzy.tools.cli_explain:explain",
+    "logs": "frenzy.tools.cli_logs:logs",
+    "top": "frenzy.tools.cli_top:top",
     "predict": "frenzy_predictor.cli_predict:predict",
     "profile": "frenzy_predictor.cli_profile:profile",
     "simulate": "frenzy_scheduler.cli_simulate:simulate",
-    "token": "frenzy.security.cli_token:token",
-    "tenant": "frenzy.security.cli_token:tenant",
-    "security": "frenzy.security.cli_token:security",
+    "token": "frenzy.tools.cli_token:token",
+    "tenant": "frenzy.tools.cli_token:tenant",
+    "security": "frenzy.tools.cli_token:security",
 }
 
 

@@ -18,11 +18,11 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from frenzy.cli_jobs import _client, _fail_rpc
 from frenzy.client import Client
 from frenzy.console import table_console
 from frenzy.convert import describe_plan
 from frenzy.jobstates import HOLDING, TERMINAL, WAITING
+from frenzy.tools.cli_jobs import _client, _fail_rpc
 from frenzy.v1 import services_pb2, types_pb2
 
 STATE = types_pb2.JobState.Name

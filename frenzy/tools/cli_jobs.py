@@ -13,6 +13,7 @@ from frenzy.client import FrenzyClient
 from frenzy.console import table_console
 from frenzy.convert import describe_plan
 from frenzy.jobspec import SpecError, load_spec_file
+from frenzy.jobstates import HOLDING
 from frenzy.v1 import types_pb2
 
 STATE = types_pb2.JobState.Name
@@ -134,10 +135,9 @@ def nodes(as_json: bool) -> None:
 def margins_in_use(jobs: list[types_pb2.Job]) -> dict[str, tuple[float, int]]:
     """Per GPU type, the largest learned memory margin among the placed or running jobs' options
     (MARP's safety factor; 1.0 = none) and how many jobs run with a margin above 1."""
-    active = (types_pb2.PLACED, types_pb2.LAUNCHING, types_pb2.RUNNING)
     out: dict[str, tuple[float, int]] = {}
     for job in jobs:
-        if job.state not in active or not job.option.gpu_type:
+        if job.state not in HOLDING or not job.option.gpu_type:
             continue
         margin = job.option.memory_margin or 1.0
         top, count = out.get(job.option.gpu_type, (1.0, 0))

@@ -15,7 +15,7 @@ from frenzy.client import FrenzyClient
 from frenzy.console import table_console
 from frenzy.convert import describe_plan
 from frenzy.jobstates import TERMINAL
-from frenzy.localcluster import DEFAULT_CLUSTER, WorkdirInUse, start_cluster
+from frenzy.tools.localcluster import DEFAULT_CLUSTER, WorkdirInUse, start_cluster
 from frenzy.v1 import types_pb2
 
 STATE = types_pb2.JobState.Name

@@ -13,15 +13,15 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import sysconfig
-import time
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Callable
+
+from frenzy.ports import free_port, wait_for_port
 
 
 def tansu_binary() -> Path:
@@ -36,23 +36,6 @@ def tansu_version() -> str:
     out = subprocess.run([str(tansu_binary()), "--version"], capture_output=True, text=True,
                          timeout=10)
     return out.stdout.strip() or "tansu (unknown version)"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_for_port(host: str, port: int, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection((host, port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.02)
-    raise TimeoutError(f"nothing listening on {host}:{port} after {timeout_s}s")
 
 
 S3_BUCKET = "tansu"
@@ -98,7 +81,7 @@ class EmbeddedBroker:
     data_dir: Path | None = None
     s3_port: int = 0
     s3_process: subprocess.Popen | None = None
-    guard_port: int = 0  # frenzy.s3guard in front of rclone: Tansu's endpoint
+    guard_port: int = 0  # frenzy.tools.s3guard in front of rclone: Tansu's endpoint
     log_path: Path | None = None
     bound_to_parent: bool = False
     restarts: dict[str, int] = field(default_factory=lambda: {"broker": 0, "s3": 0})
@@ -245,7 +228,7 @@ def start_embedded_broker(port: int = 0, log_path: Path | None = None,
                           bound_to_parent: bool = False) -> EmbeddedBroker:
     """Memory only unless `data_dir` is given. `bound_to_parent`: the broker dies with the
     calling process (see die_with_parent)."""
-    from frenzy.s3guard import serve_in_thread
+    from frenzy.tools.s3guard import serve_in_thread
 
     port = port or free_port()
     s3_port, s3_process, guard_port = 0, None, 0

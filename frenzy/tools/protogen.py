@@ -1,11 +1,11 @@
-"""Generate frenzy/v1/*_pb2*.py from protos/frenzy/v1/*.proto: `make proto` or `python -m frenzy.protogen`."""
+"""Generate frenzy/v1/*_pb2*.py from protos/frenzy/v1/*.proto: `make proto` or `python -m frenzy.tools.protogen`."""
 from __future__ import annotations
 
 import sys
 from importlib import resources
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROTO_DIR = ROOT / "protos"
 
 

@@ -10,8 +10,8 @@ import sys
 import click
 import grpc
 
-from frenzy.cli_jobs import _client, _fail_rpc
 from frenzy.joblogs import LineSplitter
+from frenzy.tools.cli_jobs import _client, _fail_rpc
 
 
 @click.command()

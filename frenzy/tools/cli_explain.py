@@ -17,9 +17,9 @@ import grpc
 from google.protobuf import json_format
 from rich.table import Table
 
-from frenzy.cli_jobs import STATE, _client, _fail_rpc
 from frenzy.console import table_console
 from frenzy.convert import describe_plan
+from frenzy.tools.cli_jobs import STATE, _client, _fail_rpc
 from frenzy.v1 import types_pb2
 
 GIB = 1024**3

@@ -24,13 +24,14 @@ from pathlib import Path
 
 import click
 
-from frenzy.broker import (EmbeddedBroker, die_with_parent, free_port, start_embedded_broker,
-                           wait_for_port)
+from frenzy.clusterfile import load_cluster_file, node_layout
+from frenzy.ports import free_port, wait_for_port
 from frenzy.security.bootstrap import LocalSecurity, prepare_local_security
 from frenzy.security.clientconfig import registry_path
+from frenzy.tools.broker import EmbeddedBroker, die_with_parent, start_embedded_broker
 from frenzy.topics import namespace_prefix
 
-DEFAULT_CLUSTER = Path(__file__).resolve().parent.parent / "deploy" / "clusters" / "local.yaml"
+DEFAULT_CLUSTER = Path(__file__).resolve().parents[2] / "deploy" / "clusters" / "local.yaml"
 BACKOFF_FIRST_S, BACKOFF_MAX_S = 0.5, 30.0
 HEALTHY_AFTER_S = 10.0  # a child that ran this long starts its backoff afresh
 
@@ -270,9 +271,7 @@ def start_cluster(cluster_file: Path = DEFAULT_CLUSTER, grpc_port: int = 50051,
     persistent: the embedded broker keeps its data in workdir/broker (`frenzy up`'s default).
     bound_to_parent: every process dies with the caller, however it ends (`frenzy up`).
     """
-    from frenzy_scheduler.clusterfile import build_cluster, load_cluster_file
-
-    groups = load_cluster_file(cluster_file)
+    nodes = node_layout(load_cluster_file(cluster_file))
     workdir = workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     lock_fd = lock_workdir(workdir)
@@ -283,7 +282,7 @@ def start_cluster(cluster_file: Path = DEFAULT_CLUSTER, grpc_port: int = 50051,
         if bound_to_parent:
             cluster.reaper = subprocess.Popen(
                 [sys.executable, "-c", "import sys; from pathlib import Path; "
-                 "from frenzy.localcluster import reap_after_parent; reap_after_parent(Path(sys.argv[1]))",
+                 "from frenzy.tools.localcluster import reap_after_parent; reap_after_parent(Path(sys.argv[1]))",
                  str(workdir)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                 stderr=open(workdir / "logs" / "reaper.log", "ab"), start_new_session=True)
         if os.environ.get("KAFKA_BOOTSTRAP"):
@@ -311,10 +310,10 @@ def start_cluster(cluster_file: Path = DEFAULT_CLUSTER, grpc_port: int = 50051,
                       {**env, **cluster.security.orchestrator_env(),
                        "FRENZY_DASHBOARD_PORT": str(cluster.dashboard_port),
                        "FRENZY_DASHBOARD_LOGIN_TICKET": cluster.dashboard_ticket})
-        for node in build_cluster(groups).nodes.values():
+        for node in nodes:
             cluster.node_ids.append(node.node_id)
             cluster.spawn(f"agent-{node.node_id}", agent_args(node.node_id, node.gpu_type,
-                                                               node.total_gpus, workdir,
+                                                               node.gpus, workdir,
                                                                cluster.cluster_id),
                           {**env, **cluster.security.agent_env()})
         wait_ready(cluster, timeout_s)
@@ -322,6 +321,15 @@ def start_cluster(cluster_file: Path = DEFAULT_CLUSTER, grpc_port: int = 50051,
         cluster.stop()
         raise
     return cluster
+
+
+def scheduler_policy_names() -> list[str]:
+    """The policies the installed scheduler knows, asked of the scheduler package itself
+    (`python -m frenzy_scheduler.policies`): the registry is the scheduler's, and a tool that
+    imported it would depend on the service it supervises."""
+    out = subprocess.run([sys.executable, "-m", "frenzy_scheduler.policies"], capture_output=True,
+                         text=True, timeout=60, check=True)
+    return out.stdout.split()
 
 
 def wait_ready(cluster: LocalCluster, timeout_s: float) -> None:
@@ -353,10 +361,9 @@ def wait_ready(cluster: LocalCluster, timeout_s: float) -> None:
 def up_command(cluster_file: Path, grpc_port: int, policy: str, workdir: Path, ephemeral: bool) -> None:
     """Run and supervise broker, predictor, scheduler, orchestrator, error recorder and node
     agents until Ctrl-C or SIGTERM; a process that exits is restarted with backoff."""
-    from frenzy_scheduler.policies import policy_names
-
-    if policy not in policy_names():
-        raise click.BadParameter(f"unknown policy {policy!r}; known: {', '.join(policy_names())}",
+    known = scheduler_policy_names()
+    if policy not in known:
+        raise click.BadParameter(f"unknown policy {policy!r}; known: {', '.join(known)}",
                                  param_hint="--policy")
     stopping: list[bool] = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
