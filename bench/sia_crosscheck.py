@@ -200,40 +200,55 @@ def summary(jobs: dict[str, dict[str, Any]]) -> dict[str, float]:
             "restarts": sum(j["restarts"] for j in jobs.values())}
 
 
-def compare_rounds(sia_rounds: list[dict], our_rounds: list[dict], our_ends: dict[str, float],
-                   first: int) -> dict[str, Any]:
-    """Round by round over Sia's first `first` rounds with an active job: the share of (round,
-    active job) pairs where both sides gave the same type and GPU count, the share of rounds
-    with the same GPUs in use per type, and the first differences.
-
-    Our engine calls the policy only while jobs are active, so a round it skipped keeps the
-    allocations of the last one, less the jobs that ended since."""
+def paired_rounds(sia_rounds: list[dict], our_rounds: list[dict], our_ends: dict[str, float]):
+    """(time, Sia's allocations, ours) at each of Sia's rounds with an active job, as
+    {job: [type, GPUs]}. Our engine calls the policy only while jobs are active, so a round it
+    skipped keeps the allocations of the last one, less the jobs that ended since."""
     ours = {r["t"]: r["alloc"] for r in our_rounds}
     last: dict[str, Any] = {}
-    same = pairs = same_totals = compared = 0
-    differences = []
     for entry in sia_rounds:
         t = entry["t"]
         theirs = {k: v[:2] for k, v in entry["alloc"].items()}
         last = ours.get(t, {k: v for k, v in last.items() if our_ends.get(k, math.inf) > t})
-        if not theirs and not last:
-            continue
+        if theirs or last:
+            yield t, theirs, last
+
+
+def compare_rounds(sia_rounds: list[dict], our_rounds: list[dict], our_ends: dict[str, float],
+                   first: int) -> dict[str, Any]:
+    """Over the first `first` rounds with an active job: the share of (round, active job) pairs
+    where both sides gave the same type and GPU count, the share of rounds with the same GPUs
+    in use per type, and the first differences."""
+    same = pairs = same_totals = compared = 0
+    differences = []
+    for t, theirs, ours in paired_rounds(sia_rounds, our_rounds, our_ends):
         compared += 1
         if compared > first:
+            compared = first
             break
-        same_totals += _gpus_per_type(theirs) == _gpus_per_type(last)
-        for job in sorted(set(theirs) | set(last)):
+        same_totals += _gpus_per_type(theirs) == _gpus_per_type(ours)
+        for job in sorted(set(theirs) | set(ours)):
             pairs += 1
-            if theirs.get(job) == last.get(job):
+            if theirs.get(job) == ours.get(job):
                 same += 1
             elif len(differences) < 12:
                 differences.append({"t": t, "job": job, "sia": theirs.get(job),
-                                    "ours": last.get(job)})
-    compared = min(compared, first)
+                                    "ours": ours.get(job)})
     return {"rounds": compared, "pairs": pairs, "same": same,
             "agreement": same / pairs if pairs else 1.0,
             "same_gpus_per_type": same_totals / compared if compared else 1.0,
             "first_differences": differences}
+
+
+def differing_rounds_by_job(sia_rounds: list[dict], our_rounds: list[dict],
+                            our_ends: dict[str, float]) -> dict[str, int]:
+    """For every job, the rounds in which the two sides gave it different allocations."""
+    counts: dict[str, int] = {}
+    for _, theirs, ours in paired_rounds(sia_rounds, our_rounds, our_ends):
+        for job in set(theirs) | set(ours):
+            if theirs.get(job) != ours.get(job):
+                counts[job] = counts.get(job, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
 def _gpus_per_type(alloc: dict[str, list]) -> dict[str, int]:
@@ -290,11 +305,13 @@ def main(argv: list[str] | None = None) -> int:
         "durations": sia["durations"], "ours": {}}
     for label, config in variants.items():
         ours = run_ours(jobs, config)
+        ends = {k: j["end_s"] for k, j in ours["jobs"].items()}
         results["ours"][label] = {
             "summary": summary(ours["jobs"]), "stranded": ours["stranded"],
-            "rounds": compare_rounds(sia["rounds"], ours["rounds"],
-                                     {k: j["end_s"] for k, j in ours["jobs"].items()},
-                                     args.rounds),
+            "rounds": compare_rounds(sia["rounds"], ours["rounds"], ends, args.rounds),
+            "rounds_all": compare_rounds(sia["rounds"], ours["rounds"], ends, len(sia["rounds"])),
+            "differing_rounds_by_job": differing_rounds_by_job(sia["rounds"], ours["rounds"],
+                                                               ends),
             "jobs_ending_within_1s": sum(
                 abs(j["end_s"] - sia["jobs"][name]["end_s"]) <= 1.0
                 for name, j in ours["jobs"].items() if sia["jobs"][name]["end_s"] is not None),
@@ -324,7 +341,12 @@ def print_report(results: dict[str, Any]) -> None:
               f"{s['avg_jct_s'] / base['avg_jct_s']:8.3f} "
               f"{run['jobs_ending_within_1s']:>4}/{case['jobs']:<4} {r['agreement']:11.3f} "
               f"{r['same_gpus_per_type']:11.3f}")
-        for d in run["rounds"]["first_differences"][:5]:
+        every = run["rounds_all"]
+        print(f"    allocations over the first {r['rounds']} rounds above; over all "
+              f"{every['rounds']}: same {every['agreement']:.3f}, same totals "
+              f"{every['same_gpus_per_type']:.3f}; rounds that differ, by job: "
+              f"{run['differing_rounds_by_job']}")
+        for d in r["first_differences"][:4]:
             print(f"    t={d['t']:.0f} {d['job']}: Sia {d['sia']}, ours {d['ours']}")
 
 
