@@ -31,8 +31,10 @@ The case, the same on both sides:
 
 Printed and saved (bench/results/sia_crosscheck.json): average JCT, makespan, restarts, per-job
 JCTs, and the per-round allocations (GPU type and count of every active job) compared round by
-round. Ours runs twice: as shipped, and with `lambda_a = 0` (the artifact reads lambda_a but never
-adds it to its objective, sia.py `__solve_mip_rescaled`).
+round. Ours runs three times: as shipped; with `lambda_a = 0` (the artifact reads lambda_a but
+never adds it to its objective, sia.py `__solve_mip_rescaled`); and with that and goodput^p
+not rounded to 2 decimals (`SiaConfig.round_decimals = None`: our `sia` before this
+cross-check, which found the rounding, sia.py line 911).
 """
 from __future__ import annotations
 
@@ -294,7 +296,9 @@ def main(argv: list[str] | None = None) -> int:
     sia_wall_s = time.perf_counter() - tick
     jobs = our_jobs(rows, sia)
     variants = {"sia (ours, as shipped)": SiaConfig(),
-                "sia (ours, lambda_a = 0 as the artifact)": SiaConfig(lambda_a=0.0)}
+                "sia (ours, lambda_a = 0: the artifact's)": SiaConfig(lambda_a=0.0),
+                "sia (ours, lambda_a = 0, not rounded)": SiaConfig(lambda_a=0.0,
+                                                                   round_decimals=None)}
     results: dict[str, Any] = {
         "case": {"kind": args.case, "workload": args.workload, "jobs": len(rows),
                  "cluster": {c: f"{n} x {GPUS_PER_NODE[c]} {CATALOG_TYPE[c]}"
