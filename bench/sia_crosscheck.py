@@ -29,7 +29,8 @@ The case, the same on both sides:
   (`SimConfig(restart_overhead_s=None, restore_on_first_start=True)`, no other launch cost).
 * Rounds of 60 s on both; p = -0.5, lambda_n = 1.1, lambda_a = 0.01 (run_experiment.sh).
 
-Printed and saved (bench/results/sia_crosscheck.json): average JCT, makespan, restarts, per-job
+Printed and saved (bench/results/sia_crosscheck_<case>.json): average JCT, makespan, restarts,
+per-job
 JCTs, and the per-round allocations (GPU type and count of every active job) compared round by
 round. Ours runs three times: as shipped; with `lambda_a = 0` (the artifact reads lambda_a but
 never adds it to its objective, sia.py `__solve_mip_rescaled`); and with that and goodput^p
@@ -253,6 +254,33 @@ def differing_rounds_by_job(sia_rounds: list[dict], our_rounds: list[dict],
     return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
+def first_allocations(sia_rounds: list[dict], our_rounds: list[dict]) -> dict[str, Any]:
+    """Our first allocation of each job beside Sia's. Sia starts an elastic job whose
+    throughput it has not seen on 1 GPU (no goodput model before the job has run: sia.py
+    `nnz_speedups`), then moves it; for such a job the allocation it chooses next, once it has
+    seen the job run ("informed"), is the one to compare with ours."""
+    ours: dict[str, Any] = {}
+    for entry in our_rounds:
+        for job, alloc in entry["alloc"].items():
+            ours.setdefault(job, alloc)
+    sia_first: dict[str, Any] = {}
+    sia_next: dict[str, Any] = {}
+    for entry in sia_rounds:
+        for job, alloc in entry["alloc"].items():
+            if job not in sia_first:
+                sia_first[job] = alloc[:2]
+            elif job not in sia_next and alloc[:2] != sia_first[job]:
+                sia_next[job] = alloc[:2]
+    informed = {job: sia_next.get(job, first) if first[1] == 1 else first
+                for job, first in sia_first.items()}
+    return {"jobs": len(ours), "sia_starts_on_1_gpu": sum(a[1] == 1 for a in sia_first.values()),
+            "same_as_sias_first": sum(ours[j] == sia_first.get(j) for j in ours),
+            "same_as_sias_informed": sum(ours[j] == informed.get(j) for j in ours),
+            "differ": {j: {"ours": ours[j], "sia_first": sia_first.get(j),
+                           "sia_informed": informed.get(j)}
+                       for j in ours if ours[j] != informed.get(j)}}
+
+
 def _gpus_per_type(alloc: dict[str, list]) -> dict[str, int]:
     totals: dict[str, int] = {}
     for gpu_type, gpus in alloc.values():
@@ -268,10 +296,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=30)
     parser.add_argument("--case", choices=("rigid", "scale-gpus"), default="rigid")
     parser.add_argument("--rounds", type=int, default=60, help="rounds compared job by job")
-    parser.add_argument("--out", default=str(ROOT / "bench/results/sia_crosscheck.json"))
+    parser.add_argument("--out", help="default: bench/results/sia_crosscheck_<case>.json")
     parser.add_argument("--sia-json", help="keep Sia's raw output here and reuse it while the "
                                            "case is the same (to re-run only our side)")
     args = parser.parse_args(argv)
+    args.out = args.out or str(ROOT / f"bench/results/sia_crosscheck_{args.case}.json")
     sia_dir = Path(args.sia_dir).resolve()
     missing = missing_prerequisites(sia_dir)
     if missing:
@@ -316,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
             "rounds_all": compare_rounds(sia["rounds"], ours["rounds"], ends, len(sia["rounds"])),
             "differing_rounds_by_job": differing_rounds_by_job(sia["rounds"], ours["rounds"],
                                                                ends),
+            "first_allocations": first_allocations(sia["rounds"], ours["rounds"]),
             "jobs_ending_within_1s": sum(
                 abs(j["end_s"] - sia["jobs"][name]["end_s"]) <= 1.0
                 for name, j in ours["jobs"].items() if sia["jobs"][name]["end_s"] is not None),
@@ -350,6 +380,11 @@ def print_report(results: dict[str, Any]) -> None:
               f"{every['rounds']}: same {every['agreement']:.3f}, same totals "
               f"{every['same_gpus_per_type']:.3f}; rounds that differ, by job: "
               f"{run['differing_rounds_by_job']}")
+        first = run["first_allocations"]
+        print(f"    first allocations: Sia starts {first['sia_starts_on_1_gpu']}/{first['jobs']} "
+              f"jobs on 1 GPU; ours equal Sia's first for {first['same_as_sias_first']}, Sia's "
+              f"informed one (after a 1-GPU start, its next) for "
+              f"{first['same_as_sias_informed']}; differ: {sorted(first['differ'])}")
         for d in r["first_differences"][:4]:
             print(f"    t={d['t']:.0f} {d['job']}: Sia {d['sia']}, ours {d['ours']}")
 

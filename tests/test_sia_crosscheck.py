@@ -42,3 +42,16 @@ def test_round_comparison_counts_same_allocations_and_fills_skipped_rounds() -> 
     assert result["same_gpus_per_type"] == 2 / 3
     assert result["first_differences"] == [
         {"t": 180, "job": "b", "sia": ["aws", 8], "ours": ["dgx-ext", 8]}]
+
+
+def test_first_allocations_compare_ours_with_sias_choice_after_its_one_gpu_start() -> None:
+    crosscheck = load_crosscheck()
+    sia_rounds = [{"t": 60, "alloc": {"a": ["aws", 1, [1]], "b": ["dgx-ext", 8, [8]]}},
+                  {"t": 120, "alloc": {"a": ["dgx-ext", 4, [4]], "b": ["aws", 8, [4, 4]]}}]
+    ours = [{"t": 60, "alloc": {"a": ["dgx-ext", 4], "b": ["dgx-ext", 8]}}]
+    result = crosscheck.first_allocations(sia_rounds, ours)
+    # 'a' started on 1 GPU (Sia had not seen it run): its next allocation is the one compared;
+    # 'b' did not, so its first is, and its later migration is not a first allocation
+    assert result["sia_starts_on_1_gpu"] == 1
+    assert result["same_as_sias_first"] == 1 and result["same_as_sias_informed"] == 2
+    assert result["differ"] == {}
