@@ -93,6 +93,19 @@ def run(sia_dir: str, spec: dict) -> dict:
             if v["completion_time"] is None and v["placement"]}})
         if cluster.current_time > spec["max_time_s"]:
             break
+    # What Sia's policy believed at the end: its goodput model of each job (fitted to the
+    # profiles it was seeded with and saw) on each (type, count), to set beside the durations.
+    import numpy
+    believed: dict[str, dict[str, dict[str, float]]] = {}
+    for job in cluster.jobs:
+        believed[job.name] = {}
+        for cname, counts in spec["counts"][job.name].items():
+            speedup_fn = job.get_speedup_fn(cname) if job.category != "rigid" else None
+            if speedup_fn is None:
+                continue
+            nodes = numpy.array([-(-n // ngpus[cname]) for n in counts], dtype=numpy.float64)
+            goodput = speedup_fn.get_goodput(nodes, numpy.array(counts, dtype=numpy.float64))
+            believed[job.name][cname] = {str(n): float(g) for n, g in zip(counts, goodput)}
     jobs = {job.name: {"submit_s": job.submission_time, "start_s": job.start_time,
                        "end_s": job.completion_time, "restarts": job.num_restarts or 0,
                        "rescale_s": job.max_rescale_time,
@@ -118,7 +131,7 @@ def run(sia_dir: str, spec: dict) -> dict:
                 while job.completion_time is None:
                     job.step(3600 * 24)
                 durations[name][cname][str(count)] = float(job.completion_time - restore_s)
-    return {"rounds": rounds, "jobs": jobs, "durations": durations,
+    return {"rounds": rounds, "jobs": jobs, "durations": durations, "believed_goodput": believed,
             "configs": {str(k): list(v) for k, v in policy.idx_to_config_map.items()}}
 
 

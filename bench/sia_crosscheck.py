@@ -281,6 +281,32 @@ def first_allocations(sia_rounds: list[dict], our_rounds: list[dict]) -> dict[st
                        for j in ours if ours[j] != informed.get(j)}}
 
 
+def model_against_engine(sia: dict[str, Any]) -> dict[str, Any]:
+    """Sia's goodput model of each elastic job at the end of its run (what its policy believed)
+    against its engine's durations (what the job did): each configuration's speed relative to
+    the job's slowest, believed over true, and whether both rank the same configuration
+    fastest. Ours is given the engine's durations, so this is the information gap."""
+    per_job = {}
+    for name, believed in sia.get("believed_goodput", {}).items():
+        true_s = {(c, n): d for c, by_n in sia["durations"][name].items() for n, d in by_n.items()}
+        model = {(c, n): g for c, by_n in believed.items() for n, g in by_n.items()}
+        if not model:
+            continue
+        slowest = max(true_s, key=true_s.get)
+        errors = {f"{c} x{n}": (model[(c, n)] / model[slowest]) / (true_s[slowest] / d) - 1.0
+                  for (c, n), d in true_s.items() if (c, n) in model}
+        best_true, best_model = min(true_s, key=true_s.get), max(model, key=model.get)
+        per_job[name] = {"errors": errors, "max_abs_error": max(abs(e) for e in errors.values()),
+                         "fastest_true": list(best_true), "fastest_believed": list(best_model)}
+    worst = [j["max_abs_error"] for j in per_job.values()]
+    return {"jobs": per_job,
+            "median_max_abs_error": statistics.median(worst) if worst else None,
+            "same_fastest": sum(j["fastest_true"] == j["fastest_believed"]
+                                for j in per_job.values()),
+            "differ": {n: (j["fastest_true"], j["fastest_believed"]) for n, j in per_job.items()
+                       if j["fastest_true"] != j["fastest_believed"]}}
+
+
 def _gpus_per_type(alloc: dict[str, list]) -> dict[str, int]:
     totals: dict[str, int] = {}
     for gpu_type, gpus in alloc.values():
@@ -335,7 +361,8 @@ def main(argv: list[str] | None = None) -> int:
                  "round_s": ROUND_S, "p": P_FAIRNESS, "lambda_n": LAMBDA_N, "lambda_a": LAMBDA_A},
         "sia_artifact": {"summary": summary(sia["jobs"]), "wall_s": sia_wall_s,
                          "jobs": sia["jobs"]},
-        "durations": sia["durations"], "ours": {}}
+        "durations": sia["durations"], "sia_model_against_engine": model_against_engine(sia),
+        "ours": {}}
     for label, config in variants.items():
         ours = run_ours(jobs, config)
         ends = {k: j["end_s"] for k, j in ours["jobs"].items()}
@@ -363,6 +390,13 @@ def print_report(results: dict[str, Any]) -> None:
     print(f"case {case['kind']}: {case['jobs']} jobs of Sia's {case['workload']}, cluster "
           f"{case['cluster']}, {case['round_s']} s rounds")
     base = results["sia_artifact"]["summary"]
+    model = results["sia_model_against_engine"]
+    if model["jobs"]:
+        print(f"Sia's goodput model against its engine, speed relative to the slowest "
+              f"configuration: median (over jobs) of the largest error "
+              f"{model['median_max_abs_error']:+.0%}; the same fastest configuration for "
+              f"{model['same_fastest']}/{len(model['jobs'])} jobs; differ (true, believed): "
+              f"{model['differ']}")
     print(f"{'run':42} {'avg JCT h':>9} {'p50 JCT h':>9} {'makespan h':>10} {'restarts':>8} "
           f"{'/Sia avg':>8} {'same ends':>9} {'same allocs':>11} {'same totals':>11}")
     print(f"{'Sia (its simulator)':42} {base['avg_jct_s'] / 3600:9.3f} "
