@@ -1,5 +1,6 @@
 """Cross-check of the project's elastic `sia` against Sia's own simulator, on one case both
-can express (issue 9, "Faithful baselines"; docs/has.md, "Cross-check against Sia's simulator").
+can express (issue 9, "Faithful baselines"; docs/has.md, "Cross-check against Sia's own
+simulator").
 
 Sia's code is not ours and not fetched by this script. Get it once (no install step):
 
@@ -30,9 +31,8 @@ The case, the same on both sides:
 * Rounds of 60 s on both; p = -0.5, lambda_n = 1.1, lambda_a = 0.01 (run_experiment.sh).
 
 Printed and saved (bench/results/sia_crosscheck_<case>.json): average JCT, makespan, restarts,
-per-job
-JCTs, and the per-round allocations (GPU type and count of every active job) compared round by
-round. Ours runs three times: as shipped; with `lambda_a = 0` (the artifact reads lambda_a but
+per-job JCTs, the per-round allocations (GPU type and count of every active job) compared round
+by round, first allocations, and (scale-gpus) Sia's goodput model against its engine. Ours runs three times: as shipped; with `lambda_a = 0` (the artifact reads lambda_a but
 never adds it to its objective, sia.py `__solve_mip_rescaled`); and with that and goodput^p
 not rounded to 2 decimals (`SiaConfig.round_decimals = None`: our `sia` before this
 cross-check, which found the rounding, sia.py line 911).
