@@ -144,9 +144,13 @@ def main() -> None:
     sia_dir, spec_path, out_path = sys.argv[1:4]
     spec = json.loads(Path(spec_path).read_text())
     out_path = str(Path(out_path).resolve())
-    chatter = io.StringIO()  # Sia prints every round; keep its last lines for errors
-    with contextlib.redirect_stdout(chatter):
-        result = run(sia_dir, spec)
+    chatter = io.StringIO()  # Sia prints every round; its last lines go with an error
+    try:
+        with contextlib.redirect_stdout(chatter):
+            result = run(sia_dir, spec)
+    except Exception:
+        sys.stderr.write(chatter.getvalue()[-3000:])
+        raise
     Path(out_path).write_text(json.dumps(result, default=_plain))
 
 
