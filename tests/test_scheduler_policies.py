@@ -1,6 +1,8 @@
 """Every policy: no double booking, only free GPUs of the option's type; policy-specific rules."""
 from __future__ import annotations
 
+import math
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -10,6 +12,7 @@ from frenzy_scheduler.core import ClusterView, NodeState, QueuedJob, RunningJob
 from frenzy_scheduler.policies import get_policy, policy_names
 from frenzy_scheduler.policies.frenzy import FrenzyNarrowPolicy, FrenzyPolicy
 from frenzy_scheduler.policies.has import HasConfig, HasPolicy
+from frenzy_scheduler.policies.sia import SiaConfig, SiaPolicy, _Job
 
 GIB = 1024**3
 TYPES = {"T4": 8.0, "V100-32GB": 3.0, "A100-80GB": 1.0}  # type -> relative step time (slower = larger)
@@ -181,6 +184,16 @@ def test_sia_objective_follows_the_artifact() -> None:
              job("y", 1, option("A100-80GB", 1, 100.0))]
     placed = {p.job_id: p.option.gpu_type for p in get_policy("sia").schedule(queue, cluster, 5.0)}
     assert placed == {"x": "A100-80GB"}
+
+
+def test_sia_rounds_goodput_to_the_power_p_to_two_decimals_as_the_artifact() -> None:
+    """sia-simulator/sia.py line 911 rounds goodput^p to 2 decimals before the MILP, so
+    near-equal configurations tie (the cross-check against Sia's simulator found it)."""
+    # slowest: 1 GPU, 800 s -> goodput 1; 8 GPUs, 100 s -> goodput 8, 8^-0.5 = 0.35355...
+    row = _Job("x", [option("A100-80GB", 1, 800.0), option("A100-80GB", 8, 100.0)], 1.0)
+    assert SiaPolicy()._coefficients(row, 0.0) == [1.0, 0.35]
+    exact = SiaPolicy(SiaConfig(round_decimals=None))._coefficients(row, 0.0)
+    assert math.isclose(exact[1], 8 ** -0.5)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])

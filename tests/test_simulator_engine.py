@@ -198,6 +198,22 @@ def test_node_failure_loses_only_the_work_since_the_last_checkpoint() -> None:
     assert math.isclose(record.work_lost, 0.05)
 
 
+def test_restore_on_first_start_charges_every_start_as_sias_simulator_does() -> None:
+    """Sia's simulator charges its restore on the first start too (bench/sia_crosscheck.py):
+    one flat cost per start, and a resume pays it once, not a launch plus a restore."""
+    config = SimConfig(restart_overhead_s=50.0, restore_on_first_start=True)
+    jobs = [scaling_job("lone", 0.0, 32_000.0), sim_job("small", 0.0, ("A100-80GB", 4, 600.0))]
+    result = simulate(jobs, build_cluster([NodeGroup("A100-80GB", 8, 1)]), get_policy("sia"),
+                      config=config)
+    small = next(r for r in result.records if r.job_id == "small")
+    lone = next(r for r in result.records if r.job_id == "lone")
+    assert small.end_time_s == 50.0 + 600.0 and small.restarts == 0
+    # 'lone' ran 4 GPUs from 50 s; grown at the round at 660 s, it restores 50 s once more
+    assert lone.restarts == 1 and lone.start_time_s == 660.0
+    done = 610.0 / 8000.0
+    assert math.isclose(lone.end_time_s, 660.0 + 50.0 + 4000.0 * (1 - done))
+
+
 # -- elastic policies -------------------------------------------------------------------------
 
 def scaling_job(job_id: str, submit_s: float, work_s: float, counts=(1, 2, 4, 8),

@@ -11,8 +11,9 @@ mapped in docs/has.md). Every round (60 s) it re-solves *all* active jobs, queue
 * restart damping: a running job's goodput on any configuration other than its current one is
   multiplied by the Pollux re-allocation factor max(age - restarts x penalty, 0) /
   (age + penalty), 1 while age < penalty (`sia_use_pollux_realloc_factor`);
-* objective (p = -0.5 < 0, so minimised): sum over chosen (job, config) of goodput^p, plus
-  lambda_n (1.1) per unallocated job, plus lambda_a (0.01) per changed allocation;
+* objective (p = -0.5 < 0, so minimised): sum over chosen (job, config) of goodput^p (rounded
+  to 2 decimals, as the artifact's), plus lambda_n (1.1) per unallocated job, plus lambda_a
+  (0.01) per changed allocation;
 * constraints: at most one configuration per job, per-type GPU totals; a job that is restoring
   is pinned to its configuration (`non_preemptible_jobnames`);
 * placement (`alloc_to_placement`): unchanged jobs keep their GPUs; changed and new jobs are
@@ -48,6 +49,9 @@ class SiaConfig:
     lambda_n: float = 1.1  # per unallocated job (sia_default_lambda_n)
     lambda_a: float = 0.01  # per changed allocation (sia_default_lambda_a)
     goodput_clip: float = 3000.0  # sia_goodput_clip_val, on goodput^p
+    # goodput^p rounded to this many decimals, as the artifact does (sia.py line 911,
+    # `np.round(pup_mat, decimals=2)`): near-equal configurations tie. None: not rounded.
+    round_decimals: int | None = 2
     time_limit_s: float = 30.0  # HiGHS wall cap per solve; the incumbent is used when it hits
     mip_rel_gap: float = 1e-4  # sim_config.sia_solver_thresh
     reuse_unchanged_round: bool = True  # off in the decision-time sweep: every call solves
@@ -157,8 +161,10 @@ class SiaPolicy:
             changed = run is not None and i != row.current
             if changed:
                 goodput *= damping
-            value = min(cfg.goodput_clip, goodput ** cfg.p_fairness) if goodput > 0 \
-                else cfg.goodput_clip
+            value = goodput ** cfg.p_fairness if goodput > 0 else cfg.goodput_clip
+            if cfg.round_decimals is not None:
+                value = round(value, cfg.round_decimals)
+            value = min(cfg.goodput_clip, value)
             values.append(value + (cfg.lambda_a if changed else 0.0))
         return values
 
