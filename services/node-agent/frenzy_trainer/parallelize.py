@@ -147,17 +147,23 @@ class ParallelTrainer:
     step's mean loss on every rank."""
 
     def __init__(self, arch: ModelArch, recipe: Recipe, plan: ParallelPlan, lr: float,
-                 device: torch.device, seed: int):
+                 device: torch.device, seed: int, *, mesh=None, init_device: str | None = "meta"):
+        """mesh: the world mesh (default: `world_mesh`, built here). init_device: where the whole
+        model is built before the stage split ("meta": nothing allocated, then only the stage is
+        made real; None: on `device` directly, as the CPU profiler does, whose fake parameters
+        `to_empty` cannot swap)."""
         self.plan, self.recipe, self.device = plan, recipe, device
-        self.mesh = world_mesh(plan, device)
+        self.mesh = world_mesh(plan, device) if mesh is None else mesh
         self.stage = self.mesh["pp"].get_local_rank()
         tied = arch.tied_embeddings and plan.pp > 1
         # fp32 parameters (FSDP2 casts them for compute), built on "meta", split, then made real.
-        model = build_model(arch, replace(recipe, precision="fp32"), plan.recompute, device="meta")
+        model = build_model(arch, replace(recipe, precision="fp32"), plan.recompute,
+                            device=init_device or device)
         model = pipeline_stage(model, self.stage, plan.pp)
         if tied and model.lm_head is not None and model.embed is None:
             model.lm_head.weight = nn.Parameter(torch.empty_like(model.lm_head.weight))
-        model.to_empty(device=device)
+        if init_device is not None:
+            model.to_empty(device=device)
         torch.manual_seed(seed)
         model.reset_parameters()
         self.tie_group = _tied_embedding_group(self.mesh) if tied else None
