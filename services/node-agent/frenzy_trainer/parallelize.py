@@ -212,12 +212,14 @@ class ParallelTrainer:
         labels = torch.cat([y for _, y in micro_batches])
         last = self.stage == self.plan.pp - 1
         losses: list[torch.Tensor] = []
+        # return_outputs=False: the schedule would otherwise keep every micro-batch's logits
+        # until the next step and concatenate them, a (batch, seq, vocab) tensor nobody reads.
         if self.stage == 0:
-            schedule.step(inputs)
+            schedule.step(inputs, return_outputs=False)
         elif last:
-            schedule.step(target=labels, losses=losses)
+            schedule.step(target=labels, losses=losses, return_outputs=False)
         else:
-            schedule.step()
+            schedule.step(return_outputs=False)
         loss = (torch.stack([l.detach().float() for l in losses]).mean() if last
                 else torch.zeros((), device=self.device))
         dist.broadcast(loss, group=self.mesh["pp"].get_group(), group_src=self.plan.pp - 1)
