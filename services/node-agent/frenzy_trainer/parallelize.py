@@ -129,9 +129,11 @@ def apply_fsdp(model: Transformer, dp_mesh, zero: int, recipe: Recipe) -> None:
 def _tied_embedding_group(mesh):
     """The process group of the first and last pipeline stage at this rank's (dp, tp)
     coordinate; every rank creates every group, as `new_group` requires."""
-    ranks = mesh.mesh  # (pp, dp_replicate, dp_shard, tp) tensor of global ranks
+    ranks = mesh.mesh.tolist()  # (pp, dp_replicate, dp_shard, tp) nested lists of global ranks
+    first_stage = [r for rep in ranks[0] for shard in rep for r in shard]
+    last_stage = [r for rep in ranks[-1] for shard in rep for r in shard]
     mine = None
-    for first, last in zip(ranks[0].flatten().tolist(), ranks[-1].flatten().tolist()):
+    for first, last in zip(first_stage, last_stage):
         group = dist.new_group([first, last])
         if dist.get_rank() in (first, last):
             mine = group

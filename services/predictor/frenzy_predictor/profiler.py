@@ -337,7 +337,8 @@ def _parallel_patches(arch: ModelArch, recipe: Recipe, plan, seq_len: int):
     """What cannot run on fake tensors, replaced by its equivalent (see module docstring):
 
     - DeviceMesh construction (FSDP2 concatenates the dp and tp meshes inside the fake mode)
-      runs outside it: a mesh reads its rank tensor's values;
+      and its rank tensor (the tied embedding's groups read it) run outside it: a mesh reads
+      its ranks' values;
     - the pipeline schedule's warm-up (a vote over P2P read with `.item()`, then a metadata
       exchange) is replaced by the static metadata PipelineStage accepts from its caller
       (`input_args` / `output_args`): the stage boundary's shape and dtype, which this model
@@ -354,7 +355,7 @@ def _parallel_patches(arch: ModelArch, recipe: Recipe, plan, seq_len: int):
 
     from frenzy_trainer.model import DTYPES
 
-    mesh_init = DeviceMesh.__init__
+    mesh_init, mesh_ranks = DeviceMesh.__init__, DeviceMesh.mesh
     warmup = schedules._PipelineSchedule._warmup_p2p
     compute = DTYPES[recipe.precision]
     b, local_seq = plan.micro_batch, seq_len // (plan.tp if plan.sequence_parallel else 1)
@@ -362,6 +363,10 @@ def _parallel_patches(arch: ModelArch, recipe: Recipe, plan, seq_len: int):
     def real_mesh_init(self, *args, **kwargs):
         with unset_fake_temporarily():
             mesh_init(self, *args, **kwargs)
+
+    def real_mesh_ranks(self):
+        with unset_fake_temporarily():
+            return mesh_ranks.fget(self)
 
     def static_warmup(self, stages, has_backward, p2p_done):
         for st in stages:
@@ -374,12 +379,12 @@ def _parallel_patches(arch: ModelArch, recipe: Recipe, plan, seq_len: int):
                 input_grads=None, output_grads=None)
             st._inference_mode = pipeline_stage.InferenceMode.STATIC
 
-    DeviceMesh.__init__ = real_mesh_init
+    DeviceMesh.__init__, DeviceMesh.mesh = real_mesh_init, property(real_mesh_ranks)
     schedules._PipelineSchedule._warmup_p2p = static_warmup
     try:
         yield
     finally:
-        DeviceMesh.__init__ = mesh_init
+        DeviceMesh.__init__, DeviceMesh.mesh = mesh_init, mesh_ranks
         schedules._PipelineSchedule._warmup_p2p = warmup
 
 
