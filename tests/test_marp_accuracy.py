@@ -90,3 +90,20 @@ def test_peak_tensors_add_up_to_the_peak():
     assert sizes == sorted(sizes, reverse=True)
     assert {"category", "op", "dtype", "shape", "phase_allocated"} <= set(profile.peak_tensors[0])
     assert profile_step(arch, Recipe(), seq_len=64, micro_batch=2).peak_tensors == []
+
+
+def test_profile_cli_takes_tp_and_pp_and_names_what_the_trainer_refuses():
+    import json
+
+    from click.testing import CliRunner
+
+    from frenzy.cli import cli
+
+    bad = CliRunner().invoke(cli, ["profile", "--model", "tiny-llama", "--seq-len", "64", "--pp", "2"])
+    assert bad.exit_code == 2 and "plan.micro_batch" in bad.output
+    ok = CliRunner().invoke(cli, ["profile", "--model", "tiny-llama", "--seq-len", "64", "--tp", "2",
+                                  "--micro-batch", "2", "--json"])
+    assert ok.exit_code == 0, ok.output
+    out = json.loads(ok.output[ok.output.index("{"):])
+    assert out["config"]["tp"] == 2 and out["config"]["sequence_parallel"]
+    assert abs(out["prediction_error_pct"]) < 2
