@@ -5,12 +5,15 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from frenzy.catalog.models import model_catalog
-from frenzy.domain import ParallelPlan, Recipe
+from frenzy.domain import ParallelPlan, Recipe, TrainingSpec
 from frenzy_predictor.memory import (_r, estimate_memory, layer_bytes, logits_loss_bytes,
                                      pipeline_buffer_bytes, reference_layer_bytes,
                                      reference_plan_as_run, replicated_logits_loss_bytes)
+from frenzy_predictor.plans import MemoryTable, make_plan
 
 LLAMA7B = model_catalog()["llama2-7b"]
 TINYLLAMA = model_catalog()["tinyllama-1.1b"]
@@ -92,3 +95,19 @@ def test_other_stacks_keep_their_own_terms():
         assert "pipeline_buffers" not in est.breakdown
     ours = estimate_memory(LLAMA7B, BF16, plan, 4096, grad_accum=8)
     assert ours.breakdown.get("pipeline_buffers", 0) > 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(["tiny-llama", "llama3.2-1b", "llama2-7b"]), st.sampled_from([1, 2, 4]),
+       st.sampled_from([1, 2]), st.sampled_from([1, 2, 4, 8]), st.integers(0, 3),
+       st.sampled_from([1, 2]), st.sampled_from(["none", "full"]))
+def test_the_searchs_state_floor_stays_below_the_estimate(name, tp, pp, dp, zero, mb, recompute):
+    """The plan search skips layouts whose floor does not fit: it must never exceed the estimate,
+    including for the plans the reference trainer runs with FSDP2 (its ZeRO stage as run)."""
+    arch = model_catalog()[name]
+    assume(arch.num_kv_heads % tp == 0)
+    training = TrainingSpec(1024, 64, 10**9)
+    table = MemoryTable(arch, training)
+    plan = make_plan(tp, pp, dp, zero, mb, recompute)
+    estimate = estimate_memory(arch, BF16, plan, 1024, grad_accum=plan.grad_accum(64))
+    assert table.floor_bytes(tp, pp, dp, zero) <= estimate.peak_tensor_bytes

@@ -489,8 +489,14 @@ def reference_plan_as_run(plan: ParallelPlan) -> ParallelPlan:
     if plan.tp == 1 and plan.pp == 1:
         return plan
     if plan.pp > 1:
-        return replace(plan, zero=min(plan.zero, 1))
-    return replace(plan, zero=3 if plan.zero == 3 else 2, dp=plan.dp if plan.zero else 1)
+        dp, zero = plan.dp, min(plan.zero, 1)
+    else:
+        dp, zero = (plan.dp if plan.zero else 1), (3 if plan.zero == 3 else 2)
+    if (dp, zero) == (plan.dp, plan.zero):
+        return plan
+    # the constructor, not dataclasses.replace: the plan search calls this per estimate
+    return ParallelPlan(dp, plan.tp, plan.pp, zero, plan.micro_batch, plan.recompute,
+                        plan.sequence_parallel, plan.cp, plan.ep)
 
 
 def reference_layer_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,

@@ -76,10 +76,23 @@ class MemoryTable:
         self._params = arch.num_params()
         # routed-expert parameters a rank does not hold under expert parallelism
         self._other_experts = arch.num_layers * arch.expert_layer_params() * (ep - 1) // ep
+        # how the stack runs a plan's ZeRO stage (the reference trainer's TP/PP plans: FSDP2)
+        self._as_run = recipe_profile(recipe.framework).plan_as_run
+        self._floors: dict[tuple[int, int, int, int], float] = {}
 
     def floor_bytes(self, tp: int, pp: int, dp: int, zero: int) -> float:
         """A cheap lower bound on peak bytes: ZeRO model states of an average rank (no
         activations, no overhead), so that hopeless plans skip the full estimate."""
+        key = (tp, pp, dp, zero)
+        floor = self._floors.get(key)
+        if floor is None:
+            floor = self._floors[key] = self._floor_bytes(tp, pp, dp, zero)
+        return floor
+
+    def _floor_bytes(self, tp: int, pp: int, dp: int, zero: int) -> float:
+        if self._as_run is not None:  # the ZeRO stage and sharding as the stack runs them
+            run = self._as_run(make_plan(tp, pp, dp, zero, 1, "none"))
+            dp, zero = run.dp, run.zero
         params = (self._params - self._other_experts) / (tp * pp)
         if zero == 0:
             return params * (self._weight_b + self._grad_b + self._optimizer_b)
