@@ -13,6 +13,8 @@ Terms, per rank:
   activations       saved for backward (Korthikanti et al. 2022, adapted to this model)
   logits_loss       fp32 logits, log-softmax and their gradients at the start of backward
   temporaries       other transients at the peak (optimizer step, FSDP buffers)
+  pipeline_buffers  torch.distributed.pipelining's receive buffers and cached stage outputs
+                    (the reference trainer's pipelines; see "the reference trainer's TP x PP x DP")
   framework_overhead  CUDA context, NCCL buffers, allocator fragmentation (not tensors)
 
 Three peaks, named for what they compare with (docs/marp-memory.md, "Three peaks"):
