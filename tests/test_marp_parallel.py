@@ -76,6 +76,24 @@ def test_pipeline_buffers_per_stage():
     assert pipeline_buffer_bytes(LLAMA7B, BF16, replace(plan, pp=1), 2048, 0, 8, 1, 0) == 0
 
 
+def test_stage_0_accumulates_the_whole_vocabularys_embedding_gradient_under_tp():
+    """Between the first backward and the step's reduction, FSDP's no-sync accumulated fp32
+    gradient of the vocabulary-parallel embedding covers all V rows (profiled), not V/tp."""
+    plan = ParallelPlan(pp=2, tp=2, micro_batch=1, sequence_parallel=True)
+    one = _r(2048 // 2 * LLAMA7B.hidden_size * 2)
+    extra = _r(LLAMA7B.vocab_size * LLAMA7B.hidden_size * 4) \
+        - _r(LLAMA7B.vocab_size // 2 * LLAMA7B.hidden_size * 4)
+
+    def buffers(done, tp_plan=plan):
+        return pipeline_buffer_bytes(LLAMA7B, BF16, tp_plan, 2048, 0, 4, 2, done)
+
+    assert buffers(0) == (4 + 2) * one  # before any backward: no gradient yet
+    assert buffers(3) == (4 + 2) * one + extra
+    assert buffers(4) == (4 + 2) * one  # reduced and resharded at the step
+    no_tp = replace(plan, tp=1, sequence_parallel=False)
+    assert buffers(3, no_tp) == (4 + 2) * _r(2048 * LLAMA7B.hidden_size * 2)
+
+
 def test_a_pipeline_holds_no_gradients_until_its_first_backward():
     """Stage 0's peak with as many micro-batches as stages: the first backward, with pp micro-batches
     in flight and no gradients (FSDP accumulates them unsharded from then on)."""

@@ -531,7 +531,11 @@ def pipeline_buffer_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, s
       in each (`buffer.grad`, cleared only when the next step starts): one per micro-batch
       `done` with backward (accum at the optimizer step);
     - before the last stage: a gradient receive buffer per micro-batch (_create_grad_recv_info)
-      and the `in_flight` micro-batches' outputs in the forward cache, which nothing else keeps.
+      and the `in_flight` micro-batches' outputs in the forward cache, which nothing else keeps;
+    - on stage 0 under tensor parallelism, between the first backward and the step's gradient
+      reduction, the vocabulary-parallel embedding's fp32 accumulated gradient (FSDP's no-sync
+      `unsharded_accumulated_grad`) covers the whole vocabulary, where the model states count
+      V/tp (profiled: a (V, h) fp32 copy of a gradient DTensor sharding propagation leaves whole).
     """
     if plan.pp == 1:
         return 0
@@ -542,7 +546,12 @@ def pipeline_buffer_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, s
         count += accum + done
     if stage < plan.pp - 1:
         count += accum + math.ceil(in_flight)
-    return count * one
+    embedding = 0
+    if stage == 0 and plan.tp > 1 and 0 < done < accum:
+        vocab_shard = -(-arch.vocab_size // plan.tp)
+        embedding = _r(arch.vocab_size * arch.hidden_size * FP32_BYTES) \
+            - _r(vocab_shard * arch.hidden_size * FP32_BYTES)
+    return count * one + embedding
 
 
 @dataclass(frozen=True)
