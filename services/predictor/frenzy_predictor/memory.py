@@ -240,11 +240,14 @@ def embedding_head_activation_bytes(arch: ModelArch, recipe: Recipe, plan: Paral
     return total
 
 
-def logits_loss_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len: int) -> int:
+def logits_loss_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len: int,
+                      vocab: int | None = None) -> int:
     """fp32 cross-entropy at the start of backward: saved log-softmax, its gradient and the
-    logits gradient, three fp32 tokens x vocab/tp tensors (Megatron casts logits to fp32)."""
+    logits gradient, three fp32 tokens x vocab/tp tensors (Megatron casts logits to fp32).
+    vocab: the logits' width on a rank, when not vocab/tp."""
     tokens = seq_len * plan.micro_batch
-    return 3 * _r(tokens * (-(-arch.vocab_size // plan.tp)) * FP32_BYTES)
+    width = -(-arch.vocab_size // plan.tp) if vocab is None else vocab
+    return 3 * _r(tokens * width * FP32_BYTES)
 
 
 def input_bytes(seq_len: int, plan: ParallelPlan, grad_accum: int) -> int:
@@ -515,7 +518,7 @@ def replicated_logits_loss_bytes(arch: ModelArch, recipe: Recipe, plan: Parallel
     (logits_loss_bytes at tp = 1). In a pipeline the last stage's forward cache
     (PipelineStage.fwd_cache) also keeps the 16-bit logits, its output, until the
     micro-batch's backward."""
-    whole = logits_loss_bytes(arch, recipe, replace(plan, tp=1), seq_len)
+    whole = logits_loss_bytes(arch, recipe, plan, seq_len, vocab=arch.vocab_size)
     cached = _r(seq_len * plan.micro_batch * arch.vocab_size * _act_bytes(recipe)) if plan.pp > 1 else 0
     return whole + cached
 
@@ -751,9 +754,10 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
         rounds = [(in_flight, True, accum - 1)]
         if profile.pipeline_grads_after_first_backward and plan.pp > 1:
             # 1F1B: the first backward has the most in flight and no gradients yet; later ones
-            # one fewer in flight (min(w, accum - k) before B_k) and the accumulated gradients.
-            rounds = [(in_flight, False, 0)] + \
-                ([(min(in_flight, accum - 1), True, accum - 1)] if accum > 1 else [])
+            # min(w, accum - k) in flight before B_k, and the accumulated gradients. With
+            # accum > w the later ones hold as many in flight and more: they alone can peak.
+            later = [(min(in_flight, accum - 1), True, accum - 1)] if accum > 1 else []
+            rounds = later if accum - 1 >= in_flight else [(in_flight, False, 0)] + later
         backward_phases: list[tuple[str, dict[str, int]]] = []
         for flying, grads_live, done in rounds:
             states = states_bwd if grads_live else {**states_bwd, "gradients": 0}
