@@ -319,10 +319,9 @@ def _forget_meshes() -> None:
     """DTensor caches sharding and redistribution plans by device mesh, and a mesh equals any
     mesh of the same shape and ranks: the next profile's mesh would find this one's process
     groups, destroyed with the fake world."""
+    import torch
     from torch.distributed.tensor import DTensor, _redistribute
     from torch.distributed.tensor._collective_utils import MeshTopoInfo
-
-    import torch
 
     torch._C._clear_DTensor_sharding_propagator_cache()  # the C++ dispatch fast path's
     propagator = DTensor._op_dispatcher.sharding_propagator
