@@ -279,6 +279,7 @@ def _reference_options(arch, training, gpu_types, constraints=Constraints(), max
     from dataclasses import replace
 
     from frenzy.domain import PlanOption
+    from frenzy.runnable import runnable_plan
     from frenzy_predictor.plans import (make_plan, micro_batches, model_parallel_shapes,
                                         powers_of_two, rank_options)
     from frenzy_predictor.plans import _spread as spread
@@ -295,6 +296,10 @@ def _reference_options(arch, training, gpu_types, constraints=Constraints(), max
         return peaks[key]
 
     floor = MemoryTable(arch, training).floor_bytes
+
+    def runnable(tp, pp, dp, mb):  # what the job's launcher runs (frenzy.runnable)
+        return runnable_plan(arch, make_plan(tp, pp, dp, 0, mb, "none"), seq_len=seq_len,
+                             global_batch=batch, framework=recipe.framework) is None
     zero_stages = sorted(set(zero_stages))
     recomputes = [rc for rc in ("none", "selective", "full") if rc in recomputes]
     if recipe.attention == "flash" and len(recomputes) > 1:
@@ -367,7 +372,8 @@ def _reference_options(arch, training, gpu_types, constraints=Constraints(), max
                 if s < incumbent(n):
                     best[n] = (s, make_plan(tp, pp, dp, zero, mb, rc))
 
-        shapes = model_parallel_shapes(arch, gpu, limit)
+        shapes = [(tp, pp) for tp, pp in model_parallel_shapes(arch, gpu, limit)
+                  if runnable(tp, pp, 1, 1)]
         fastest, stalls = math.inf, 0
         for n in powers_of_two(limit):
             if n < min_n:
@@ -384,7 +390,9 @@ def _reference_options(arch, training, gpu_types, constraints=Constraints(), max
             for tp, pp in shapes:
                 dp = n // (tp * pp)
                 if dp * tp * pp == n and batch % dp == 0 and floor(tp, pp, dp, zeros(pp, dp)[-1]) <= usable:
-                    mbs = micro_batches(batch, dp, seq_len)
+                    mbs = [m for m in micro_batches(batch, dp, seq_len) if runnable(tp, pp, dp, m)]
+                    if not mbs:
+                        continue
                     floor_s, mb_hint = min((cost.pipeline_s(tp, pp, dp, m, "none"), m)
                                            for m in (mbs if pp > 1 else mbs[-1:]))
                     layouts.append((floor_s, mb_hint, mbs, tp, pp, dp))

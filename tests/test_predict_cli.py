@@ -46,6 +46,15 @@ def test_fixed_plan_json_keys():
     assert data["peak_bytes"] >= data["peak_tensor_bytes"] > 0
 
 
+def test_fixed_plan_says_when_the_launcher_refuses_it():
+    refused = run(*BASE, "--gpu-type", "A100-80GB", "--pp", "2", "--micro-batch", "8", "--json")
+    assert refused.exit_code == 0, refused.output
+    assert json.loads(refused.output)["launcher_refuses"].startswith("plan.micro_batch")  # 1F1B
+    assert json.loads(run(*FIXED, "--json").output)["launcher_refuses"] is None
+    table = run(*BASE, "--gpu-type", "A100-80GB", "--pp", "2", "--micro-batch", "8")
+    assert "refuses" in table.output
+
+
 def test_fixed_plan_that_does_not_fit():
     result = run("predict", "--model", "llama2-70b", "--seq-len", "4096", "--global-batch", "8",
                  "--gpu-type", "T4", "--json")

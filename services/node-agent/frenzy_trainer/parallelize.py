@@ -129,9 +129,11 @@ def apply_fsdp(model: Transformer, dp_mesh, zero: int, recipe: Recipe) -> None:
 def _tied_embedding_group(mesh):
     """The process group of the first and last pipeline stage at this rank's (dp, tp)
     coordinate; every rank creates every group, as `new_group` requires."""
-    ranks = mesh.mesh  # (pp, dp_replicate, dp_shard, tp) tensor of global ranks
+    ranks = mesh.mesh.tolist()  # (pp, dp_replicate, dp_shard, tp) nested lists of global ranks
+    first_stage = [r for rep in ranks[0] for shard in rep for r in shard]
+    last_stage = [r for rep in ranks[-1] for shard in rep for r in shard]
     mine = None
-    for first, last in zip(ranks[0].flatten().tolist(), ranks[-1].flatten().tolist()):
+    for first, last in zip(first_stage, last_stage):
         group = dist.new_group([first, last])
         if dist.get_rank() in (first, last):
             mine = group
@@ -147,17 +149,23 @@ class ParallelTrainer:
     step's mean loss on every rank."""
 
     def __init__(self, arch: ModelArch, recipe: Recipe, plan: ParallelPlan, lr: float,
-                 device: torch.device, seed: int):
+                 device: torch.device, seed: int, *, mesh=None, init_device: str | None = "meta"):
+        """mesh: the world mesh (default: `world_mesh`, built here). init_device: where the whole
+        model is built before the stage split ("meta": nothing allocated, then only the stage is
+        made real; None: on `device` directly, as the CPU profiler does, whose fake parameters
+        `to_empty` cannot swap)."""
         self.plan, self.recipe, self.device = plan, recipe, device
-        self.mesh = world_mesh(plan, device)
+        self.mesh = world_mesh(plan, device) if mesh is None else mesh
         self.stage = self.mesh["pp"].get_local_rank()
         tied = arch.tied_embeddings and plan.pp > 1
         # fp32 parameters (FSDP2 casts them for compute), built on "meta", split, then made real.
-        model = build_model(arch, replace(recipe, precision="fp32"), plan.recompute, device="meta")
+        model = build_model(arch, replace(recipe, precision="fp32"), plan.recompute,
+                            device=init_device or device)
         model = pipeline_stage(model, self.stage, plan.pp)
         if tied and model.lm_head is not None and model.embed is None:
             model.lm_head.weight = nn.Parameter(torch.empty_like(model.lm_head.weight))
-        model.to_empty(device=device)
+        if init_device is not None:
+            model.to_empty(device=device)
         torch.manual_seed(seed)
         model.reset_parameters()
         self.tie_group = _tied_embedding_group(self.mesh) if tied else None
@@ -206,12 +214,14 @@ class ParallelTrainer:
         labels = torch.cat([y for _, y in micro_batches])
         last = self.stage == self.plan.pp - 1
         losses: list[torch.Tensor] = []
+        # return_outputs=False: the schedule would otherwise keep every micro-batch's logits
+        # until the next step and concatenate them, a (batch, seq, vocab) tensor nobody reads.
         if self.stage == 0:
-            schedule.step(inputs)
+            schedule.step(inputs, return_outputs=False)
         elif last:
-            schedule.step(target=labels, losses=losses)
+            schedule.step(target=labels, losses=losses, return_outputs=False)
         else:
-            schedule.step()
+            schedule.step(return_outputs=False)
         loss = (torch.stack([l.detach().float() for l in losses]).mean() if last
                 else torch.zeros((), device=self.device))
         dist.broadcast(loss, group=self.mesh["pp"].get_group(), group_src=self.plan.pp - 1)

@@ -42,6 +42,7 @@ from frenzy.domain import (ATTENTIONS, GRAD_DTYPES, MAX_SEQ_LEN, OPTIMIZERS, PRE
 from frenzy.outcomes import (EXIT_BAD_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_OOM,
                              EXIT_RENDEZVOUS, EXIT_SIGTERM, OOM_REASON, PREEMPTED_REASON,
                              RENDEZVOUS_REASON, write_status)
+from frenzy.runnable import runnable_plan
 
 from . import checkpoint
 from .checkpoint import DEFAULT_KEEP, Checkpointer, CheckpointPolicy
@@ -275,21 +276,14 @@ def dist_env(environ: Mapping[str, str]) -> DistEnv:
 
 
 def check_plan(arch: ModelArch, config: JobConfig, plan: ParallelPlan, env: DistEnv) -> None:
-    if config.global_batch % (plan.dp * plan.micro_batch):
-        raise ConfigError(f"plan.micro_batch: global batch {config.global_batch} is not a multiple "
-                          f"of dp x micro_batch = {plan.dp * plan.micro_batch}")
+    """The plan's limits are the ones MARP searches within (frenzy.runnable), so a plan MARP
+    offered never fails here; the rest are this launch's own (positions, world size)."""
+    reason = runnable_plan(arch, plan, seq_len=config.seq_len, global_batch=config.global_batch)
+    if reason:
+        raise ConfigError(reason)
     if arch.family == "gpt2" and config.seq_len > arch.max_position_embeddings:
         raise ConfigError(f"seq_len: {config.seq_len} exceeds {arch.name}'s learned positions "
                           f"({arch.max_position_embeddings})")
-    for what, count in (("num_kv_heads", arch.num_kv_heads), ("vocab_size", arch.vocab_size),
-                        ("ffn_hidden_size", arch.ffn_hidden_size)):
-        if count % plan.tp:
-            raise ConfigError(f"plan.tp: {plan.tp} does not divide {arch.name}'s {what} ({count})")
-    if plan.sequence_parallel and plan.tp > 1 and config.seq_len % plan.tp:
-        raise ConfigError(f"plan.sequence_parallel: seq_len {config.seq_len} is not a multiple of "
-                          f"tp = {plan.tp}")
-    if plan.pp > arch.num_layers:
-        raise ConfigError(f"plan.pp: {plan.pp} stages but {arch.name} has {arch.num_layers} layers")
     if plan.num_gpus != env.world_size:
         raise ConfigError(f"plan: dp x tp x pp = {plan.num_gpus} but WORLD_SIZE = {env.world_size}")
 

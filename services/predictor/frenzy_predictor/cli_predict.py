@@ -217,9 +217,14 @@ def _evaluate_plan(arch: ModelArch, training: TrainingSpec, plan: ParallelPlan,
     from frenzy_predictor.memory import estimate_memory
     from frenzy_predictor.plans import usable_bytes
 
+    from frenzy.runnable import runnable_plan
+
     memory = estimate_memory(arch, training.recipe, plan, training.seq_len,
                              grad_accum=plan.grad_accum(training.global_batch_size))
     times = CostModel(arch, training, gpu, plan.ep).breakdown(plan)
+    refused = runnable_plan(arch, plan, seq_len=training.seq_len,
+                            global_batch=training.global_batch_size,
+                            framework=training.recipe.framework)
     step_s = times.total_s
     return {
         "model": arch.name, "num_params": arch.num_params(), "gpu_type": gpu.name,
@@ -233,6 +238,8 @@ def _evaluate_plan(arch: ModelArch, training: TrainingSpec, plan: ParallelPlan,
         "breakdown": dict(memory.breakdown), "capacity_bytes": gpu.memory_bytes,
         "usable_bytes": int(usable_bytes(gpu)), "memory_margin": margin,
         "fits": memory.device_peak_bytes * margin <= usable_bytes(gpu),
+        # why the framework's launcher would refuse this plan (frenzy.runnable); null: it runs it
+        "launcher_refuses": refused,
         "step_time_s": step_s,
         "step_time_breakdown": {"compute_s": times.compute_s,
                                 "tensor_parallel_s": times.tensor_parallel_s,
@@ -252,6 +259,8 @@ def _print_plan(result: dict[str, Any]) -> None:
     from rich.table import Table
 
     verdict = "[green]fits[/green]" if result["fits"] else "[red]does not fit[/red]"
+    if result["launcher_refuses"]:
+        verdict += f", [red]the launcher refuses it: {result['launcher_refuses']}[/red]"
     table = Table(title=f"{result['model']} on {result['num_gpus']} x {result['gpu_type']}: "
                         f"{verdict}", show_header=False)
     table.add_column("what")

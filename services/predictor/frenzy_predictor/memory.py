@@ -13,6 +13,8 @@ Terms, per rank:
   activations       saved for backward (Korthikanti et al. 2022, adapted to this model)
   logits_loss       fp32 logits, log-softmax and their gradients at the start of backward
   temporaries       other transients at the peak (optimizer step, FSDP buffers)
+  pipeline_buffers  torch.distributed.pipelining's receive buffers and cached stage outputs
+                    (the reference trainer's pipelines; see "the reference trainer's TP x PP x DP")
   framework_overhead  CUDA context, NCCL buffers, allocator fragmentation (not tensors)
 
 Three peaks, named for what they compare with (docs/marp-memory.md, "Three peaks"):
@@ -24,6 +26,7 @@ training stack's (frenzy_predictor.stacks: megatron, torchtitan, deepspeed, hf).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Callable
@@ -160,7 +163,8 @@ def fsdp_gathered_blocks(plan: ParallelPlan, block: int) -> int:
 # ---------------------------------------------------------------- activations (Korthikanti 2022)
 
 def korthikanti_layer_activation_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
-                                       seq_len: int, recompute: str | None = None) -> int:
+                                       seq_len: int, recompute: str | None = None, *,
+                                       gathered_norm_outputs: bool = False) -> int:
     """Bytes one transformer layer saves for backward, per micro-batch (Korthikanti et al. 2022).
 
     Korthikanti's 34sbh + 5as^2b, re-derived for this model (docs/marp-memory.md):
@@ -169,6 +173,9 @@ def korthikanti_layer_activation_bytes(arch: ModelArch, recipe: Recipe, plan: Pa
       split across tp: q,k,v (gpt2 3h; llama h + 2 kv), attention output (h), MLP
         (gpt2: 2f; llama SwiGLU: 4f), flash logsumexp (fp32, a per token) or eager
         softmax output (a*s per token) and the s x s causal mask (1 byte).
+    gathered_norm_outputs: under sequence parallelism the linears after each norm save their
+      all-gathered, whole-sequence input (DTensor's PrepareModuleInput gathers before them),
+      where Megatron saves the norm's 1/tp slice and gathers it again in backward.
     """
     s, b, t = seq_len, plan.micro_batch, plan.tp
     h, a, f, kv = arch.hidden_size, arch.num_heads, arch.active_ffn_size, arch.kv_dim
@@ -184,6 +191,9 @@ def korthikanti_layer_activation_bytes(arch: ModelArch, recipe: Recipe, plan: Pa
         return _r(tokens * h * e // rep_div)
 
     replicated = [tokens * h * e] * 4 + [tokens * norm_stats // 2] * 2
+    gathered = []  # saved whole even under sequence parallelism
+    if gathered_norm_outputs and plan.sequence_parallel:
+        replicated, gathered = [tokens * h * e] * 2 + replicated[4:], [tokens * h * e] * 2
     if p > 0:
         replicated += [tokens * h] * 2  # residual dropout masks (bool)
     eager = recipe.attention == "eager"
@@ -202,7 +212,7 @@ def korthikanti_layer_activation_bytes(arch: ModelArch, recipe: Recipe, plan: Pa
                 sharded += [scores, scores * e]  # attention dropout mask and output
         else:
             sharded += [b * (a // t) * s * FP32_BYTES]  # flash logsumexp
-    return sum(_r(x // rep_div) for x in replicated) + sum(_r(x) for x in sharded)
+    return sum(_r(x // rep_div) for x in replicated) + sum(_r(x) for x in sharded + gathered)
 
 
 def moe_dispatch_activation_bytes(arch: ModelArch, recipe: Recipe, tokens: int) -> list[int]:
@@ -231,11 +241,14 @@ def embedding_head_activation_bytes(arch: ModelArch, recipe: Recipe, plan: Paral
     return total
 
 
-def logits_loss_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len: int) -> int:
+def logits_loss_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len: int,
+                      vocab: int | None = None) -> int:
     """fp32 cross-entropy at the start of backward: saved log-softmax, its gradient and the
-    logits gradient, three fp32 tokens x vocab/tp tensors (Megatron casts logits to fp32)."""
+    logits gradient, three fp32 tokens x vocab/tp tensors (Megatron casts logits to fp32).
+    vocab: the logits' width on a rank, when not vocab/tp."""
     tokens = seq_len * plan.micro_batch
-    return 3 * _r(tokens * (-(-arch.vocab_size // plan.tp)) * FP32_BYTES)
+    width = -(-arch.vocab_size // plan.tp) if vocab is None else vocab
+    return 3 * _r(tokens * width * FP32_BYTES)
 
 
 def input_bytes(seq_len: int, plan: ParallelPlan, grad_accum: int) -> int:
@@ -474,15 +487,18 @@ def validate_inputs(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
 # (plans.MemoryTable keeps one), estimate_memory computes each term once per value of the plan
 # fields it reads and of its other arguments: the key at each call names them.
 
-def layer_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len: int) -> tuple[int, int]:
+def layer_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len: int, *,
+                gathered_norm_outputs: bool = False) -> tuple[int, int]:
     """(saved, live) per micro-batch: what one layer saves for backward (Korthikanti), and what
     the layer running backward holds live (recomputed first under full recompute).
 
     Reads tp, sequence_parallel, micro_batch and recompute of the plan.
     """
-    layer_act = korthikanti_layer_activation_bytes(arch, recipe, plan, seq_len)
+    layer_act = korthikanti_layer_activation_bytes(arch, recipe, plan, seq_len,
+                                                   gathered_norm_outputs=gathered_norm_outputs)
     full = plan.recompute == "full"
-    recomputed = korthikanti_layer_activation_bytes(arch, recipe, plan, seq_len, "none") if full \
+    recomputed = korthikanti_layer_activation_bytes(
+        arch, recipe, plan, seq_len, "none", gathered_norm_outputs=gathered_norm_outputs) if full \
         else layer_act
     mlp_t, attn_t = layer_backward_transient_bytes(arch, recipe, plan, seq_len)
     attn_live = recomputed if full else recomputed - mlp_saved_bytes(arch, recipe, plan, seq_len)
@@ -498,6 +514,88 @@ def stage_activation_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, 
     first, last = stage == 0, stage == plan.pp - 1
     return (embedding_head_activation_bytes(arch, recipe, plan, seq_len, first, last),
             loss(arch, recipe, plan, seq_len) if last else 0)
+
+
+# ---------------------------------------------------------------- the reference trainer's TP x PP x DP
+# frenzy_trainer.parallelize.ParallelTrainer runs every plan with tp > 1 or pp > 1 (docs/trainer.md);
+# the CPU profiler measures it (frenzy_predictor.profiler) and these terms describe it.
+
+def reference_plan_as_run(plan: ParallelPlan) -> ParallelPlan:
+    """The plan whose ZeRO terms describe what ParallelTrainer keeps (tp = pp = 1: the plan).
+
+    Its data parallelism is FSDP2 over (dp_replicate, dp_shard): dp_shard = dp for ZeRO >= 1,
+    1 for ZeRO-0 (DDP semantics); ZeRO-1 runs as ZeRO-2. Without a pipeline that is FSDP's
+    ZeRO-2 (or 3) over dp_shard ranks. With one, torch.distributed.pipelining runs every
+    micro-batch's backward without gradient sync or reshard (PipelineStage.
+    backward_maybe_with_nosync) and reduce-scatters once after the last (perform_reduce_grad):
+    the 16-bit weights stay gathered and the gradients accumulate unsharded in fp32 through the
+    step, beside fp32 masters and moments over dp_shard: the flat-buffer states of ZeRO-0 (dp
+    ranks hold them whole) or ZeRO-1 (2 + 4 + 12/dp bytes per parameter).
+    """
+    if plan.tp == 1 and plan.pp == 1:
+        return plan
+    if plan.pp > 1:
+        dp, zero = plan.dp, min(plan.zero, 1)
+    else:
+        dp, zero = (plan.dp if plan.zero else 1), (3 if plan.zero == 3 else 2)
+    if (dp, zero) == (plan.dp, plan.zero):
+        return plan
+    # the constructor, not dataclasses.replace: the plan search calls this per estimate
+    return ParallelPlan(dp, plan.tp, plan.pp, zero, plan.micro_batch, plan.recompute,
+                        plan.sequence_parallel, plan.cp, plan.ep)
+
+
+def reference_layer_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
+                          seq_len: int) -> tuple[int, int]:
+    """layer_bytes as DTensor sequence parallelism keeps it (parallelize.apply_tp): the linears
+    after each norm save their all-gathered input, the whole sequence."""
+    return layer_bytes(arch, recipe, plan, seq_len, gathered_norm_outputs=True)
+
+
+def replicated_logits_loss_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
+                                 seq_len: int) -> int:
+    """The reference head replicates its logits (ColwiseParallel with Replicate outputs, no loss
+    parallelism), so the fp32 loss buffers hold the whole vocabulary on every tp rank
+    (logits_loss_bytes at tp = 1). In a pipeline the last stage's forward cache
+    (PipelineStage.fwd_cache) also keeps the 16-bit logits, its output, until the
+    micro-batch's backward."""
+    whole = logits_loss_bytes(arch, recipe, plan, seq_len, vocab=arch.vocab_size)
+    cached = _r(seq_len * plan.micro_batch * arch.vocab_size * _act_bytes(recipe)) if plan.pp > 1 else 0
+    return whole + cached
+
+
+def pipeline_buffer_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len: int,
+                          stage: int, accum: int, in_flight: float, done: int) -> int:
+    """What torch.distributed.pipelining keeps on a stage beside the layers' activations, each
+    one residual-stream tensor of a micro-batch (micro_batch x seq_len, / tp under sequence
+    parallelism, x hidden, compute dtype):
+
+    - after the first stage: a receive buffer per micro-batch of the step (PipelineStage.
+      _setup_forward_recv_info makes them once and keeps them) and the gradient autograd leaves
+      in each (`buffer.grad`, cleared only when the next step starts): one per micro-batch
+      `done` with backward (accum at the optimizer step);
+    - before the last stage: a gradient receive buffer per micro-batch (_create_grad_recv_info)
+      and the `in_flight` micro-batches' outputs in the forward cache, which nothing else keeps;
+    - on stage 0 under tensor parallelism, between the first backward and the step's gradient
+      reduction, the vocabulary-parallel embedding's fp32 accumulated gradient (FSDP's no-sync
+      `unsharded_accumulated_grad`) covers the whole vocabulary, where the model states count
+      V/tp (profiled: a (V, h) fp32 copy of a gradient DTensor sharding propagation leaves whole).
+    """
+    if plan.pp == 1:
+        return 0
+    tokens = plan.micro_batch * seq_len // (plan.tp if plan.sequence_parallel else 1)
+    one = _r(tokens * arch.hidden_size * _act_bytes(recipe))
+    count = 0
+    if stage > 0:
+        count += accum + done
+    if stage < plan.pp - 1:
+        count += accum + math.ceil(in_flight)
+    embedding = 0
+    if stage == 0 and plan.tp > 1 and 0 < done < accum:
+        vocab_shard = -(-arch.vocab_size // plan.tp)
+        embedding = _r(arch.vocab_size * arch.hidden_size * FP32_BYTES) \
+            - _r(vocab_shard * arch.hidden_size * FP32_BYTES)
+    return count * one + embedding
 
 
 @dataclass(frozen=True)
@@ -551,6 +649,16 @@ class RecipeProfile:
     # (DeepSpeed's fp32 copy), so backward never holds them, with or without accumulation;
     # False: they live from a step's first backward to its optimizer step (FSDP's sharded grads).
     step_only_grads: bool = False
+    # plan -> the plan whose terms describe what the stack keeps, where it runs a plan another
+    # way than it reads (the reference trainer's TP/PP plans); None: the plan itself.
+    plan_as_run: Callable[[ParallelPlan], ParallelPlan] | None = None
+    # (arch, recipe, plan, seq_len, stage, accum, in_flight, done) -> bytes the pipeline
+    # schedule keeps beside the activations (receive buffers, cached outputs) with `done`
+    # micro-batches through backward; None: none counted.
+    pipeline_buffers: Callable[..., int] | None = None
+    # Pipelines hold no gradients until the step's first backward (FSDP's no-sync accumulation
+    # under torch.distributed.pipelining), when stage 0 has the most micro-batches in flight.
+    pipeline_grads_after_first_backward: bool = False
 
 
 def _memoised(memo: dict | None, key: tuple, term, *args):
@@ -666,6 +774,9 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
         if seq_len % cp:
             raise ValueError(f"plan.cp: {cp} must divide seq_len {seq_len}")
         plan, seq_len = replace(plan, dp=plan.dp * cp, cp=1), seq_len // cp
+    gpus_plan = plan  # the GPUs: whether NCCL buffers exist
+    if profile.plan_as_run is not None:
+        plan = profile.plan_as_run(plan)
     accum = grad_accum if grad_accum is not None else max(2, plan.pp)
     grads_in_backward = accum > 1 and not profile.step_only_grads
     layers = arch.num_layers // plan.pp
@@ -739,28 +850,46 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
                                          fused_loss),
                                   stage_activation_bytes, arch, recipe, plan, seq_len, stage,
                                   loss_term)
-        acts = int(in_flight * (layers * layer_act + outside))
         inputs = input_bytes(seq_len, plan, accum)
-        backward = {**states_bwd, "activations": acts, "logits_loss": loss, "temporaries": inputs}
+        # (in-flight micro-batches, gradients live, micro-batches done) at the backward peaks
+        rounds = [(in_flight, True, accum - 1)]
+        if profile.pipeline_grads_after_first_backward and plan.pp > 1:
+            # 1F1B: the first backward has the most in flight and no gradients yet; later ones
+            # min(w, accum - k) in flight before B_k, and the accumulated gradients. With
+            # accum > w the later ones hold as many in flight and more: they alone can peak.
+            later = [(min(in_flight, accum - 1), True, accum - 1)] if accum > 1 else []
+            rounds = later if accum - 1 >= in_flight else [(in_flight, False, 0)] + later
+        backward_phases: list[tuple[str, dict[str, int]]] = []
+        for flying, grads_live, done in rounds:
+            states = states_bwd if grads_live else {**states_bwd, "gradients": 0}
+            acts = int(flying * (layers * layer_act + outside))
+            backward = {**states, "activations": acts, "logits_loss": loss, "temporaries": inputs}
+            pipeline = profile.pipeline_buffers(arch, recipe, plan, seq_len, stage, accum, flying,
+                                                done) if profile.pipeline_buffers else 0
+            if pipeline:
+                backward["pipeline_buffers"] = pipeline
 
-        # A layer's backward (dominates for small vocabularies, eager long sequences, or FSDP
-        # buffers larger than a layer's activations). Block i keeps i layers' activations (+ its
-        # own input under full recompute); with FSDP and no accumulation, the blocks after it
-        # already hold their fp32 grad shards.
-        layer_acts = int((in_flight - 1) * layers * layer_act) + peak_block * layer_act \
-            + (layer_act if full else 0) + layer_live
-        layer_bwd = {**states_bwd, "activations": layer_acts, "logits_loss": 0,
-                     "temporaries": inputs + pending + buffers[k]}
-        if defer_output_wgrad and last:
-            # The last micro-batch's backward: the earlier ones' deferred buffers at the loss,
-            # its own too once the output layer has run backward.
-            deferred = profile.deferred_output_wgrad(arch, recipe, plan, seq_len)
-            backward["deferred_output_wgrad"] = (accum - 1) * deferred
-            layer_bwd["deferred_output_wgrad"] = accum * deferred
-        if fsdp:
-            layer_bwd["parameters"] = own_params + layer_weights
-            if accum == 1:
-                layer_bwd["gradients"] = (layers - 1 - peak_block) * block_shard
+            # A layer's backward (dominates for small vocabularies, eager long sequences, or
+            # FSDP buffers larger than a layer's activations). Block i keeps i layers'
+            # activations (+ its own input under full recompute); with FSDP and no
+            # accumulation, the blocks after it already hold their fp32 grad shards.
+            layer_acts = int((flying - 1) * layers * layer_act) + peak_block * layer_act \
+                + (layer_act if full else 0) + layer_live
+            layer_bwd = {**states, "activations": layer_acts, "logits_loss": 0,
+                         "temporaries": inputs + pending + buffers[k]}
+            if pipeline:
+                layer_bwd["pipeline_buffers"] = pipeline
+            if defer_output_wgrad and last:
+                # The last micro-batch's backward: the earlier ones' deferred buffers at the
+                # loss, its own too once the output layer has run backward.
+                deferred = profile.deferred_output_wgrad(arch, recipe, plan, seq_len)
+                backward["deferred_output_wgrad"] = (accum - 1) * deferred
+                layer_bwd["deferred_output_wgrad"] = accum * deferred
+            if fsdp:
+                layer_bwd["parameters"] = own_params + layer_weights
+                if accum == 1:
+                    layer_bwd["gradients"] = (layers - 1 - peak_block) * block_shard
+            backward_phases += [("backward", backward), (layer_phase, layer_bwd)]
 
         # FSDP, end of backward (large vocabularies, short sequences): every block's sharded
         # grads exist and activations are gone; the embedding runs backward with the root's
@@ -786,7 +915,11 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
                                model_states, arch, recipe, states_plan, params, True)
         optimizer = {**states_opt, "activations": 0, "logits_loss": 0,
                      "temporaries": inputs + optimizer_step_temporary_bytes(arch, recipe, plan, params)}
-        for phase, terms in (("backward", backward), (layer_phase, layer_bwd),
+        pipeline = profile.pipeline_buffers(arch, recipe, plan, seq_len, stage, accum, 0,
+                                            accum) if profile.pipeline_buffers else 0
+        if pipeline:
+            optimizer["pipeline_buffers"] = pipeline
+        for phase, terms in (*backward_phases,
                              ("embedding_backward", embedding_bwd), ("root_reduce_scatter", root_rs),
                              ("optimizer", optimizer)):
             if terms is None:
@@ -806,10 +939,12 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
     if fsdp and profile.fsdp_stream_pools and plan.dp > 1:
         reserved += fsdp_stream_pool_bytes(arch, recipe, plan, phase, layers,
                                            terms.get("gradients", 0))
-    device = reserved + device_overhead_bytes(plan) - profile.workspace_bytes  # counted once
+    device = reserved + device_overhead_bytes(gpus_plan) - profile.workspace_bytes  # counted once
     breakdown = {**terms, "framework_overhead": device - peak}
     return MemoryEstimate(peak, reserved, device, breakdown, phase, stage, framework)
 
 
-FRENZY = RecipeProfile("frenzy", model_states=model_state_bytes, layer=layer_bytes,
-                       logits_loss=logits_loss_bytes)
+FRENZY = RecipeProfile("frenzy", model_states=model_state_bytes, layer=reference_layer_bytes,
+                       logits_loss=replicated_logits_loss_bytes,
+                       plan_as_run=reference_plan_as_run, pipeline_buffers=pipeline_buffer_bytes,
+                       pipeline_grads_after_first_backward=True)

@@ -46,7 +46,9 @@ def job_planned(submitted: events_pb2.JobSubmitted,
     planned = events_pb2.JobPlanned(
         job_id=submitted.job_id, options=[option_to_proto(o, i) for i, o in enumerate(options)],
         attempt=submitted.attempt, num_params=num_params,
-        reason="" if options else "unschedulable: no GPU type fits any plan")
+        reason="" if options else "unschedulable: no GPU type fits any plan that the "
+                                  f"{submitted.spec.training.framework or 'frenzy'} launcher runs "
+                                  "(frenzy.runnable)")
     planned.submitted_at.CopyFrom(submitted.submitted_at)
     if submitted.spec.constraints.HasField("deadline"):
         planned.deadline.CopyFrom(submitted.spec.constraints.deadline)

@@ -17,6 +17,9 @@ milliseconds (docs/marp-plans.md, "Search"):
   already fitted with fewer replicas, less ZeRO or less recompute (memory only shrinks there);
 * each type starts from the winners of the types searched before it (good early incumbents);
 * GPU counts stop doubling after two doublings without a speed-up.
+
+Only plans the job's launcher runs are searched (`frenzy.runnable.runnable_plan`, the check the
+reference trainer applies too): a plan offered never fails at launch for its shape.
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ from frenzy.catalog.gpus import GpuType
 from frenzy.catalog.models import ModelArch
 from frenzy.domain import (OPTIMIZER_MOMENT_BYTES, RECOMPUTES, Constraints, ParallelPlan, PlanOption,
                            TrainingSpec)
+from frenzy.runnable import runnable_plan
 from frenzy_predictor.cost import CostModel
 from frenzy_predictor.memory import MemoryEstimate, estimate_memory, recipe_profile
 
@@ -91,11 +95,24 @@ class MemoryTable:
         self._params = arch.num_params()
         # routed-expert parameters a rank does not hold under expert parallelism
         self._other_experts = arch.num_layers * arch.expert_layer_params() * (ep - 1) // ep
+        # how the stack runs a plan's ZeRO stage (the reference trainer's TP/PP plans: FSDP2)
+        self._as_run = recipe_profile(recipe.framework).plan_as_run
+        self._floors: dict[tuple[int, int, int, int, int], float] = {}
 
     def floor_bytes(self, tp: int, pp: int, dp: int, zero: int, cp: int = 1) -> float:
         """A cheap lower bound on peak bytes: ZeRO model states of an average rank (no
         activations, no overhead), so that hopeless plans skip the full estimate. ZeRO shards
         over dp x cp ranks (context-parallel ranks hold the same weights)."""
+        key = (tp, pp, dp, zero, cp)
+        floor = self._floors.get(key)
+        if floor is None:
+            floor = self._floors[key] = self._floor_bytes(tp, pp, dp, zero, cp)
+        return floor
+
+    def _floor_bytes(self, tp: int, pp: int, dp: int, zero: int, cp: int) -> float:
+        if self._as_run is not None:  # the ZeRO stage and sharding as the stack runs them
+            run = self._as_run(make_plan(tp, pp, dp, zero, 1, "none"))
+            dp, zero = run.dp, run.zero
         params = (self._params - self._other_experts) / (tp * pp)
         shards = dp * cp
         if zero == 0:
@@ -157,18 +174,35 @@ def micro_batches(global_batch: int, dp: int, seq_len: int, cp: int = 1) -> list
 
 class _JobSpace:
     """What the search space of one job looks like on any GPU type, memoised per enumeration:
-    the micro-batch sizes of each dp and the ZeRO stages of each (pp, dp)."""
+    the (tp, pp) shapes and micro-batch sizes the job's launcher can run (frenzy.runnable),
+    and the ZeRO stages of each (pp, dp)."""
 
-    def __init__(self, training: TrainingSpec, zero_stages: Sequence[int]):
-        self.training, self.zero_stages = training, sorted(set(zero_stages))
-        self._micro_batches: dict[tuple[int, int], list[int]] = {}
+    def __init__(self, arch: ModelArch, training: TrainingSpec, zero_stages: Sequence[int]):
+        self.arch, self.training, self.zero_stages = arch, training, sorted(set(zero_stages))
+        self._micro_batches: dict[tuple[int, int, int, int], list[int]] = {}
         self._zeros: dict[tuple[int, int], list[int]] = {}
 
-    def micro_batches(self, dp: int, cp: int = 1) -> list[int]:
-        mbs = self._micro_batches.get((dp, cp))
+    def runnable(self, tp: int, pp: int, dp: int, mb: int) -> bool:
+        """Whether the job's launcher runs this layout and micro-batch (ZeRO and recompute
+        never decide it)."""
+        t = self.training
+        return runnable_plan(self.arch, make_plan(tp, pp, dp, 0, mb, "none"), seq_len=t.seq_len,
+                             global_batch=t.global_batch_size, framework=t.recipe.framework) is None
+
+    def shapes(self, gpu: GpuType, limit: int) -> list[tuple[int, int]]:
+        """model_parallel_shapes the launcher runs with some dp and micro-batch (one replica and
+        micro-batches of one give a pipeline the most micro-batches)."""
+        return [(tp, pp) for tp, pp in model_parallel_shapes(self.arch, gpu, limit)
+                if self.runnable(tp, pp, 1, 1)]
+
+    def micro_batches(self, dp: int, tp: int = 1, pp: int = 1, cp: int = 1) -> list[int]:
+        key = (dp, tp, pp, cp)
+        mbs = self._micro_batches.get(key)
         if mbs is None:
-            mbs = self._micro_batches[(dp, cp)] = micro_batches(
-                self.training.global_batch_size, dp, self.training.seq_len, cp)
+            mbs = self._micro_batches[key] = [
+                m for m in micro_batches(self.training.global_batch_size, dp, self.training.seq_len,
+                                         cp)
+                if self.runnable(tp, pp, dp, m)]
         return mbs
 
     def zeros(self, pp: int, dp: int) -> list[int]:
@@ -241,7 +275,7 @@ class _TypeSearch:
 
         The bound is the pipelined compute alone: no recompute, no data-parallel traffic.
         """
-        mbs = self.space.micro_batches(dp, cp)
+        mbs = self.space.micro_batches(dp, tp, pp, cp)
         if pp == 1:
             return self.cost.pipeline_s(tp, pp, dp, mbs[-1], "none", cp), mbs[-1], mbs
         floor_s, mb_hint = min([(self.cost.pipeline_s(tp, pp, dp, m, "none", cp), m) for m in mbs])
@@ -298,6 +332,7 @@ class _TypeSearch:
             for cp in cps:
                 dp = n // (tp * pp * cp)
                 if dp * tp * pp * cp == n and batch % dp == 0 and dp % self.table.ep == 0 and \
+                        self.space.micro_batches(dp, tp, pp, cp) and \
                         self.table.floor_bytes(tp, pp, dp, self.space.zeros(pp, dp * cp)[-1],
                                                cp) <= self.usable:
                     yield tp, pp, dp, cp
@@ -321,7 +356,7 @@ class _TypeSearch:
             min_gpus: int = 1) -> dict[int, _Best]:
         """GPU counts in doubling order from min_gpus; at each, layouts in order of their
         compute bound."""
-        shapes = model_parallel_shapes(self.arch, gpu, limit)
+        shapes = self.space.shapes(gpu, limit)
         cps = context_parallel_sizes(self.training.recipe.framework, self.training.seq_len, limit)
         fastest_s, stalls = math.inf, 0
         for n in powers_of_two(limit):
@@ -415,7 +450,7 @@ def enumerate_options(arch: ModelArch, training: TrainingSpec, gpu_types: Sequen
         # which flash attention never stores: it would cost time and save almost nothing.
         recomputes = [rc for rc in recomputes if rc != "selective"]
     table = memory_table or MemoryTable(arch, training, ep)
-    space = _JobSpace(training, zero_stages)
+    space = _JobSpace(arch, training, zero_stages)
     steps = training.steps
     options: list[PlanOption] = []
     seeds: dict[int, list[ParallelPlan]] = {}  # winners on the types searched so far, per count
