@@ -41,9 +41,9 @@ from typing import Any, Protocol
 import torch
 import torch.distributed as dist
 
-COMMIT_MARKER = "COMMITTED"
+from frenzy.checkpointdir import COMMIT_MARKER, step_dir, step_of
+
 DEFAULT_KEEP = 2
-_STEP_PREFIX = "step-"
 
 
 class Checkpointable(Protocol):
@@ -73,23 +73,12 @@ class Commit:
     write_s: float  # from the start of the save to the commit
 
 
-def step_dir(uri: str | Path, step: int) -> Path:
-    return Path(uri) / f"{_STEP_PREFIX}{step:09d}"
-
-
-def _step_of(path: Path) -> int | None:
-    name = path.name
-    if not name.startswith(_STEP_PREFIX) or not name[len(_STEP_PREFIX):].isdigit():
-        return None
-    return int(name[len(_STEP_PREFIX):])
-
-
 def committed_steps(uri: str | Path) -> list[int]:
     """Steps with a commit marker, oldest first."""
     root = Path(uri)
     if not root.is_dir():
         return []
-    steps = [_step_of(p) for p in root.iterdir() if (p / COMMIT_MARKER).is_file()]
+    steps = [step_of(p) for p in root.iterdir() if (p / COMMIT_MARKER).is_file()]
     return sorted(s for s in steps if s is not None)
 
 
@@ -107,7 +96,7 @@ def prune(uri: str | Path, keep: int) -> None:
         return
     kept = set(steps[-max(1, keep):])
     for path in Path(uri).iterdir():
-        step = _step_of(path)
+        step = step_of(path)
         if step is not None and step not in kept and step < steps[-1]:
             shutil.rmtree(path, ignore_errors=True)
 
