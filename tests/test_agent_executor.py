@@ -296,6 +296,9 @@ def test_launch_environment_names_the_jobs_checkpoint_directory_and_policy(tmp_p
     assert "FRENZY_CHECKPOINT_EVERY_S" not in env
     launch.spec.training.checkpoint_uri = "/shared/ckpt/j1"
     assert job_environment(launch, 0, tmp_path, 1.0)["FRENZY_CHECKPOINT_URI"] == "/shared/ckpt/j1"
+    # The trainer never removes them itself under an agent: the job's end decides (DeleteCheckpoints)
+    launch.spec.training.keep_checkpoints = False
+    assert job_environment(launch, 0, tmp_path, 1.0)["FRENZY_KEEP_CHECKPOINTS"] == "1"
 
 
 @given(_codes, st.lists(_status, max_size=4), st.booleans())
