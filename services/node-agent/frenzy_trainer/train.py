@@ -394,15 +394,16 @@ def train(config: JobConfig, plan: ParallelPlan, env: DistEnv, device: torch.dev
                             "loss": round(loss, 6), "peak_memory_bytes": peak,
                             "time_s": round(time.monotonic() - started, 3)})
         save, stop = checkpoints.poll(step, preempt.is_set())
+        stop = stop and step < config.steps  # the last step needs no checkpoint: the job is done
         commits = checkpoints.collect()  # an asynchronous save whose write has finished
-        if save and step < config.steps:  # the last step needs no checkpoint: the job is done
+        if save and step < config.steps:
             with memory.untracked():
                 commits += checkpoints.save(trainer, step)
-        if stop and step < config.steps:
-            event = "preempted"
-        commits += checkpoints.collect(wait=event == "preempted")
+        if stop:  # checkpoint-now: the save counts only once committed, before the exit
+            commits += checkpoints.collect(wait=True)
         _report_commits(progress, commits)
-        if event == "preempted":
+        if stop:
+            event = "preempted"
             break
     _report_commits(progress, checkpoints.collect(wait=True))  # nothing in flight at exit
     if event == "done":
