@@ -13,7 +13,8 @@ torch = pytest.importorskip("torch")
 from frenzy.outcomes import RankStatus, read_status  # noqa: E402
 from test_trainer import COMMON, _launch, _main_in_process, _progress, _wait  # noqa: E402
 
-pytestmark = pytest.mark.torch
+# pytest resets warning filters per test: the trainer's own filter for its one-rank saves
+pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore:torch.distributed is disabled")]
 
 
 def _losses(lines: list[dict]) -> dict[int, float]:

@@ -44,6 +44,9 @@ import torch.distributed as dist
 from frenzy.checkpointdir import COMMIT_MARKER, step_dir, step_of
 
 DEFAULT_KEEP = 2
+# One rank without a process group saves and loads with no_dist on purpose. A filter for the
+# process (not a catch_warnings block): DCP warns from its asynchronous write thread too.
+warnings.filterwarnings("ignore", message="torch.distributed is disabled")
 
 
 class Checkpointable(Protocol):
@@ -111,9 +114,7 @@ def save(trainer: Checkpointable, uri: str, step: int) -> None:
     import torch.distributed.checkpoint as dcp
 
     path = step_dir(uri, step)
-    with warnings.catch_warnings():  # one rank without a process group is meant
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        dcp.save(_state(trainer, step), checkpoint_id=str(path), no_dist=not dist.is_initialized())
+    dcp.save(_state(trainer, step), checkpoint_id=str(path), no_dist=not dist.is_initialized())
     if _is_rank0():
         commit(uri, step)
 
@@ -125,10 +126,8 @@ def start_async_save(trainer: Checkpointable, uri: str, step: int,
     Not committed: the caller commits once the future resolved."""
     import torch.distributed.checkpoint as dcp
 
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        return dcp.async_save(_state(trainer, step), checkpoint_id=str(step_dir(uri, step)),
-                              process_group=group, no_dist=not dist.is_initialized())
+    return dcp.async_save(_state(trainer, step), checkpoint_id=str(step_dir(uri, step)),
+                          process_group=group, no_dist=not dist.is_initialized())
 
 
 def commit(uri: str | Path, step: int) -> None:
@@ -166,10 +165,8 @@ def load(trainer: Checkpointable, uri: str, step: int) -> None:
                if f"trainer.model.{k}" not in saved]
     if missing:
         raise ValueError(f"checkpoint {path} lacks model weights {missing[:3]}")
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        dcp.load(state, checkpoint_id=str(path), planner=DefaultLoadPlanner(allow_partial_load=True),
-                 no_dist=not dist.is_initialized())
+    dcp.load(state, checkpoint_id=str(path), planner=DefaultLoadPlanner(allow_partial_load=True),
+             no_dist=not dist.is_initialized())
     if int(state["step"]) != step:
         raise ValueError(f"checkpoint {path} holds step {int(state['step'])}")
     trainer.load_checkpoint_state(state["trainer"])
