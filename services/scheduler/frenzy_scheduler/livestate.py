@@ -123,6 +123,8 @@ class LiveState:
         seen = self.seen.get(record.id)
         if seen is None or seen.attempt != record.attempt:
             seen = self.seen[record.id] = _Seen(record.attempt, step, now_s)
+        elif seen.first_step <= resumed < step:  # its first training step: the rate's base
+            seen.first_step, seen.first_step_s = step, now_s
         has_checkpoint = record.HasField("checkpoint_step")
         if has_checkpoint and record.checkpoint_step != seen.checkpoint_step:
             seen.checkpoint_step, seen.checkpoint_s = record.checkpoint_step, now_s
