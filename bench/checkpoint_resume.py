@@ -1,10 +1,14 @@
 """Checkpoint and resume figures (issue 13), on this machine's CPUs, beside the baseline of the
 same run: a job that restarts from step 0 (what Frenzy did before checkpoints).
 
-1. Checkpoint overhead: the reference trainer on CPU (1 rank, gloo-free), per model: median
-   step time, the time the loop stands still for one save (the trainer's `save_s`), and the
-   overhead at a checkpoint every k steps = save_s / (k x step_s). Cross-check: wall time of
-   the same run with and without checkpoints.
+1. Checkpoint overhead: the reference trainer on CPU (1 rank, gloo-free), per model and per
+   save mode (synchronous `dcp.save`, asynchronous `dcp.async_save`): median step time, the
+   time the loop stands still for one save (the trainer's `save_s`: the whole write when
+   synchronous; staging plus any wait for the previous write when asynchronous), and the cost
+   per save within the same run: the steps from the save to its commit against the run's other
+   steps (the stall, plus the slowdown while the write thread competes with training for the
+   CPU cores). Overhead at a checkpoint every k steps = cost / (k x step). Cross-check:
+   training time against a run without checkpoints (a separate run: the machine's load drifts).
 2. Node loss: a local cluster (real broker, services, agents; two simulated 2-GPU nodes; node
    timeout FRENZY_NODE_TIMEOUT_S), a DP2 tiny-gpt2 job checkpointing every k steps; after its
    first commit the node (agent and job processes) is SIGKILLed. Steps redone on resume (goal
@@ -13,8 +17,9 @@ same run: a job that restarts from step 0 (what Frenzy did before checkpoints).
    scheduler would; decision (publish) to training again (first step of the new attempt), p50/p99.
 
     .venv/bin/python bench/checkpoint_resume.py [--trials 3] [--resizes 6] [--models tiny-gpt2,tiny-llama]
+        [--parts overhead,node_loss,resize]
 
-Saves bench/results/checkpoint_resume.json.
+Saves bench/results/checkpoint_resume.json (a run of some parts keeps the others' last figures).
 """
 from __future__ import annotations
 
@@ -57,7 +62,8 @@ def pct(values: list[float]) -> dict:
 
 # ------------------------------------------------------------------ 1. checkpoint overhead
 
-def _trainer_run(model: str, steps: int, every: int, workdir: Path, seq_len: int, batch: int) -> tuple[float, list[dict]]:
+def _trainer_run(model: str, steps: int, every: int, workdir: Path, seq_len: int, batch: int,
+                 asynchronous: bool = True) -> tuple[float, list[dict]]:
     progress = workdir / "progress.jsonl"
     progress.unlink(missing_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FRENZY_",))}
@@ -67,10 +73,56 @@ def _trainer_run(model: str, steps: int, every: int, workdir: Path, seq_len: int
             "--global-batch", str(batch), "--steps", str(steps)]
     if every:
         args += ["--checkpoint-uri", str(workdir / "ckpt"), "--checkpoint-every-steps", str(every)]
+    if not asynchronous:
+        args += ["--checkpoint-sync"]
     started = time.monotonic()
     subprocess.run(args, env=env, cwd=workdir, check=True, capture_output=True, timeout=1800)
     wall = time.monotonic() - started
     return wall, [json.loads(line) for line in progress.read_text().splitlines()]
+
+
+def _step_times(lines: list[dict]) -> dict[int, float]:
+    """Seconds each step took, by step (from the progress lines' time_s)."""
+    times = {l["step"]: l["time_s"] for l in lines if "event" not in l}
+    return {s: times[s] - times[s - 1] for s in times if s - 1 in times}
+
+
+def _write_windows(lines: list[dict]) -> set[int]:
+    """Steps a save slowed down: from the step after it to the step at whose boundary it was
+    committed (a synchronous save: just the next one, which waited for the whole write)."""
+    window, last_step = set(), 0
+    for line in lines:
+        if "event" not in line:
+            last_step = line["step"]
+        elif line["event"] == "checkpoint":
+            window.update(range(line["step"] + 1, max(line["step"] + 1, last_step) + 1))
+    return window
+
+
+def _mode_row(lines: list[dict], plain_train_s: float, every: int) -> dict:
+    """One save mode's figures, within its own run (the load on this machine drifts between
+    runs): the steps a save touched against the other steps of the same run."""
+    saves = [l for l in lines if l.get("event") == "checkpoint"]
+    save_s = statistics.mean(l["save_s"] for l in saves)
+    steps = _step_times(lines)
+    window = _write_windows(lines)
+    touched = [t for s, t in steps.items() if s in window]
+    other_s = statistics.median(t for s, t in steps.items() if s not in window)
+    # per save: the stall plus every touched step's slowdown (the write thread's CPU)
+    cost_s = sum(t - other_s for t in touched) / len(saves)
+    train_s = lines[-1]["time_s"]
+    return {"save_s": round(save_s, 4), "saves": len(saves),
+            "write_s": round(statistics.mean(l.get("write_s", l["save_s"]) for l in saves), 4),
+            "step_s": round(other_s, 4),
+            "steps_touched_per_save": round(len(touched) / len(saves), 2),
+            "step_s_while_writing": round(statistics.median(touched), 4) if touched else None,
+            "cost_per_save_s": round(cost_s, 4),
+            "overhead_pct_at_every": {k: round(100 * cost_s / (k * other_s), 2)
+                                      for k in (every, 100, 1000)},
+            "stall_pct_at_every": {k: round(100 * save_s / (k * other_s), 2)
+                                   for k in (every, 100, 1000)},
+            "train_s": train_s,
+            "measured_overhead_pct": round(100 * (train_s - plain_train_s) / plain_train_s, 1)}
 
 
 def checkpoint_overhead(models: list[str], steps: int, every: int) -> list[dict]:
@@ -81,26 +133,24 @@ def checkpoint_overhead(models: list[str], steps: int, every: int) -> list[dict]
             workdir.mkdir()
             seq_len, batch = (64, 8) if model.startswith("tiny") else (128, 2)
             plain_wall, plain = _trainer_run(model, steps, 0, workdir, seq_len, batch)
-            ckpt_wall, lines = _trainer_run(model, steps, every, workdir, seq_len, batch)
-            times = [l["time_s"] for l in plain if "event" not in l]
-            step_s = statistics.median(np.diff(times)) if len(times) > 1 else times[0]
-            saves = [l["save_s"] for l in lines if l.get("event") == "checkpoint"]
-            save_s = statistics.mean(saves)
-            plain_train, ckpt_train = plain[-1]["time_s"], lines[-1]["time_s"]
-            rows.append({"model": model, "seq_len": seq_len, "global_batch": batch, "steps": steps,
-                         "every_steps": every, "step_s": round(step_s, 4), "save_s": round(save_s, 4),
-                         "saves": len(saves),
-                         "overhead_pct_at_every": {k: round(100 * save_s / (k * step_s), 2)
-                                                   for k in (every, 100, 1000)},
-                         "train_s_without": plain_train, "train_s_with": ckpt_train,
-                         "measured_overhead_pct": round(100 * (ckpt_train - plain_train) / plain_train, 1),
-                         "process_wall_s_without": round(plain_wall, 2),
-                         "process_wall_s_with": round(ckpt_wall, 2)})
-            print(f"  {model:12s} step {step_s * 1e3:8.1f} ms  save {save_s * 1e3:8.1f} ms  "
-                  f"overhead every {every}: {rows[-1]['overhead_pct_at_every'][every]:6.2f}%  "
-                  f"every 100: {rows[-1]['overhead_pct_at_every'][100]:6.2f}%  "
-                  f"(measured run vs run: {rows[-1]['measured_overhead_pct']:+.1f}%; baseline "
-                  f"without checkpoints: 0%)", flush=True)
+            step_s = statistics.median(_step_times(plain).values())
+            row = {"model": model, "seq_len": seq_len, "global_batch": batch, "steps": steps,
+                   "every_steps": every, "step_s_without": round(step_s, 4),
+                   "train_s_without": plain[-1]["time_s"]}
+            for mode, asynchronous in (("sync", False), ("async", True)):
+                _, lines = _trainer_run(model, steps, every, workdir, seq_len, batch, asynchronous)
+                row[mode] = _mode_row(lines, plain[-1]["time_s"], every)
+                r = row[mode]
+                print(f"  {model:12s} {mode:5s} step {r['step_s'] * 1e3:7.1f} ms  stall/save "
+                      f"{r['save_s'] * 1e3:7.1f} ms  write {r['write_s'] * 1e3:7.1f} ms  steps "
+                      f"touched {r['steps_touched_per_save']:.1f} at {(r['step_s_while_writing'] or 0) * 1e3:7.1f} ms"
+                      f"  cost/save {r['cost_per_save_s'] * 1e3:7.1f} ms  overhead every {every}: "
+                      f"{r['overhead_pct_at_every'][every]:6.2f}% (stall only "
+                      f"{r['stall_pct_at_every'][every]:5.2f}%)  every 100: "
+                      f"{r['overhead_pct_at_every'][100]:5.2f}%  (run vs plain run: "
+                      f"{r['measured_overhead_pct']:+.1f}%; baseline without checkpoints: 0%)",
+                      flush=True)
+            rows.append(row)
     return rows
 
 
@@ -220,33 +270,39 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--resizes", type=int, default=6)
     parser.add_argument("--node-timeout-s", type=float, default=4.0)
+    parser.add_argument("--parts", default="overhead,node_loss,resize")
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs (shared), load {os.getloadavg()[0]:.1f}"
     print(f"machine: {machine}")
-    print("1. checkpoint overhead (reference trainer, CPU, 1 rank):")
-    overhead = checkpoint_overhead(args.models.split(","), args.steps, args.every)
-    with tempfile.TemporaryDirectory() as tmp:
-        cluster = start_cluster(CLUSTER, free_port(), Path(tmp), "has", namespace=f"bench{int(time.time())}",
-                                extra_env={"FRENZY_NODE_TIMEOUT_S": str(args.node_timeout_s)})
-        try:
-            print(f"2. node loss (k = 5 steps, node timeout {args.node_timeout_s} s):")
-            loss = node_loss(cluster, args.trials, 5)
-            print("3. resize latency (DP2 <-> DP1, tiny-gpt2):")
-            resize = resize_latency(cluster, args.resizes, 5)
-        finally:
-            cluster.stop()
-    summary = {
-        "machine": machine,
-        "checkpoint_overhead": overhead,
-        "node_loss": {"trials": loss,
-                      "steps_redone": pct([r["steps_redone"] for r in loss]),
-                      "steps_redone_baseline_from_0": pct([r["steps_redone_baseline_from_0"] for r in loss]),
-                      "kill_to_training_s": pct([r["kill_to_training_s"] for r in loss]),
-                      "node_timeout_s": args.node_timeout_s},
-        "resize": {"resizes": resize,
-                   "decision_to_training_s": pct([r["decision_to_training_s"] for r in resize]),
-                   "decision_to_relaunched_s": pct([r["decision_to_relaunched_s"] for r in resize])},
-    }
+    summary = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    summary["machine"] = machine
+    if "overhead" in parts:
+        print("1. checkpoint overhead (reference trainer, CPU, 1 rank; sync vs async saves):")
+        summary["checkpoint_overhead"] = checkpoint_overhead(args.models.split(","), args.steps, args.every)
+    if parts & {"node_loss", "resize"}:
+        with tempfile.TemporaryDirectory() as tmp:
+            cluster = start_cluster(CLUSTER, free_port(), Path(tmp), "has", namespace=f"bench{int(time.time())}",
+                                    extra_env={"FRENZY_NODE_TIMEOUT_S": str(args.node_timeout_s)})
+            try:
+                if "node_loss" in parts:
+                    print(f"2. node loss (k = 5 steps, node timeout {args.node_timeout_s} s):")
+                    loss = node_loss(cluster, args.trials, 5)
+                    summary["node_loss"] = {
+                        "trials": loss,
+                        "steps_redone": pct([r["steps_redone"] for r in loss]),
+                        "steps_redone_baseline_from_0": pct([r["steps_redone_baseline_from_0"] for r in loss]),
+                        "kill_to_training_s": pct([r["kill_to_training_s"] for r in loss]),
+                        "node_timeout_s": args.node_timeout_s}
+                if "resize" in parts:
+                    print("3. resize latency (DP2 <-> DP1, tiny-gpt2):")
+                    resize = resize_latency(cluster, args.resizes, 5)
+                    summary["resize"] = {
+                        "resizes": resize,
+                        "decision_to_training_s": pct([r["decision_to_training_s"] for r in resize]),
+                        "decision_to_relaunched_s": pct([r["decision_to_relaunched_s"] for r in resize])}
+            finally:
+                cluster.stop()
     print(json.dumps({k: v for k, v in summary.items() if k in ("node_loss", "resize")}, indent=1)[:3000])
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(summary, indent=2))

@@ -296,6 +296,9 @@ def test_launch_environment_names_the_jobs_checkpoint_directory_and_policy(tmp_p
     assert "FRENZY_CHECKPOINT_EVERY_S" not in env
     launch.spec.training.checkpoint_uri = "/shared/ckpt/j1"
     assert job_environment(launch, 0, tmp_path, 1.0)["FRENZY_CHECKPOINT_URI"] == "/shared/ckpt/j1"
+    # The trainer never removes them itself under an agent: the job's end decides (DeleteCheckpoints)
+    launch.spec.training.keep_checkpoints = False
+    assert job_environment(launch, 0, tmp_path, 1.0)["FRENZY_KEEP_CHECKPOINTS"] == "1"
 
 
 @given(_codes, st.lists(_status, max_size=4), st.booleans())
@@ -355,3 +358,39 @@ def test_a_job_that_finished_as_checkpoint_now_arrived_succeeded(tmp_path):
     job.checkpoint_first, job.stop_reason = True, "RESIZE"
     job.progress_file.write_text('{"step": 5}\n{"event": "done", "step": 5}\n')
     assert outcome(job).state == "succeeded"
+
+
+def test_checkpoint_removal_stays_inside_the_jobs_directory(tmp_path):
+    """The agent's own per-job directory goes whole; a directory the spec named loses only its
+    step directories (and itself once empty); links are never followed; twice is harmless."""
+    from frenzy.checkpointdir import remove_checkpoints
+    from frenzy_agent.executor import checkpoint_location, job_key
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious").write_text("x")
+    own, owned = checkpoint_location("j/1", "", tmp_path / "root")
+    assert owned and own == str((tmp_path / "root" / job_key("j/1")).resolve())
+    (Path(own) / "step-000000004").mkdir(parents=True)
+    (Path(own) / "step-000000004" / "link").symlink_to(outside, target_is_directory=True)
+    assert remove_checkpoints(Path(own), owned) == [Path(own)]
+    assert not Path(own).exists() and (outside / "precious").exists()
+    assert remove_checkpoints(Path(own), owned) == []  # idempotent
+
+    named, owned = checkpoint_location("j", str(tmp_path / "named"), tmp_path / "root")
+    named = Path(named)
+    assert not owned
+    (named / "step-000000002").mkdir(parents=True)
+    (named / "step-000000002" / "COMMITTED").write_text("{}")
+    (named / "step-000000003").symlink_to(outside, target_is_directory=True)
+    (named / "notes.txt").write_text("mine")
+    assert remove_checkpoints(named, owned) == [named / "step-000000002"]
+    assert sorted(p.name for p in named.iterdir()) == ["notes.txt", "step-000000003"]
+    assert (outside / "precious").exists()
+    (named / "notes.txt").unlink()
+    (named / "step-000000003").unlink()
+    (named / "step-000000005").mkdir()
+    assert remove_checkpoints(named, owned) == [named / "step-000000005", named]
+    linked = tmp_path / "linked"
+    linked.symlink_to(outside, target_is_directory=True)
+    assert remove_checkpoints(linked, True) == [] and (outside / "precious").exists()

@@ -134,6 +134,61 @@ def test_dp2_resized_to_dp1_tp2_pp2_then_preempted_and_back_to_dp2_with_the_loss
     assert job.progress.step == 120
     final = _losses(more, len(LEGS) + 1)
     assert final[-1][1] < final[0][1] + 0.1 and final[0][1] < first_loss - 0.5, final
+    # Every attempt resumed from the job's directory; once it succeeded, the agents remove it.
+    _gone(cluster.workdir / "agents" / "checkpoints" / job_key(job_id))
+
+
+def _gone(path: Path, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while path.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not path.exists(), sorted(p.name for p in path.iterdir())
+
+
+def _program(name: str, sleep_s: float, **training) -> types_pb2.JobSpec:
+    """A user program, not the trainer: commits a checkpoint where the agent says, then fails
+    (exit 1, not retried) after `sleep_s`."""
+    script = ('d="$FRENZY_CHECKPOINT_URI/step-000000002"; mkdir -p "$d" && echo {} > "$d/COMMITTED"; '
+              f'sleep {sleep_s}; exit 1')
+    return types_pb2.JobSpec(
+        name=name, model="tiny-gpt2", entrypoint=["sh", "-c", script],
+        constraints=types_pb2.Constraints(gpu_types=[GPU_TYPE], max_gpus=1),
+        training=types_pb2.TrainingConfig(seq_len=64, global_batch_size=8, steps=10, **training))
+
+
+def test_checkpoints_are_removed_when_a_job_fails_or_is_cancelled_unless_the_spec_keeps_them(
+        cluster, tmp_path):
+    """Real agents act on the orchestrator's DeleteCheckpoints: the agent's own per-job
+    directory goes whole; in a directory the spec named only the step directories go (a note
+    beside them and a linked directory outside stay); keep_checkpoints keeps them."""
+    named = tmp_path / "named"
+    named.mkdir()
+    (named / "notes.txt").write_text("mine")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious").write_text("x")
+    (named / "step-000000009").symlink_to(outside, target_is_directory=True)
+    root = cluster.workdir / "agents" / "checkpoints"
+    with FrenzyClient(cluster.grpc_address) as client:
+        own = client.submit(_program("cleanup-own", 0))
+        spec_dir = client.submit(_program("cleanup-named", 0, checkpoint_uri=str(named)))
+        kept = client.submit(_program("cleanup-kept", 0, keep_checkpoints=True))
+        cancelled = client.submit(_program("cleanup-cancelled", 600))
+        for job_id in (own, spec_dir, kept):
+            job, _ = _wait(client, job_id, lambda j: j.state == types_pb2.FAILED)
+        _wait(client, cancelled, lambda j: j.state == types_pb2.RUNNING)
+        deadline = time.monotonic() + 60
+        while not (root / job_key(cancelled) / "step-000000002" / "COMMITTED").exists():
+            assert time.monotonic() < deadline, "the cancelled job never wrote its checkpoint"
+            time.sleep(0.2)
+        client.cancel(cancelled)
+    _gone(root / job_key(own))
+    _gone(root / job_key(cancelled))
+    _gone(named / "step-000000002")
+    assert sorted(p.name for p in named.iterdir()) == ["notes.txt", "step-000000009"]
+    assert (outside / "precious").read_text() == "x"
+    time.sleep(2)  # the kept job's DeleteCheckpoints would have come with the others
+    assert (root / job_key(kept) / "step-000000002" / "COMMITTED").exists()
 
 
 def test_node_killed_after_first_checkpoint_resumes_on_the_other_node_from_that_step(cluster):

@@ -516,3 +516,53 @@ def test_a_launch_its_agent_already_runs_is_not_timed_out_while_its_status_lags(
     core.on_heartbeat(heartbeat("n2"), 20)
     core.check_deadlines(40)
     assert core.jobs["a"].job.state == LAUNCHING and core.jobs["a"].job.attempt == 0
+
+
+# ----- checkpoint cleanup -----------------------------------------------------------------
+
+def deletes(out) -> list[tuple[str, str]]:
+    return [(o.payload.node_id, o.payload.job_id) for o in out
+            if o.topic == topics.AGENT_COMMANDS and isinstance(o.payload, events_pb2.DeleteCheckpoints)]
+
+
+def test_every_node_that_ran_an_attempt_removes_the_checkpoints_when_the_job_ends_for_good():
+    """Not while a retry may still resume (a lost node, a preemption); once the job ended,
+    every node that ran an attempt, remembered across an orchestrator restart."""
+    core = running_core()
+    core.on_agent_status(checkpoint_status("a", 8), 3)
+    core.on_heartbeat(heartbeat("n2"), 11)
+    out = core.check_liveness(11)  # n1 lost: the retry needs the checkpoint
+    assert core.jobs["a"].job.state == QUEUED and deletes(out) == []
+    out = core.on_placed(placed("a", "n2", [0, 1], attempt=1), 12)
+    assert deletes(out) == []
+    core = restarted(core, 13)
+    core.on_heartbeat(heartbeat("n2"), 13)
+    core.on_agent_status(agent_status("a", RUNNING, node="n2", attempt=1), 14)
+    out = core.on_agent_status(agent_status("a", FAILED, node="n2", attempt=1, reason="exit code 1"), 15)
+    assert core.jobs["a"].job.state == FAILED
+    assert deletes(out) == [("n1", "a"), ("n2", "a")]
+    assert core.on_agent_status(agent_status("a", FAILED, node="n2", attempt=1), 16) == []
+
+
+def test_cancel_and_success_remove_checkpoints_unless_the_spec_keeps_them():
+    core = running_core()
+    out = core.cancel("a", 3)
+    assert deletes(out) == [("n1", "a")]
+    # the stop goes to the same node; the agent stops the processes before removing
+    assert ("n1", "a", 0) in stops(out)
+    core = running_core()
+    out = core.on_agent_status(agent_status("a", SUCCEEDED), 3)
+    assert core.jobs["a"].job.state == SUCCEEDED and deletes(out) == [("n1", "a")]
+
+    core = queued_core()
+    kept = types_pb2.JobSpec()
+    kept.CopyFrom(SPEC)
+    kept.training.keep_checkpoints = True
+    core.submit("k", kept, 0)
+    core.on_planned(events_pb2.JobPlanned(job_id="k", options=[types_pb2.PlanOption(
+        gpu_type="A100-80GB", num_gpus=2)]), 0)
+    core.on_placed(placed("k", "n1", [0, 1]), 1)
+    assert deletes(core.cancel("k", 2)) == []
+    # a job that never ran anywhere has nothing to remove
+    core.submit("q", SPEC, 3)
+    assert deletes(core.cancel("q", 4)) == []

@@ -131,3 +131,41 @@ def test_placement_carries_the_decision_record_and_bad_actions_are_dropped():
     bad.on_planned(events_pb2.JobPlanned(job_id="b", options=[option_to_proto(OPTION)]))
     bad.on_status(status("b", types_pb2.QUEUED, 3))
     assert bad.schedule(0) == []  # the shared check refuses busy GPUs: nothing is published
+
+
+def test_running_view_carries_progress_rate_and_checkpoint_age() -> None:
+    """From the orchestrator's job records: the work left at this start (steps after the
+    resume), the rate measured from the steps seen (startup excluded), and how old the newest
+    committed checkpoint is; a job that never committed one does not save on request."""
+    state = LiveState(get_policy("fifo"))
+    state.on_planned(events_pb2.JobPlanned(job_id="a", options=[option_to_proto(OPTION)]))
+
+    def record(step: int, version: int, checkpoint: int | None = None, attempt: int = 1):
+        job = types_pb2.Job(id="a", state=types_pb2.RUNNING, version=version, attempt=attempt,
+                            option=option_to_proto(OPTION), resumed_from_step=20,
+                            progress=types_pb2.Progress(step=step, steps=100),
+                            assignments=[types_pb2.GpuAssignment(node_id="n1", gpu_indices=[0, 1])])
+        job.started_at.FromSeconds(1000)
+        if checkpoint is not None:
+            job.checkpoint_step = checkpoint
+        return events_pb2.JobStatusChanged(job_id="a", state=types_pb2.RUNNING, attempt=attempt,
+                                           source=events_pb2.ORCHESTRATOR, job=job)
+
+    state.on_status(record(0, 1, checkpoint=20), now_s=1002.0)  # launched, restoring
+    state.on_status(record(25, 2, checkpoint=20), now_s=1010.0)  # its first steps
+    run = state.running["a"]
+    assert run.fraction_at_start == 0.8 and run.option.duration_s == 80.0  # 80 of 100 steps left
+    assert run.expected_end_s == 1080.0 and run.fraction_per_s == 0.0  # no rate from one report
+    assert run.saves_on_request and run.last_checkpoint_s == 0.0  # the restored one: from the start
+    state.on_status(record(45, 3, checkpoint=40), now_s=1030.0)
+    run = state.running["a"]
+    assert run.step == 45 and run.checkpoint_step == 40
+    assert math.isclose(run.fraction_per_s, 0.01)  # 20 steps of 100 in 20 s
+    assert math.isclose(run.restoring_until_s, 1030.0 - 25.0)  # 25 steps since the resume at that rate
+    assert math.isclose(run.remaining_fraction(1030.0), 0.55)
+    assert run.checkpoint_age_s(1036.0) == 6.0 and run.redo_s(1036.0) == 0.0
+
+    state.on_status(record(5, 4, attempt=2), now_s=2000.0)  # a fresh attempt, never checkpointed
+    run = state.running["a"]
+    assert not run.saves_on_request and run.checkpoint_age_s(2000.0) == 1000.0  # since its start
+    assert run.redo_s(2000.0) == 1000.0

@@ -222,3 +222,21 @@ def test_frenzy_up_asks_the_scheduler_for_its_policies_and_names_the_option_it_r
     result = CliRunner().invoke(up_command, ["--policy", "no-such-policy"])
     assert result.exit_code == 2
     assert "--policy" in result.output and "unknown policy 'no-such-policy'" in result.output
+
+
+def test_has_counts_the_work_a_move_would_lose_in_its_restart_cost() -> None:
+    """A job that cannot save on request loses the work since its last checkpoint on a move:
+    that is part of the restart cost, so an old checkpoint blocks a move a fresh one allows."""
+    menu = (PlanOption("A100-80GB", ParallelPlan(dp=1), 1, 1.0, 10_000.0),
+            PlanOption("A100-80GB", ParallelPlan(dp=4), 1, 1.0, 2_600.0))
+    config = HasConfig(restart_floor_s=10.0, min_gain_s=100.0, launch_overhead_s=0.0)
+
+    def moves(**view) -> list[str]:
+        # half done at t = 5000: 5000 s left as it is, 1300 s + restart on 4 GPUs
+        run = RunningJob("a", menu[0], (("n1", (0,)),), 0.0, 10_000.0, menu, **view)
+        cluster = ClusterView({"n1": NodeState("n1", "A100-80GB", 8, list(range(1, 8)))})
+        return [p.kind for p in HasPolicy(config).schedule([], cluster, 5000.0, [run])]
+
+    assert moves() == ["resize"]  # saves on request: nothing lost
+    assert moves(saves_on_request=False, last_checkpoint_s=4900.0) == ["resize"]  # 100 s lost
+    assert moves(saves_on_request=False) == []  # never checkpointed: 5000 s lost, no gain left

@@ -156,3 +156,14 @@ def test_heartbeats_must_move_forward_in_time(tmp_path):
     second, env2 = record(topic, "n1", events_pb2.NodeHeartbeat(node_id="n1", sequence=2), n1.signer)
     assert guard.verify(first, env1, topic) == "" and guard.verify(second, env2, topic) == ""
     assert "replayed" in guard.verify(first, events.decode(first.value, first.headers), topic)
+
+
+def test_agent_removes_checkpoints_only_on_a_signed_command_for_it(tmp_path):
+    """A forged DeleteCheckpoints would wipe a job's checkpoints: it is checked like a launch."""
+    guard, key, _ = orchestrator(tmp_path)
+    agent = AgentGuard("n1", [key.public_key()], 60.0)
+    delete = events_pb2.DeleteCheckpoints(job_id="j", node_id="n1", reason="cancelled")
+    good, env = record(topics.AGENT_COMMANDS.name, "n1", delete, guard.signer)
+    assert agent.verify(good, env, topics.AGENT_COMMANDS.name) == ""
+    unsigned, env = record(topics.AGENT_COMMANDS.name, "n1", delete)
+    assert "unsigned" in agent.verify(unsigned, env, topics.AGENT_COMMANDS.name)

@@ -286,3 +286,23 @@ def test_no_double_booking_and_work_conserved_under_resize_migrate_preempt(workl
             if not math.isnan(r.end_time_s):
                 assert math.isclose(r.work_done - r.work_lost, 1.0, rel_tol=1e-6), policy.name
         assert not result.stranded, policy.name
+
+
+def test_the_simulator_shows_policies_the_checkpoint_age_of_its_periodic_checkpoints() -> None:
+    """The same fields as live: a running job's checkpoint age, from the checkpoints the engine
+    charges a node failure with (every checkpoint_interval_s of productive time)."""
+    ages: list[float] = []
+    fifo = get_policy("fifo")
+
+    class Recording:
+        name, round_s = "recording", 0.0
+
+        def schedule(self, queue, cluster, now_s, running=()):
+            ages.extend(r.checkpoint_age_s(now_s) for r in running if r.job_id == "long")
+            return fifo.schedule(queue, cluster, now_s, running)
+
+    jobs = [sim_job("long", 0.0, ("A100-80GB", 1, 10_000.0)),
+            sim_job("later", 4000.0, ("A100-80GB", 1, 10.0))]
+    config = SimConfig(launch_overhead_s=100.0, checkpoint_interval_s=1800.0)
+    simulate(jobs, build_cluster([NodeGroup("A100-80GB", 8, 1)]), Recording(), config=config)
+    assert ages[0] == (4000.0 - 100.0) % 1800.0  # productive since 100 s: saved at 1900, 3700

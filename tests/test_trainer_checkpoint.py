@@ -13,7 +13,8 @@ torch = pytest.importorskip("torch")
 from frenzy.outcomes import RankStatus, read_status  # noqa: E402
 from test_trainer import COMMON, _launch, _main_in_process, _progress, _wait  # noqa: E402
 
-pytestmark = pytest.mark.torch
+# pytest resets warning filters per test: the trainer's own filter for its one-rank saves
+pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore:torch.distributed is disabled")]
 
 
 def _losses(lines: list[dict]) -> dict[int, float]:
@@ -125,3 +126,86 @@ def test_commit_markers_decide_what_counts_and_prune_keeps_the_newest(tmp_path):
     # 8 may still be in flight (newer than the newest commit): kept
     assert sorted(p.name for p in Path(tmp_path).iterdir()) == [
         "step-000000004", "step-000000006", "step-000000008", "unrelated"]
+
+
+class _Weights:
+    """The smallest Checkpointable: one tensor."""
+
+    def __init__(self, value: float):
+        self.weight = torch.full((1000,), value)
+
+    def checkpoint_state(self):
+        return {"model": {"weight": self.weight}}
+
+    def load_checkpoint_state(self, state):
+        self.weight.copy_(state["model"]["weight"])
+
+
+def test_async_save_commits_only_after_its_write_and_keeps_one_in_flight(tmp_path, monkeypatch):
+    """The commit marker waits for the write; a second save first finishes the first; a failed
+    write raises and never commits."""
+    from concurrent.futures import Future
+
+    from frenzy_trainer import checkpoint
+    from frenzy_trainer.checkpoint import Checkpointer, CheckpointPolicy, committed_steps
+
+    writes: list[Future] = []
+
+    def fake_start(trainer, uri, step, group):
+        checkpoint.step_dir(uri, step).mkdir(parents=True)
+        writes.append(Future())
+        return writes[-1]
+
+    monkeypatch.setattr(checkpoint, "start_async_save", fake_start)
+    saver = Checkpointer(CheckpointPolicy(str(tmp_path), every_steps=2), torch.device("cpu"))
+    assert saver.asynchronous
+    assert saver.save(_Weights(1.0), 2) == []  # in flight
+    assert saver.collect() == [] and committed_steps(tmp_path) == []
+    writes[0].set_result(None)
+    (commit,) = saver.collect()
+    assert commit.step == 2 and committed_steps(tmp_path) == [2]
+
+    assert saver.save(_Weights(1.0), 4) == []
+    # the next save cannot start before step 4's write is done: it waits for it
+    writes[1].set_result(None)
+    assert [c.step for c in saver.save(_Weights(1.0), 6)] == [4]
+    assert committed_steps(tmp_path) == [2, 4]
+    writes[2].set_exception(OSError("disk full"))
+    with pytest.raises(OSError, match="disk full"):
+        saver.collect(wait=True)
+    assert committed_steps(tmp_path) == [2, 4]
+
+
+def test_async_save_writes_the_state_of_its_step_while_training_changes_it(tmp_path):
+    """Real dcp.async_save: the state is copied at the save, so later in-place updates (the
+    next steps) do not leak into the checkpoint; the sync setting saves and commits at once."""
+    from frenzy_trainer import checkpoint
+    from frenzy_trainer.checkpoint import Checkpointer, CheckpointPolicy, committed_steps
+
+    weights = _Weights(1.0)
+    saver = Checkpointer(CheckpointPolicy(str(tmp_path), every_steps=1), torch.device("cpu"))
+    saver.save(weights, 1)
+    weights.weight.add_(1.0)  # step 2 trains on while step 1 is written
+    assert [c.step for c in saver.collect(wait=True)] == [1]
+    restored = _Weights(0.0)
+    checkpoint.load(restored, str(tmp_path), 1)
+    assert torch.equal(restored.weight, torch.full((1000,), 1.0))
+
+    sync = Checkpointer(CheckpointPolicy(str(tmp_path), every_steps=1, asynchronous=False),
+                        torch.device("cpu"))
+    assert not sync.asynchronous
+    (commit,) = sync.save(weights, 2)
+    assert commit.step == 2 and commit.write_s == commit.save_s and committed_steps(tmp_path) == [1, 2]
+
+
+@pytest.mark.parametrize("flag, env, expected", [
+    ([], {}, True),
+    (["--checkpoint-sync"], {}, False),
+    ([], {"FRENZY_CHECKPOINT_ASYNC": "0"}, False),
+    ([], {"FRENZY_JOB_SPEC": '{"training": {"checkpoint_async": false}}'}, False),
+])
+def test_the_sync_setting_forces_synchronous_saves(flag, env, expected):
+    from frenzy_trainer.train import load_config
+
+    config, _ = load_config(["--model", "tiny-gpt2", *COMMON, "--steps", "2", *flag], env)
+    assert config.checkpoint.asynchronous is expected

@@ -10,8 +10,8 @@ The orchestrator accepts
   job_status_changed  from an agent only when signed by the agent that owns status.node_id;
   node_heartbeat      only when signed by the agent that owns heartbeat.node_id;
   agent_join          checked in its handler (`join`): the proof of a join token.
-An agent accepts launch_job and stop_job only when signed by the orchestrator, meant for
-itself, not expired and not seen before.
+An agent accepts its commands (launch_job, stop_job, delete_checkpoints) only when signed by
+the orchestrator, meant for itself, not expired and not seen before.
 """
 from __future__ import annotations
 
@@ -218,6 +218,10 @@ def orchestrator_state_only(orchestrator_keys: list[Ed25519PublicKey], max_ttl_s
     return verify
 
 
+# Every command an agent acts on; each must be signed by the orchestrator and name this node.
+AGENT_COMMAND_TYPES = ("launch_job", "stop_job", "delete_checkpoints")
+
+
 class AgentGuard:
     """The commands one agent accepts."""
 
@@ -230,11 +234,11 @@ class AgentGuard:
         self.replays = signing.ReplayCache()
 
     def verify(self, record, env: events_pb2.Envelope, topic: str) -> str:
-        if env.type not in ("launch_job", "stop_job"):
+        if env.type not in AGENT_COMMAND_TYPES:
             return ""
         now_s = time.time()
         key = _record_key(record).decode(errors="replace")
-        command = env.launch_job if env.type == "launch_job" else env.stop_job
+        command = getattr(env, env.type)
         if key != self.node_id and command.node_id != self.node_id:
             return ""  # another node's command on a shared partition: not ours to judge
         last_error: signing.VerifyError | None = None

@@ -142,17 +142,26 @@ def checkpoint_environment(launch: events_pb2.LaunchJob, root: Path) -> dict[str
     """Where the job's checkpoints live (one directory per job, shared by its attempts, so a
     new attempt finds the last one) and the spec's checkpoint policy (docs/trainer.md)."""
     t = launch.spec.training
-    uri = launch.checkpoint_uri or t.checkpoint_uri or str((root / job_key(launch.job_id)).resolve())
-    env = {jobvars.CHECKPOINT_URI: uri, jobvars.RESUME_FROM_STEP: str(launch.resume_from_step)}
+    uri, _ = checkpoint_location(launch.job_id, launch.checkpoint_uri or t.checkpoint_uri, root)
+    # The trainer keeps its checkpoints when it finishes: the orchestrator decides when the job
+    # has ended for good (no retry needs them) and tells the agents (DeleteCheckpoints).
+    env = {jobvars.CHECKPOINT_URI: uri, jobvars.RESUME_FROM_STEP: str(launch.resume_from_step),
+           jobvars.KEEP_CHECKPOINTS: "1"}
     if t.checkpoint_every_steps:
         env[jobvars.CHECKPOINT_EVERY_STEPS] = str(t.checkpoint_every_steps)
     if t.checkpoint_every_s:
         env[jobvars.CHECKPOINT_EVERY_S] = str(t.checkpoint_every_s)
     if t.checkpoint_keep:
         env[jobvars.CHECKPOINT_KEEP] = str(t.checkpoint_keep)
-    if t.keep_checkpoints:
-        env[jobvars.KEEP_CHECKPOINTS] = "1"
     return env
+
+
+def checkpoint_location(job_id: str, uri: str, root: Path) -> tuple[str, bool]:
+    """A job's checkpoint directory, and whether the agent owns it: made for this job alone
+    under the checkpoint root (the default), rather than named by the spec (`uri`)."""
+    if uri:
+        return uri, False
+    return str((root / job_key(job_id)).resolve()), True
 
 
 def launch(launch_cmd: events_pb2.LaunchJob, jobs_dir: Path, time_scale: float,

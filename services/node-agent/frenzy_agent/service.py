@@ -14,6 +14,7 @@ from aiokafka import TopicPartition
 
 from frenzy import topics
 from frenzy.bus import Bus, partition_for_key
+from frenzy.checkpointdir import remove_checkpoints
 from frenzy.config import ServiceSettings
 from frenzy.logs import get_logger
 from frenzy.runtime import run_service, run_until_stopped
@@ -174,6 +175,26 @@ class NodeAgent:
         else:
             await executor.stop(job, cmd.reason, self.settings.stop_grace_s)
 
+    async def on_delete_checkpoints(self, env: events_pb2.Envelope, key: str) -> None:
+        """The job has ended for good: remove its checkpoints (idempotent; a redelivered command
+        finds nothing left). A process of the job still running here is stopped first, or it
+        could write a checkpoint into the directory after it went."""
+        cmd = env.delete_checkpoints
+        if cmd.node_id != self.node_id:
+            return
+        job = self.running.get(cmd.job_id)
+        if job is not None:
+            await executor.stop(job, f"job ended: {cmd.reason}", self.settings.stop_grace_s)
+        directory, owned = executor.checkpoint_location(cmd.job_id, cmd.checkpoint_uri,
+                                                        self.checkpoint_root)
+        if "://" in directory or not Path(directory).is_absolute():
+            log.warning("checkpoints not removed: not a local absolute path", job_id=cmd.job_id,
+                        directory=directory[:200])
+            return
+        removed = await asyncio.to_thread(remove_checkpoints, Path(directory), owned)
+        log.info("checkpoints removed", job_id=cmd.job_id, directory=directory,
+                 removed=len(removed), reason=cmd.reason)
+
     # ----- restart and heartbeats --------------------------------------------------------
     def count_start(self) -> None:
         """Count this start in the state directory (agent.json), per cluster: heartbeats carry
@@ -288,7 +309,8 @@ class NodeAgent:
             self.count_start()
             await self.adopt_survivors()
             commands = asyncio.create_task(self.bus.run_consumer(
-                consumer, group, {"launch_job": self.on_launch, "stop_job": self.on_stop}, started=True,
+                consumer, group, {"launch_job": self.on_launch, "stop_job": self.on_stop,
+                                     "delete_checkpoints": self.on_delete_checkpoints}, started=True,
                 verify=self.security.guard.verify if self.security is not None else None))
             log.info("agent started", node_id=self.node_id, gpus=len(self.gpus),
                      gpu_type=self.gpus[0].gpu_type, partition=mine)

@@ -10,6 +10,16 @@ Layout of a job's checkpoint directory (FRENZY_CHECKPOINT_URI, one per job):
 Only committed checkpoints are loaded or reported, so a save cut short by a kill (no marker,
 perhaps no .metadata, perhaps half a file) is never read; it is deleted at the next commit.
 
+Saves are asynchronous where torch has `dcp.async_save` (the default; `checkpoint_async` off
+forces synchronous saves): the loop stands still only while the state is copied to host memory
+(DCP's staging), then a background thread writes it while training goes on. As in torchtitan's
+`CheckpointManager` (torchtitan/components/checkpoint.py), the write thread talks over its own
+gloo group, so its collectives never interleave with the training loop's on the default group,
+and at most one save is in flight: the next save, the end of the job and a preemption first wait
+for it. Rank 0 commits an asynchronous save at the first step boundary after its write finished;
+DCP's write ends with a gather of every rank's result to the coordinator, which writes .metadata,
+then a broadcast, so rank 0's write finishing means every rank's did.
+
 What a checkpoint holds: the trainer's state in one layout every plan shares (fp32 master
 weights by parameter name, optimizer states under `state.<name>.<key>` as torch's
 `get_optimizer_state_dict(flatten_optimizer_state_dict=True)` names them), the step and the
@@ -23,6 +33,7 @@ import json
 import shutil
 import time
 import warnings
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -30,9 +41,12 @@ from typing import Any, Protocol
 import torch
 import torch.distributed as dist
 
-COMMIT_MARKER = "COMMITTED"
+from frenzy.checkpointdir import COMMIT_MARKER, step_dir, step_of
+
 DEFAULT_KEEP = 2
-_STEP_PREFIX = "step-"
+# One rank without a process group saves and loads with no_dist on purpose. A filter for the
+# process (not a catch_warnings block): DCP warns from its asynchronous write thread too.
+warnings.filterwarnings("ignore", message="torch.distributed is disabled")
 
 
 class Checkpointable(Protocol):
@@ -50,17 +64,16 @@ class CheckpointPolicy:
     every_s: float = 0.0    # 0: not by time
     keep: int = DEFAULT_KEEP
     keep_at_end: bool = False
+    asynchronous: bool = True  # dcp.async_save where torch has it; False forces dcp.save
 
 
-def step_dir(uri: str | Path, step: int) -> Path:
-    return Path(uri) / f"{_STEP_PREFIX}{step:09d}"
+@dataclass(frozen=True)
+class Commit:
+    """A checkpoint that now counts: what the progress line reports."""
 
-
-def _step_of(path: Path) -> int | None:
-    name = path.name
-    if not name.startswith(_STEP_PREFIX) or not name[len(_STEP_PREFIX):].isdigit():
-        return None
-    return int(name[len(_STEP_PREFIX):])
+    step: int
+    save_s: float   # how long the training loop stood still for it
+    write_s: float  # from the start of the save to the commit
 
 
 def committed_steps(uri: str | Path) -> list[int]:
@@ -68,7 +81,7 @@ def committed_steps(uri: str | Path) -> list[int]:
     root = Path(uri)
     if not root.is_dir():
         return []
-    steps = [_step_of(p) for p in root.iterdir() if (p / COMMIT_MARKER).is_file()]
+    steps = [step_of(p) for p in root.iterdir() if (p / COMMIT_MARKER).is_file()]
     return sorted(s for s in steps if s is not None)
 
 
@@ -86,25 +99,53 @@ def prune(uri: str | Path, keep: int) -> None:
         return
     kept = set(steps[-max(1, keep):])
     for path in Path(uri).iterdir():
-        step = _step_of(path)
+        step = step_of(path)
         if step is not None and step not in kept and step < steps[-1]:
             shutil.rmtree(path, ignore_errors=True)
 
 
+def _state(trainer: Checkpointable, step: int) -> dict[str, Any]:
+    return {"trainer": trainer.checkpoint_state(), "step": torch.tensor(step),
+            "rng": torch.get_rng_state()}
+
+
 def save(trainer: Checkpointable, uri: str, step: int) -> None:
-    """Save on every rank (collective), then rank 0 commits and prunes."""
+    """Save on every rank (collective), then rank 0 commits."""
     import torch.distributed.checkpoint as dcp
 
     path = step_dir(uri, step)
-    state = {"trainer": trainer.checkpoint_state(), "step": torch.tensor(step),
-             "rng": torch.get_rng_state()}
-    with warnings.catch_warnings():  # one rank without a process group is meant
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        dcp.save(state, checkpoint_id=str(path), no_dist=not dist.is_initialized())
-    if not dist.is_initialized() or dist.get_rank() == 0:
-        tmp = path / (COMMIT_MARKER + ".tmp")
-        tmp.write_text(json.dumps({"step": step, "time": time.time()}))
-        tmp.rename(path / COMMIT_MARKER)  # atomic: a marker is whole or absent
+    dcp.save(_state(trainer, step), checkpoint_id=str(path), no_dist=not dist.is_initialized())
+    if _is_rank0():
+        commit(uri, step)
+
+
+def start_async_save(trainer: Checkpointable, uri: str, step: int,
+                     group: dist.ProcessGroup | None) -> Future:
+    """Stage the state to host memory now (a copy, so the next steps may change the weights)
+    and write it in a background thread; the future resolves once every rank's write is done.
+    Not committed: the caller commits once the future resolved."""
+    import torch.distributed.checkpoint as dcp
+
+    return dcp.async_save(_state(trainer, step), checkpoint_id=str(step_dir(uri, step)),
+                          process_group=group, no_dist=not dist.is_initialized())
+
+
+def commit(uri: str | Path, step: int) -> None:
+    """Write the commit marker (rank 0, after every rank's write succeeded)."""
+    path = step_dir(uri, step)
+    tmp = path / (COMMIT_MARKER + ".tmp")
+    tmp.write_text(json.dumps({"step": step, "time": time.time()}))
+    tmp.rename(path / COMMIT_MARKER)  # atomic: a marker is whole or absent
+
+
+def async_supported() -> bool:
+    import torch.distributed.checkpoint as dcp
+
+    return hasattr(dcp, "async_save")
+
+
+def _is_rank0() -> bool:
+    return not dist.is_initialized() or dist.get_rank() == 0
 
 
 def load(trainer: Checkpointable, uri: str, step: int) -> None:
@@ -124,25 +165,37 @@ def load(trainer: Checkpointable, uri: str, step: int) -> None:
                if f"trainer.model.{k}" not in saved]
     if missing:
         raise ValueError(f"checkpoint {path} lacks model weights {missing[:3]}")
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        dcp.load(state, checkpoint_id=str(path), planner=DefaultLoadPlanner(allow_partial_load=True),
-                 no_dist=not dist.is_initialized())
+    dcp.load(state, checkpoint_id=str(path), planner=DefaultLoadPlanner(allow_partial_load=True),
+             no_dist=not dist.is_initialized())
     if int(state["step"]) != step:
         raise ValueError(f"checkpoint {path} holds step {int(state['step'])}")
     trainer.load_checkpoint_state(state["trainer"])
     torch.set_rng_state(state["rng"])
 
 
+@dataclass
+class _InFlight:
+    step: int
+    future: Future
+    started_s: float
+    stall_s: float
+
+
 class Checkpointer:
     """When to save: every N steps, every T seconds, or now (a checkpoint-now request such as
     preemption). Ranks must agree, so with a time interval or a request pending the decision
     is one tiny all-reduce per step whenever there is more than one rank (a signal reaches the
-    ranks at different moments)."""
+    ranks at different moments). Every rank must construct it (the async write group is made
+    collectively)."""
 
     def __init__(self, policy: CheckpointPolicy, device: torch.device):
         self.policy, self.device = policy, device
         self.last_save_s = time.monotonic()
+        self.asynchronous = bool(policy.uri) and policy.asynchronous and async_supported()
+        self._group: dist.ProcessGroup | None = None
+        if self.asynchronous and dist.is_initialized():
+            self._group = dist.new_group(backend="gloo")
+        self._in_flight: _InFlight | None = None
 
     def poll(self, step: int, requested: bool) -> tuple[bool, bool]:
         """(save now, stop now) after `step`, the same on every rank."""
@@ -156,18 +209,46 @@ class Checkpointer:
         by_steps = bool(self.policy.every_steps) and step % self.policy.every_steps == 0
         return bool(self.policy.uri) and (by_steps or by_time or stop), stop
 
-    def save(self, trainer: Checkpointable, step: int) -> float:
-        """Save, commit and prune; returns the seconds the training loop stood still."""
+    def save(self, trainer: Checkpointable, step: int) -> list[Commit]:
+        """Save `step`: synchronously (committed when this returns) or asynchronously (committed
+        by a later `collect`). Returns the commits this call made: a synchronous save's, and the
+        previous asynchronous save's, which this waits for first."""
+        commits = self.collect(wait=True)  # at most one save in flight
         started = time.monotonic()
+        if self.asynchronous:
+            future = start_async_save(trainer, self.policy.uri, step, self._group)
+            self.last_save_s = time.monotonic()
+            self._in_flight = _InFlight(step, future, started, self.last_save_s - started)
+            return commits
         save(trainer, self.policy.uri, step)
-        if not dist.is_initialized() or dist.get_rank() == 0:
-            prune(self.policy.uri, self.policy.keep)
+        self._after_commit(step)
         self.last_save_s = time.monotonic()
-        return self.last_save_s - started
+        stall_s = self.last_save_s - started
+        return [*commits, Commit(step, stall_s, stall_s)]
+
+    def collect(self, wait: bool = False) -> list[Commit]:
+        """Commit the asynchronous save in flight if its write finished (or, with `wait`, once
+        it has): call at step boundaries, and with `wait` before the process exits. A failed
+        write raises here, as a synchronous save would. Time spent waiting counts as that
+        save's stall."""
+        pending = self._in_flight
+        if pending is None or not (wait or pending.future.done()):
+            return []
+        waited = time.monotonic()
+        pending.future.result()
+        self._in_flight = None
+        self._after_commit(pending.step)
+        stall_s = pending.stall_s + (time.monotonic() - waited if wait else 0.0)
+        return [Commit(pending.step, stall_s, time.monotonic() - pending.started_s)]
+
+    def _after_commit(self, step: int) -> None:
+        if _is_rank0():
+            if self.asynchronous:
+                commit(self.policy.uri, step)
+            prune(self.policy.uri, self.policy.keep)
 
     def finish(self) -> None:
         """The job is done: its checkpoints go unless the spec keeps them (rank 0)."""
-        if not self.policy.uri or self.policy.keep_at_end \
-                or (dist.is_initialized() and dist.get_rank() != 0):
+        if not self.policy.uri or self.policy.keep_at_end or not _is_rank0():
             return
         shutil.rmtree(self.policy.uri, ignore_errors=True)

@@ -114,6 +114,7 @@ _FIELDS: dict[str, tuple[str, str, Any]] = {
     "checkpoint_every_s": (jobvars.CHECKPOINT_EVERY_S, "checkpoint_every_s", 0.0),
     "checkpoint_keep": (jobvars.CHECKPOINT_KEEP, "checkpoint_keep", DEFAULT_KEEP),
     "keep_checkpoints": (jobvars.KEEP_CHECKPOINTS, "keep_checkpoints", False),
+    "checkpoint_async": ("FRENZY_CHECKPOINT_ASYNC", "checkpoint_async", True),
 }
 
 
@@ -149,6 +150,8 @@ def _arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-keep", type=int, help=f"committed checkpoints kept (default {DEFAULT_KEEP})")
     p.add_argument("--keep-checkpoints", action="store_const", const=True,
                    help="keep the checkpoints after the job finished")
+    p.add_argument("--checkpoint-sync", dest="checkpoint_async", action="store_const", const=False,
+                   help="save synchronously (default: dcp.async_save where torch has it)")
     return p
 
 
@@ -184,8 +187,8 @@ def load_config(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[JobCon
             return args[field]
         if environ.get(env_name, "") != "":
             return environ[env_name]
-        if spec.get(spec_key) not in (None, "", 0):
-            return spec[spec_key]
+        if spec.get(spec_key) not in (None, "", 0) or isinstance(spec.get(spec_key), bool):
+            return spec[spec_key]  # an explicit false too (checkpoint_async)
         return default
 
     model = value("model")
@@ -235,8 +238,9 @@ def _checkpoint_policy(value) -> CheckpointPolicy:
         if v < 0:
             raise ConfigError(f"{field}: must not be negative, got {v}")
     keep_at_end = str(value("keep_checkpoints")).lower() in ("1", "true", "yes")
+    asynchronous = str(value("checkpoint_async")).lower() not in ("0", "false", "no")
     return CheckpointPolicy(str(value("checkpoint_uri") or ""), every_steps, every_s,
-                            keep or DEFAULT_KEEP, keep_at_end)
+                            keep or DEFAULT_KEEP, keep_at_end, asynchronous)
 
 
 def parse_plan(text: str) -> ParallelPlan:
@@ -385,13 +389,18 @@ def train(config: JobConfig, plan: ParallelPlan, env: DistEnv, device: torch.dev
                             "loss": round(loss, 6), "peak_memory_bytes": peak,
                             "time_s": round(time.monotonic() - started, 3)})
         save, stop = checkpoints.poll(step, preempt.is_set())
-        if save and step < config.steps:  # the last step needs no checkpoint: the job is done
+        stop = stop and step < config.steps  # the last step needs no checkpoint: the job is done
+        commits = checkpoints.collect()  # an asynchronous save whose write has finished
+        if save and step < config.steps:
             with memory.untracked():
-                save_s = checkpoints.save(trainer, step)
-            progress.write({"event": "checkpoint", "step": step, "save_s": round(save_s, 4)})
-        if stop and step < config.steps:
+                commits += checkpoints.save(trainer, step)
+        if stop:  # checkpoint-now: the save counts only once committed, before the exit
+            commits += checkpoints.collect(wait=True)
+        _report_commits(progress, commits)
+        if stop:
             event = "preempted"
             break
+    _report_commits(progress, checkpoints.collect(wait=True))  # nothing in flight at exit
     if event == "done":
         checkpoints.finish()
     elapsed = time.monotonic() - started
@@ -403,6 +412,12 @@ def train(config: JobConfig, plan: ParallelPlan, env: DistEnv, device: torch.dev
             "world_size": env.world_size, "device": device.type, "resumed_from_step": first,
             "checkpoint_step": checkpoint.latest_committed(config.checkpoint.uri)
             if config.checkpoint.uri else None}
+
+
+def _report_commits(progress: ProgressWriter, commits: list[checkpoint.Commit]) -> None:
+    for c in commits:
+        progress.write({"event": "checkpoint", "step": c.step, "save_s": round(c.save_s, 4),
+                        "write_s": round(c.write_s, 4)})
 
 
 def _resume(trainer, uri: str, device: torch.device) -> int:

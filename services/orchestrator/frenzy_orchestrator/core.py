@@ -79,6 +79,8 @@ class JobRecord:
     # reports are awaited. Saved with the record, so a restarted orchestrator finishes it.
     pending_reshape: events_pb2.ReshapeJob | None = None
     free_attempts: int = 0  # attempts that were not failures; they do not count as retries
+    # Nodes that ran an attempt: where the checkpoints are removed when the job ends.
+    checkpoint_nodes: list[str] = field(default_factory=list)
 
     @property
     def id(self) -> str:
@@ -139,7 +141,8 @@ class OrchestratorCore:
     def record_state(self, job_id: str) -> events_pb2.JobRecordState:
         rec = self.jobs[job_id]
         state = events_pb2.JobRecordState(job=rec.job, node_outcomes=rec.node_outcomes,
-                                          oom_replans=rec.oom_replans, free_attempts=rec.free_attempts)
+                                          oom_replans=rec.oom_replans, free_attempts=rec.free_attempts,
+                                          checkpoint_nodes=rec.checkpoint_nodes)
         if rec.pending_reshape is not None:
             state.pending_reshape.CopyFrom(rec.pending_reshape)
         return state
@@ -157,6 +160,7 @@ class OrchestratorCore:
             rec = JobRecord(job, dict(saved.node_outcomes), saved.oom_replans,
                             history=[(job.state, "restored")], since_s=now_s,
                             free_attempts=saved.free_attempts,
+                            checkpoint_nodes=list(saved.checkpoint_nodes),
                             pending_reshape=events_pb2.ReshapeJob()
                             if saved.HasField("pending_reshape") else None)
             if rec.pending_reshape is not None:
@@ -188,8 +192,10 @@ class OrchestratorCore:
         stamp = {PLACED: job.placed_at, RUNNING: job.started_at}.get(target)
         if stamp is not None:
             stamp.FromNanoseconds(int(now_s * 1e9))
+        out: list[Outgoing] = []
         if target in lifecycle.TERMINAL:
             job.finished_at.FromNanoseconds(int(now_s * 1e9))
+            out = self._delete_checkpoints(rec, reason)
         rec.history.append((target, reason))
         rec.since_s = now_s
         rec.missing_since_s.clear()
@@ -199,7 +205,19 @@ class OrchestratorCore:
             attempt=job.attempt, exit_code=job.exit_code)
         status.progress.CopyFrom(job.progress)
         status.job.CopyFrom(job)
-        return [Outgoing(topics.JOBS_STATUS, job.id, status)]
+        return [Outgoing(topics.JOBS_STATUS, job.id, status), *out]
+
+    def _delete_checkpoints(self, rec: JobRecord, reason: str) -> list[Outgoing]:
+        """The job has ended: no attempt will resume from its checkpoints, so every node that
+        ran one removes them, unless the spec keeps them. Sent once, with the terminal
+        transition (a redelivered input that ends the job again sends them again: removal is
+        idempotent)."""
+        if rec.job.spec.training.keep_checkpoints:
+            return []
+        return [Outgoing(topics.AGENT_COMMANDS, node_id, events_pb2.DeleteCheckpoints(
+                    job_id=rec.id, node_id=node_id, reason=reason[:200],
+                    checkpoint_uri=rec.job.spec.training.checkpoint_uri))
+                for node_id in rec.checkpoint_nodes]
 
     def conflicting_spec(self, job_id: str, spec: types_pb2.JobSpec, tenant: str = "") -> bool:
         """A known job id submitted again with another spec or by another tenant (the same
@@ -264,6 +282,8 @@ class OrchestratorCore:
         del job.assignments[:]
         job.assignments.extend(placed.assignments)
         rec.node_outcomes = {a.node_id: LAUNCHING for a in placed.assignments}
+        rec.checkpoint_nodes += [a.node_id for a in placed.assignments
+                                 if a.node_id not in rec.checkpoint_nodes]
         # This attempt resumes from the job's last committed checkpoint (0: a fresh start).
         job.resumed_from_step = job.checkpoint_step if job.HasField("checkpoint_step") else 0
         for a in placed.assignments:

@@ -99,6 +99,18 @@ class RunningJob:
     deadline_s: float = 0.0
     fraction_per_s: float = 0.0
     restarts: int = 0  # resumes so far (Sia's restart damping counts them)
+    # Progress and checkpoint age: what a move would cost besides the restart. Live, from the
+    # orchestrator's job record (steps, the last committed checkpoint and when it was seen);
+    # the simulator, from its periodic checkpoints (every `checkpoint_interval_s` of productive
+    # time, as it charges a node failure). `saves_on_request`: a move's checkpoint-now saves the
+    # latest step (the reference trainer, and every simulated job); otherwise the move redoes
+    # the work since the last committed checkpoint (live: a job that never committed one).
+    step: int = 0
+    steps: int = 0  # 0: unknown
+    checkpoint_step: int = 0
+    last_checkpoint_s: float = 0.0  # when the newest committed checkpoint was seen; 0: none this run
+    checkpoint_interval_s: float = 0.0  # > 0: periodic checkpoints, last_checkpoint_s not kept current
+    saves_on_request: bool = True
 
     @cached_property
     def estimated_end_s(self) -> float:
@@ -118,6 +130,19 @@ class RunningJob:
             rate = self.fraction_at_start / span_s if span_s > 0 else math.inf
         done = rate * max(0.0, now_s - begin_s)
         return max(0.0, self.fraction_at_start - done) if done < math.inf else 0.0
+
+    def checkpoint_age_s(self, now_s: float) -> float:
+        """Productive seconds since the newest committed checkpoint (or since this run's restore
+        ended, which restored one or started from scratch)."""
+        begin_s = max(self.start_time_s, self.restoring_until_s)
+        if self.checkpoint_interval_s > 0:
+            return max(0.0, now_s - begin_s) % self.checkpoint_interval_s
+        return max(0.0, now_s - max(begin_s, self.last_checkpoint_s))
+
+    def redo_s(self, now_s: float) -> float:
+        """The work a move would throw away: none when the job saves on request, else the
+        work since its last committed checkpoint."""
+        return 0.0 if self.saves_on_request else self.checkpoint_age_s(now_s)
 
     @cached_property
     def num_gpus(self) -> int:  # cached: policies read it for every running job, every decision

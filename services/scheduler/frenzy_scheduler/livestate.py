@@ -8,8 +8,13 @@ so the policy never sees those GPUs as free in between.
 Jobs holding GPUs are passed to the policy as `running` (what `has` needs to estimate when GPUs
 free up): from our own placements at once, then from the orchestrator's job records (PLACED,
 LAUNCHING, RUNNING carry the option, the assignments and the placed/started times). The
-expected end is the start plus MARP's predicted duration; once that has passed, the end is
-unknown and the job is shown as ending never (so `has` does not hold jobs for its GPUs).
+expected end is the start plus MARP's predicted duration for the work left at this start (the
+steps after `resumed_from_step`); once that has passed, the end is unknown and the job is shown
+as ending never (so `has` does not hold jobs for its GPUs). With progress reports, the view also
+carries the step, the progress rate measured between the first step this scheduler saw of the
+attempt and the latest (startup excluded), and the checkpoint age: the newest committed
+checkpoint and when it was seen, and whether the job saves on request (it has committed one, so
+it speaks the checkpoint contract; a job that never has is taken to lose its work on a move).
 
 Every action the policy returns is checked by the shared placement check
 (`frenzy.placement_check`, the one the orchestrator and the simulator use) against the free
@@ -46,6 +51,18 @@ class _Job:
 
 
 @dataclass
+class _Seen:
+    """What this scheduler saw of a running attempt: its first reported step and when (the
+    progress rate's base), and when its newest committed checkpoint was first reported."""
+
+    attempt: int
+    first_step: int
+    first_step_s: float
+    checkpoint_step: int = -1
+    checkpoint_s: float = 0.0
+
+
+@dataclass
 class LiveState:
     policy: Policy
     cluster: ClusterView = field(default_factory=ClusterView)
@@ -55,6 +72,7 @@ class LiveState:
     running: dict[str, RunningJob] = field(default_factory=dict)  # jobs holding GPUs
     reshape_jobs: bool = False  # publish the policy's reshapes (the orchestrator executes them)
     attempts: dict[str, int] = field(default_factory=dict)  # running job -> its attempt
+    seen: dict[str, _Seen] = field(default_factory=dict)  # running job -> its progress seen
 
     def on_planned(self, planned: events_pb2.JobPlanned) -> None:
         job = self.jobs.setdefault(planned.job_id, _Job(
@@ -62,7 +80,7 @@ class LiveState:
             planned.deadline.ToNanoseconds() / 1e9 if planned.HasField("deadline") else 0.0))
         job.options[planned.attempt] = [option_from_proto(o) for o in planned.options]
 
-    def on_status(self, status: events_pb2.JobStatusChanged) -> None:
+    def on_status(self, status: events_pb2.JobStatusChanged, now_s: float | None = None) -> None:
         if status.source != events_pb2.ORCHESTRATOR:
             return
         job = self.jobs.get(status.job_id)
@@ -77,10 +95,11 @@ class LiveState:
         job.version = version
         if status.state in HOLDING:
             self.attempts[status.job_id] = status.attempt
-            self._note_running(status.job, job)
+            self._note_running(status.job, job, time.time() if now_s is None else now_s)
         else:
             self.running.pop(status.job_id, None)
             self.attempts.pop(status.job_id, None)
+            self.seen.pop(status.job_id, None)
         if status.state in TERMINAL:
             self.jobs.pop(status.job_id, None)
             self.pending.pop(status.job_id, None)
@@ -90,22 +109,43 @@ class LiveState:
         elif status.state == types_pb2.SUBMITTED:
             job.queued_attempt = -1  # re-planning; wait for the new options
 
-    def _note_running(self, record: types_pb2.Job, job: _Job) -> None:
-        """Keep the orchestrator's view of a job holding GPUs (ours until it has one)."""
+    def _note_running(self, record: types_pb2.Job, job: _Job, now_s: float) -> None:
+        """Keep the orchestrator's view of a job holding GPUs (ours until it has one), with its
+        progress and checkpoint age."""
         if not record.HasField("option") or not record.assignments:
             return
-        option = option_from_proto(record.option)
         start_s = next((stamp.ToNanoseconds() / 1e9 for stamp in (record.started_at,
                         record.placed_at) if stamp.ToNanoseconds() > 0), None)
         known = self.running.get(record.id)
         if start_s is None:
-            start_s = known.start_time_s if known is not None else time.time()
+            start_s = known.start_time_s if known is not None else now_s
+        step, steps, resumed = record.progress.step, record.progress.steps, record.resumed_from_step
+        seen = self.seen.get(record.id)
+        if seen is None or seen.attempt != record.attempt:
+            seen = self.seen[record.id] = _Seen(record.attempt, step, now_s)
+        elif seen.first_step <= resumed < step:  # its first training step: the rate's base
+            seen.first_step, seen.first_step_s = step, now_s
+        has_checkpoint = record.HasField("checkpoint_step")
+        if has_checkpoint and record.checkpoint_step != seen.checkpoint_step:
+            seen.checkpoint_step, seen.checkpoint_s = record.checkpoint_step, now_s
+        # The checkpoint this attempt restored counts from its start (last_checkpoint_s 0).
+        last_checkpoint_s = seen.checkpoint_s if has_checkpoint and record.checkpoint_step > resumed else 0.0
+        fraction_at_start, rate, productive_from_s = 1.0, 0.0, 0.0
+        if steps > 0:
+            fraction_at_start = max(0.0, 1.0 - resumed / steps)
+            if step > seen.first_step and now_s > seen.first_step_s:
+                rate = (step - seen.first_step) / steps / (now_s - seen.first_step_s)
+                # when it would have begun producing at that rate: launch and restore excluded
+                productive_from_s = now_s - (step - resumed) / steps / rate
+        full = option_from_proto(record.option)
+        option = replace(full, duration_s=full.duration_s * fraction_at_start)
         assignments = tuple((a.node_id, tuple(a.gpu_indices)) for a in record.assignments)
         menu = job.options.get(record.attempt) or job.options.get(max(job.options, default=-1), [])
-        self.running[record.id] = RunningJob(record.id, option, assignments, start_s,
-                                             start_s + option.duration_s, tuple(menu),
-                                             submit_time_s=job.submit_time_s,
-                                             deadline_s=job.deadline_s)
+        self.running[record.id] = RunningJob(
+            record.id, option, assignments, start_s, start_s + option.duration_s, tuple(menu),
+            fraction_at_start, productive_from_s, job.submit_time_s, job.deadline_s, rate,
+            step=step, steps=steps, checkpoint_step=record.checkpoint_step,
+            last_checkpoint_s=last_checkpoint_s, saves_on_request=has_checkpoint)
 
     def on_availability(self, event: events_pb2.GpuAvailabilityChanged) -> None:
         if event.version and event.version <= self.node_versions.get(event.node_id, 0):

@@ -235,7 +235,8 @@ def simulate(jobs: Sequence[SimJob], cluster: ClusterView, policy: Policy, *,
             RunningJob(job_id, option if not full_work else replace(option, duration_s=predicted_s),
                        assignments, now_s, productive_from + predicted_s, job.options,
                        left, productive_from, job.submit_time_s, job.deadline_s,
-                       left / true_s if true_s > 0 else 0.0, record.restarts),
+                       left / true_s if true_s > 0 else 0.0, record.restarts,
+                       checkpoint_interval_s=config.checkpoint_interval_s),
             productive_from, end_s, left, left / true_s if true_s > 0 else 0.0, token)
         running[job_id] = runs[job_id].view
         if math.isnan(record.first_start_s):
