@@ -32,6 +32,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from frenzy import events, topics
 from frenzy.broker import free_port
 from frenzy.client import FrenzyClient
+from frenzy.config import DashboardSettings, ServiceSettings
 from frenzy.demo import sample_specs
 from frenzy.localcluster import DEFAULT_CLUSTER, LocalCluster, start_cluster
 from frenzy.v1 import events_pb2, types_pb2
@@ -237,7 +238,11 @@ def main() -> None:
     rng = random.Random(7)
     specs = sample_specs()
     workdir = Path(tempfile.mkdtemp(prefix="frenzy-bench-"))
-    fetch_env = {k: v for k, v in os.environ.items() if k.startswith("FRENZY_FETCH")}
+    settings = ServiceSettings()
+    bus_settings = {"fetch_max_wait_ms": settings.fetch_max_wait_ms,
+                 "agent_fetch_max_wait_ms": settings.agent_fetch_max_wait_ms,
+                 "dashboard_fetch_max_wait_ms": DashboardSettings().dashboard_fetch_max_wait_ms,
+                 "linger_ms": settings.linger_ms}
     load_before = os.getloadavg()
     cluster = start_cluster(DEFAULT_CLUSTER, free_port(), workdir, args.policy,
                             extra_env={"FRENZY_TIME_SCALE": str(args.time_scale)})
@@ -293,7 +298,7 @@ def main() -> None:
     hops, unsplit = reaction_hops(burst, records)
     result = {
         "label": args.label, "jobs": len(burst), "arrivals": len(arrivals), "policy": args.policy,
-        "wall_s": round(wall_s, 1), "fetch_settings": fetch_env,
+        "wall_s": round(wall_s, 1), "settings": bus_settings,
         "load_average_before_after": [round(load_before[0], 2), round(load_after[0], 2)],
         "succeeded": sum(j.state == types_pb2.SUCCEEDED for j in jobs),
         "submit_to_placed_all": percentiles(placed),
@@ -306,7 +311,7 @@ def main() -> None:
     }
     print(f"e2e latency {args.label}: {result['jobs']} jobs + {result['arrivals']} arrivals on the "
           f"demo cluster ({args.policy}), {result['succeeded']} succeeded, {wall_s:.0f}s wall, "
-          f"load {result['load_average_before_after']}, fetch settings {fetch_env or 'defaults'}")
+          f"load {result['load_average_before_after']}, settings {bus_settings}")
     for key in ("submit_to_placed_no_wait", "submit_to_placed_all", "gpu_freed_to_next_launched"):
         r = result[key]
         print(f"  {key:<38} n={r.get('n', 0):<4} p50={r.get('p50_ms', '-')} ms  p99={r.get('p99_ms', '-')} ms")
