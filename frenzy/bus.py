@@ -203,7 +203,8 @@ class Bus:
             bootstrap_servers=self.bootstrap, group_id=self.prefix + group,
             enable_auto_commit=False, auto_offset_reset="earliest",
             # A short fetch wait keeps event-to-reaction latency low. Apache Kafka answers a
-            # long-poll as soon as data arrives; the embedded broker waits the full time.
+            # long-poll as soon as data arrives; the embedded broker reads at 0, 1/2, 3/4, ...
+            # of the wait, so a record waits up to half of it (BusSettings.fetch_max_wait_ms).
             fetch_max_wait_ms=self.settings.fetch_max_wait_ms,
             session_timeout_ms=self.settings.session_timeout_ms,
             heartbeat_interval_ms=self.settings.heartbeat_interval_ms,
