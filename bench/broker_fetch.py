@@ -22,14 +22,8 @@ from pathlib import Path
 import numpy as np
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
+from e2e_latency import cpu_seconds  # bench/ is on the path when run as a script
 from frenzy.broker import start_embedded_broker
-
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 async def one_wait(bootstrap: str, broker_pid: int, wait_ms: int, records: int, idle_s: float,

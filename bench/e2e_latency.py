@@ -33,11 +33,11 @@ from frenzy import events, topics
 from frenzy.broker import free_port
 from frenzy.client import FrenzyClient
 from frenzy.config import DashboardSettings, ServiceSettings
+from frenzy.jobstates import TERMINAL
 from frenzy.demo import sample_specs
 from frenzy.localcluster import DEFAULT_CLUSTER, LocalCluster, start_cluster
 from frenzy.v1 import events_pb2, types_pb2
 
-TERMINAL = {types_pb2.SUCCEEDED, types_pb2.FAILED, types_pb2.CANCELLED}
 QUEUED_AFTER_S = 0.5  # placed later than this after submission: it waited for GPUs
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
