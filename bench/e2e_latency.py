@@ -1,28 +1,54 @@
 """End-to-end latency on the demo cluster: 200 jobs through the real services and broker.
 
 Prints p50/p99 of submit-to-placed, and of GPU-freed-to-next-job-launched (how fast the
-event-driven scheduler reacts to availability), and saves them to bench/results/e2e_latency.json.
-Timestamps come from the orchestrator's records (one clock).
+event-driven scheduler reacts to availability), each broken down per hop, plus the CPU the
+services and the broker use while idle and over the run, and saves them to
+bench/results/e2e_latency.json.
 
-    .venv/bin/python bench/e2e_latency.py [--jobs 200] [--policy has]
+Timestamps come from one clock (one machine): the orchestrator's job records (submitted, placed,
+started, finished), the scheduler's decision record (decided_at) and every record's envelope
+(`produced_at`), read back from the topics after the run. Consecutive hops telescope: their
+sum is the end-to-end figure of the same job.
+
+Two phases: a burst (~20 submissions/s, most jobs queue; the reaction to freed GPUs) and an
+arrival phase (one job at a time on an otherwise idle cluster: submit to placed with no queueing).
+
+    .venv/bin/python bench/e2e_latency.py [--jobs 200] [--arrivals 50] [--policy has] [--label x]
 """
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import os
 import random
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from frenzy.client import FrenzyClient
-from frenzy.jobstates import TERMINAL
+from frenzy import events, topics
 from frenzy.ports import free_port
+from frenzy.client import FrenzyClient
+from frenzy.config import DashboardSettings, ServiceSettings
+from frenzy.jobstates import TERMINAL
 from frenzy.tools.demo import sample_specs
-from frenzy.tools.localcluster import DEFAULT_CLUSTER, start_cluster
-from frenzy.v1 import types_pb2
+from frenzy.tools.localcluster import DEFAULT_CLUSTER, LocalCluster, start_cluster
+from frenzy.v1 import events_pb2, types_pb2
+
+QUEUED_AFTER_S = 0.5  # placed later than this after submission: it waited for GPUs
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+# The path from a job's GPUs being released to the next job's processes running, hop by hop.
+REACTION_HOPS = ("release_to_availability_published", "availability_to_scheduler_decision",
+                 "decision_to_placed_published", "placed_to_orchestrator_handled",
+                 "handled_to_launch_published", "launch_to_agent_running_published",
+                 "agent_running_to_orchestrator_started")
+ARRIVAL_HOPS = ("submitted_to_planned_published", "planned_to_queued_published",
+                "queued_to_scheduler_decision", "decision_to_placed_published",
+                "placed_to_orchestrator_handled")
 
 
 def seconds(ts) -> float:
@@ -40,32 +66,192 @@ def percentiles(values: list[float]) -> dict:
 
 def reaction_latencies(jobs: list[types_pb2.Job]) -> list[float]:
     """For each job that had to wait, time from the last GPU release before its launch to its launch."""
-    finishes = sorted(seconds(j.finished_at) for j in jobs if j.finished_at.seconds)
+    return [launched - freed for _, _, freed, launched in _woken(jobs)]
+
+
+def _woken(jobs: list[types_pb2.Job]) -> list[tuple[types_pb2.Job, str, float, float]]:
+    """(waiting job, the job whose release came last before its placement, release, launch)."""
+    finishes = sorted((seconds(j.finished_at), j.id) for j in jobs if j.finished_at.seconds)
     out = []
     for j in jobs:
-        if not j.started_at.seconds or seconds(j.placed_at) - seconds(j.submitted_at) < 0.5:
+        if not j.started_at.seconds or seconds(j.placed_at) - seconds(j.submitted_at) < QUEUED_AFTER_S:
             continue  # placed on arrival, not woken by a release
-        launched = seconds(j.started_at)
-        before = [f for f in finishes if f <= seconds(j.placed_at)]
+        before = [f for f in finishes if f[0] <= seconds(j.placed_at)]
         if before:
-            out.append(launched - before[-1])
+            out.append((j, before[-1][1], before[-1][0], seconds(j.started_at)))
     return out
+
+
+class Records:
+    """The envelopes read back from the topics, indexed for the hop breakdown."""
+
+    def __init__(self, envelopes: list[events_pb2.Envelope]) -> None:
+        self.placed: dict[str, events_pb2.Envelope] = {}  # job -> its (last) JobPlaced
+        self.planned: dict[str, float] = {}  # job -> first JobPlanned produced
+        self.queued: dict[str, float] = {}  # job -> first orchestrator QUEUED produced
+        self.launch: dict[tuple[str, int], float] = {}  # (job, attempt) -> first LaunchJob
+        self.agent_running: dict[tuple[str, int], float] = {}  # first agent RUNNING report
+        self.agent_succeeded: dict[str, float] = {}  # job -> first agent SUCCEEDED report
+        self.released: dict[str, float] = {}  # job -> last availability "job X finished"
+        for env in envelopes:
+            at = seconds(env.produced_at)
+            kind = env.WhichOneof("payload")
+            if kind == "job_placed":
+                self.placed[env.job_placed.job_id] = env
+            elif kind == "job_planned":
+                self.planned.setdefault(env.job_planned.job_id, at)
+            elif kind == "launch_job":
+                self.launch.setdefault((env.launch_job.job_id, env.launch_job.attempt), at)
+            elif kind == "gpu_availability_changed":
+                cause = env.gpu_availability_changed.cause
+                if cause.startswith("job ") and cause.endswith(" finished"):
+                    job_id = cause[4:-9]
+                    self.released[job_id] = max(at, self.released.get(job_id, 0.0))
+            elif kind == "job_status_changed":
+                s = env.job_status_changed
+                if s.source == events_pb2.ORCHESTRATOR and s.state == types_pb2.QUEUED:
+                    self.queued.setdefault(s.job_id, at)
+                elif s.source == events_pb2.AGENT and s.state == types_pb2.RUNNING:
+                    self.agent_running.setdefault((s.job_id, s.attempt), at)
+                elif s.source == events_pb2.AGENT and s.state == types_pb2.SUCCEEDED:
+                    self.agent_succeeded.setdefault(s.job_id, at)
+
+
+def reaction_hops(jobs: list[types_pb2.Job], rec: Records) -> tuple[dict[str, list[float]], int]:
+    """Per hop, the seconds each woken job spent there; and how many could not be split (a
+    record missing, or the scheduler decided before the release's availability was out: some
+    other event placed the job)."""
+    hops: dict[str, list[float]] = {h: [] for h in ("agent_exit_report_to_release", *REACTION_HOPS)}
+    unsplit = 0
+    for job, freed_by, freed_s, launched_s in _woken(jobs):
+        placed = rec.placed.get(job.id)
+        key = (job.id, job.attempt)
+        if (placed is None or freed_by not in rec.released or key not in rec.launch
+                or key not in rec.agent_running):
+            unsplit += 1
+            continue
+        decided_s = seconds(placed.job_placed.decision.decided_at)
+        stamps = [freed_s, rec.released[freed_by], decided_s, seconds(placed.produced_at),
+                  seconds(job.placed_at), rec.launch[key], rec.agent_running[key], launched_s]
+        if decided_s < rec.released[freed_by]:
+            unsplit += 1
+            continue
+        for name, (a, b) in zip(REACTION_HOPS, zip(stamps, stamps[1:])):
+            hops[name].append(b - a)
+        if freed_by in rec.agent_succeeded:
+            hops["agent_exit_report_to_release"].append(freed_s - rec.agent_succeeded[freed_by])
+    return hops, unsplit
+
+
+def arrival_hops(jobs: list[types_pb2.Job], rec: Records) -> dict[str, list[float]]:
+    hops: dict[str, list[float]] = {h: [] for h in ARRIVAL_HOPS}
+    for job in jobs:
+        placed = rec.placed.get(job.id)
+        if placed is None or job.id not in rec.planned or job.id not in rec.queued:
+            continue
+        stamps = [seconds(job.submitted_at), rec.planned[job.id], rec.queued[job.id],
+                  seconds(placed.job_placed.decision.decided_at), seconds(placed.produced_at),
+                  seconds(job.placed_at)]
+        for name, (a, b) in zip(ARRIVAL_HOPS, zip(stamps, stamps[1:])):
+            hops[name].append(b - a)
+    return hops
+
+
+async def read_envelopes(bootstrap: str, names: list[str], idle_s: float = 3.0) -> list[events_pb2.Envelope]:
+    """Every record of the topics from the beginning, until none came for idle_s."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+                                auto_offset_reset="earliest", fetch_max_wait_ms=200)
+    await consumer.start()
+    try:
+        await consumer.topics()  # refreshes the metadata
+        tps = [TopicPartition(name, p) for name in names
+               for p in sorted(consumer.partitions_for_topic(name) or [])]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        out, quiet_since = [], time.monotonic()
+        while time.monotonic() - quiet_since < idle_s:
+            batch = await consumer.getmany(timeout_ms=500, max_records=5000)
+            for records in batch.values():
+                for r in records:
+                    try:
+                        out.append(events.decode(r.value, r.headers))
+                    except events.MalformedEvent:
+                        continue
+                quiet_since = time.monotonic()
+        return out
+    finally:
+        await consumer.stop()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (/proc/PID/stat)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def service_pids(cluster: LocalCluster) -> dict[str, int]:
+    """The services, agents and broker of the cluster (agents summed as one line)."""
+    pids = {name: p.pid for name, p in cluster.processes.items()}
+    if cluster.broker is not None:
+        pids["broker"] = cluster.broker.process.pid
+    return pids
+
+
+def cpu_use(pids: dict[str, int], before: dict[str, float], wall_s: float) -> dict:
+    """Percent of one core per service over wall_s (agents together), and the total."""
+    now = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    groups: dict[str, float] = {}
+    for name, spent in now.items():
+        group = "agents" if name.startswith("agent-") else name
+        groups[group] = groups.get(group, 0.0) + spent - before.get(name, 0.0)
+    out = {name: round(100 * s / wall_s, 1) for name, s in sorted(groups.items())}
+    out["total"] = round(100 * sum(groups.values()) / wall_s, 1)
+    out["cpu_s"] = round(sum(groups.values()), 1)
+    return out
+
+
+def measure_idle(pids: dict[str, int], seconds_: float) -> dict:
+    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    time.sleep(seconds_)
+    return cpu_use(pids, before, seconds_)
+
+
+def summarise(hops: dict[str, list[float]]) -> dict:
+    return {name: percentiles(values) for name, values in hops.items()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=200)
+    parser.add_argument("--arrivals", type=int, default=50,
+                        help="jobs submitted one at a time on an idle cluster (no queueing)")
     parser.add_argument("--policy", default="has")
     parser.add_argument("--time-scale", type=float, default=0.0005)
+    parser.add_argument("--idle-s", type=float, default=20.0, help="idle CPU sampling window")
+    parser.add_argument("--label", default="", help="a name for this configuration in the JSON")
     parser.add_argument("--out", default="bench/results/e2e_latency.json")
     args = parser.parse_args()
 
     rng = random.Random(7)
     specs = sample_specs()
     workdir = Path(tempfile.mkdtemp(prefix="frenzy-bench-"))
+    settings = ServiceSettings()
+    bus_settings = {"fetch_max_wait_ms": settings.fetch_max_wait_ms,
+                 "agent_fetch_max_wait_ms": settings.agent_fetch_max_wait_ms,
+                 "dashboard_fetch_max_wait_ms": DashboardSettings().dashboard_fetch_max_wait_ms,
+                 "linger_ms": settings.linger_ms}
+    load_before = os.getloadavg()
     cluster = start_cluster(DEFAULT_CLUSTER, free_port(), workdir, args.policy,
                             extra_env={"FRENZY_TIME_SCALE": str(args.time_scale)})
+    pids = service_pids(cluster)
+    time.sleep(3.0)  # start-up settles (group joins, read-backs)
+    idle_before = measure_idle(pids, args.idle_s)
+    run_cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     started = time.monotonic()
+    arrival_ids: list[str] = []
     try:
         with FrenzyClient(cluster.grpc_address) as client:
             ids = []
@@ -80,23 +266,63 @@ def main() -> None:
                 if sum(j.state in TERMINAL for j in jobs) >= len(ids) or time.monotonic() - started > 900:
                     break
                 time.sleep(0.5)
+            burst_wall_s = time.monotonic() - started
+            run_cpu = cpu_use(pids, run_cpu_before, burst_wall_s)
+            # Arrivals: one small job at a time, the next once the last one ended.
+            for i in range(args.arrivals):
+                spec = types_pb2.JobSpec()
+                spec.CopyFrom(specs[0])
+                spec.name = f"arrival-{i}"
+                spec.training.tokens = 10_000_000  # short: the next arrival finds the cluster idle
+                job_id = client.submit(spec)
+                arrival_ids.append(job_id)
+                deadline = time.monotonic() + 60
+                while client.get(job_id).state not in TERMINAL and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                time.sleep(rng.uniform(0.1, 0.3))
+            jobs = client.list()
+        records = Records(asyncio.run(read_envelopes(
+            cluster.bootstrap, [cluster.topic_name(t) for t in (
+                topics.JOBS_STATUS, topics.JOBS_PLACED, topics.JOBS_PLANNED,
+                topics.AGENT_COMMANDS, topics.CLUSTER_EVENTS)])))
+        idle_after = measure_idle(pids, args.idle_s)
     finally:
         cluster.stop()
+    load_after = os.getloadavg()
     wall_s = time.monotonic() - started
-    placed = [seconds(j.placed_at) - seconds(j.submitted_at) for j in jobs if j.placed_at.seconds]
-    arrival_placed = [p for p in placed if p < 0.5]
+    arrival_set = set(arrival_ids)
+    burst = [j for j in jobs if j.id not in arrival_set]
+    arrivals = [j for j in jobs if j.id in arrival_set]
+    placed = [seconds(j.placed_at) - seconds(j.submitted_at) for j in burst if j.placed_at.seconds]
+    on_arrival = [seconds(j.placed_at) - seconds(j.submitted_at) for j in arrivals if j.placed_at.seconds]
+    hops, unsplit = reaction_hops(burst, records)
     result = {
-        "jobs": len(ids), "policy": args.policy, "wall_s": round(wall_s, 1),
+        "label": args.label, "jobs": len(burst), "arrivals": len(arrivals), "policy": args.policy,
+        "wall_s": round(wall_s, 1), "settings": bus_settings,
+        "load_average_before_after": [round(load_before[0], 2), round(load_after[0], 2)],
         "succeeded": sum(j.state == types_pb2.SUCCEEDED for j in jobs),
         "submit_to_placed_all": percentiles(placed),
-        "submit_to_placed_no_wait": percentiles(arrival_placed),
-        "gpu_freed_to_next_launched": percentiles(reaction_latencies(jobs)),
+        "submit_to_placed_no_wait": percentiles(on_arrival),
+        "gpu_freed_to_next_launched": percentiles(reaction_latencies(burst)),
+        "reaction_hops": summarise(hops), "reaction_unsplit": unsplit,
+        "arrival_hops": summarise(arrival_hops(arrivals, records)),
+        "cpu_percent_idle_before": idle_before, "cpu_percent_idle_after": idle_after,
+        "cpu_percent_during_burst": run_cpu,
     }
-    print(f"e2e latency, {result['jobs']} jobs on the demo cluster ({args.policy}), "
-          f"{result['succeeded']} succeeded, {wall_s:.0f}s wall")
+    print(f"e2e latency {args.label}: {result['jobs']} jobs + {result['arrivals']} arrivals on the "
+          f"demo cluster ({args.policy}), {result['succeeded']} succeeded, {wall_s:.0f}s wall, "
+          f"load {result['load_average_before_after']}, settings {bus_settings}")
     for key in ("submit_to_placed_no_wait", "submit_to_placed_all", "gpu_freed_to_next_launched"):
         r = result[key]
-        print(f"  {key:<28} n={r.get('n', 0):<4} p50={r.get('p50_ms', '-')} ms  p99={r.get('p99_ms', '-')} ms")
+        print(f"  {key:<38} n={r.get('n', 0):<4} p50={r.get('p50_ms', '-')} ms  p99={r.get('p99_ms', '-')} ms")
+    for title, table in (("reaction hops", result["reaction_hops"]), ("arrival hops", result["arrival_hops"])):
+        print(f"  {title}:")
+        for name, r in table.items():
+            print(f"    {name:<40} n={r.get('n', 0):<4} p50={r.get('p50_ms', '-')} ms  "
+                  f"p99={r.get('p99_ms', '-')} ms  mean={r.get('mean_ms', '-')} ms")
+    print(f"  idle CPU % of a core before {idle_before}")
+    print(f"  idle CPU % of a core after  {idle_after}")
+    print(f"  CPU % of a core during the burst {run_cpu}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
     print(f"saved {args.out}")

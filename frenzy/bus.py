@@ -148,18 +148,22 @@ class Bus:
             self._key_contexts.popitem(last=False)
 
     async def publish_many(self, items: list[tuple[topics.Topic, str, Message | None]],
-                           contexts: list[otel_context.Context | None] | None = None) -> None:
+                           contexts: list[otel_context.Context | None] | None = None,
+                           trace_ids: list[str] | None = None) -> None:
         """Publish in order, pipelined: enqueue every record, then wait for all acknowledgements.
 
         The producer keeps one request in flight per broker, so per-partition order holds. A
         None payload is a tombstone (deletes its key on a compacted topic). contexts: the trace
         context each record continues, for records produced by earlier handlers (default: now's).
+        trace_ids: each envelope's trace id (as `publish` takes one).
         """
         records = []
         for i, (topic, key, payload) in enumerate(items):  # all checked before any is sent
             value, headers = None, None
             if payload is not None:
-                value, headers = self._encode(topic, key, events.envelope(payload, producer=self.service))
+                env = events.envelope(payload, trace_id=trace_ids[i] if trace_ids else "",
+                                      producer=self.service)
+                value, headers = self._encode(topic, key, env)
                 headers = headers + self._trace_headers(topic, key, contexts[i] if contexts else None)
             else:
                 self.check_size(topic, key.encode(), value, headers)  # a tombstone's key
@@ -199,7 +203,8 @@ class Bus:
             bootstrap_servers=self.bootstrap, group_id=self.prefix + group,
             enable_auto_commit=False, auto_offset_reset="earliest",
             # A short fetch wait keeps event-to-reaction latency low. Apache Kafka answers a
-            # long-poll as soon as data arrives; the embedded broker waits the full time.
+            # long-poll as soon as data arrives; the embedded broker reads at 0, 1/2, 3/4, ...
+            # of the wait, so a record waits up to half of it (BusSettings.fetch_max_wait_ms).
             fetch_max_wait_ms=self.settings.fetch_max_wait_ms,
             session_timeout_ms=self.settings.session_timeout_ms,
             heartbeat_interval_ms=self.settings.heartbeat_interval_ms,

@@ -18,9 +18,17 @@ class BusSettings(BaseSettings):
     # half the session timeout there); production deployments raise these.
     session_timeout_ms: int = 6000
     heartbeat_interval_ms: int = 1000
-    fetch_max_wait_ms: int = 50
+    # The longest a fetch waits for data: the latency floor of every consumer hop on the
+    # embedded broker, which polls its storage at 0, 1/2, 3/4, ... of this wait and answers at
+    # the first poll that finds data (a record waits up to half of it, about a sixth on
+    # average), at a CPU cost per consumer that grows as it shrinks. Apache Kafka answers as
+    # soon as data arrives: set 500 there. docs/architecture.md, "Reaction latency".
+    fetch_max_wait_ms: int = 20
     replication_factor: int = Field(1, description="for topics Frenzy creates; 3 on a production cluster")
-    linger_ms: int = Field(2, description="producer batching delay; raise it for bulk producers")
+    # 0: a record goes out at once. Batching needs no delay here: publish_many enqueues a whole
+    # flush before the sender runs, so it leaves as one request per partition anyway, while a
+    # delay is paid by every acknowledged publish on the event path (bench/e2e_latency.py).
+    linger_ms: int = Field(0, description="producer batching delay; raise it for bulk producers")
     dedupe_window: int = Field(100_000, description="event ids remembered per consumer")
     # Kafka's default message.max.bytes is 1,048,588; a record is checked before it is produced,
     # so an oversized one fails with its topic and key named, not as a broker error later. The
@@ -66,6 +74,10 @@ class ServiceSettings(BusSettings):
     checkpoint_root: str = Field("", description="node agent: per-job checkpoint directories "
                                  "when the spec names none (shared storage for multi-node jobs "
                                  "and resume on another node); empty: <state dir>/checkpoints")
+    # Node agents' command consumers: there is one per node, so their fetch wait is longer
+    # than the control loop's (each idle fetch costs the broker and the agent CPU); the
+    # orchestrator -> agent hop waits up to half of it on the embedded broker. 500 on Kafka.
+    agent_fetch_max_wait_ms: int = 50
     # Heartbeats are fetched in batches: up to this wait, or until this many bytes are ready.
     heartbeat_fetch_max_wait_ms: int = 200
     heartbeat_fetch_min_bytes: int = 65536
@@ -109,6 +121,9 @@ class DashboardSettings(BusSettings):
 
     dashboard_host: str = "127.0.0.1"
     dashboard_port: int = 8265
+    # The live views follow the event stream; people do not see a quarter second, and a longer
+    # fetch wait is fewer idle fetches on the embedded broker.
+    dashboard_fetch_max_wait_ms: int = 250
     # A one-time admin login ticket, the token in the link `frenzy up` prints; empty: none.
     dashboard_login_ticket: str = ""
     # JSON {"<token>": {"tenant": ..., "role": "admin"|"user"}}: API tokens that open a session.

@@ -394,3 +394,42 @@ def test_checkpoint_removal_stays_inside_the_jobs_directory(tmp_path):
     linked = tmp_path / "linked"
     linked.symlink_to(outside, target_is_directory=True)
     assert remove_checkpoints(linked, True) == [] and (outside / "precious").exists()
+
+
+def test_an_exit_wakes_the_watcher_before_its_poll_interval(tmp_path):
+    """ExitWatch: a job process's exit wakes the supervising loop at once (pidfd), so freed GPUs
+    are reported without waiting out the poll; its descriptors are closed afterwards. The poll
+    interval here is an hour: only the exit can end the wait within the test's bound."""
+    import os
+
+    from frenzy_agent.executor import ExitWatch, wait_for_exit
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
+    job = RunningJob("j", 0, tmp_path, proc.pid, [proc.pid], 0, [0])
+
+    async def scenario():
+        with ExitWatch([proc.pid]) as watch:
+            fds = list(watch._fds)
+            await asyncio.wait_for(watch.wait(3600), 60)
+        return fds, await asyncio.wait_for(wait_for_exit(job, lambda p: asyncio.sleep(0),
+                                                         poll_s=3600), 60)
+
+    fds, result = asyncio.run(scenario())
+    assert len(fds) == 1 and proc.poll() is not None
+    with pytest.raises(OSError):
+        os.fstat(fds[0])  # closed when the watch ended
+    assert result.exit_codes == (None,)  # no wrapper here: no exit file, but it returned
+
+
+def test_an_exit_watch_on_a_process_already_gone_falls_back_to_polling(tmp_path):
+    from frenzy_agent.executor import ExitWatch
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+
+    async def scenario():
+        with ExitWatch([proc.pid]) as watch:
+            await watch.wait(0.01)  # a plain sleep: nothing to watch
+            return watch._fds
+
+    assert asyncio.run(scenario()) == []

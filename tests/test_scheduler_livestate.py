@@ -169,3 +169,42 @@ def test_running_view_carries_progress_rate_and_checkpoint_age() -> None:
     run = state.running["a"]
     assert not run.saves_on_request and run.checkpoint_age_s(2000.0) == 1000.0  # since its start
     assert run.redo_s(2000.0) == 1000.0
+
+
+def test_the_service_runs_the_policy_once_per_batch_and_publishes_its_placements_together():
+    """The shell around LiveState: events only change the view; after the batch (before its
+    offsets are committed) the policy runs once and every placement goes out in one pipelined
+    publish. A batch that changed nothing publishes nothing."""
+    import asyncio
+
+    from frenzy import topics
+    from frenzy.events import envelope
+    from frenzy_scheduler.service import SchedulerService
+
+    class RecordingBus:
+        def __init__(self):
+            self.published = []
+
+        async def publish_many(self, items, contexts=None, trace_ids=None):
+            self.published.append((items, trace_ids))
+
+    bus = RecordingBus()
+    service = SchedulerService(bus, "fifo")
+    two_nodes = [availability([0, 1, 2, 3], 1)]
+
+    async def scenario():
+        for event in two_nodes:
+            await service.on_availability(envelope(event), "n1")
+        for job in ("a", "b"):
+            await service.on_planned(envelope(events_pb2.JobPlanned(
+                job_id=job, options=[option_to_proto(OPTION)])), job)
+            await service.on_status(envelope(status(job, types_pb2.QUEUED, 3)), job)
+        assert bus.published == []  # nothing decided while the batch is handled
+        await service.schedule_if_changed()
+        await service.schedule_if_changed()  # nothing new since
+
+    asyncio.run(scenario())
+    [(items, trace_ids)] = bus.published
+    assert [(t, key) for t, key, _ in items] == [(topics.JOBS_PLACED, "a"), (topics.JOBS_PLACED, "b")]
+    assert trace_ids == ["a", "b"]
+    assert {tuple(a.gpu_indices) for _, _, m in items for a in m.assignments} == {(0, 1), (2, 3)}

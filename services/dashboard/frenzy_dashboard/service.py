@@ -67,7 +67,7 @@ class Dashboard:
         """Fold every record of the followed topics into the state, until cancelled."""
         consumer = AIOKafkaConsumer(
             bootstrap_servers=bootstrap(self.settings), group_id=None, enable_auto_commit=False,
-            fetch_max_wait_ms=self.settings.fetch_max_wait_ms, client_id="frenzy-dashboard",
+            fetch_max_wait_ms=self.settings.dashboard_fetch_max_wait_ms, client_id="frenzy-dashboard",
             **kafka_client_options(self.settings))  # TLS/SASL on a locked-down broker
         await consumer.start()
         try:

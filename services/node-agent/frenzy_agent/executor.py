@@ -292,21 +292,68 @@ def _log_tails(job: RunningJob) -> list[str]:
 async def wait_for_exit(job: RunningJob, on_progress, poll_s: float = 0.05) -> JobFacts:
     """Poll until every process of the job is gone, reporting progress as it changes.
 
-    When one process fails the others are stopped, so a job never half-runs.
+    When one process fails the others are stopped, so a job never half-runs. A process's exit
+    wakes the loop at once (`ExitWatch`): the GPUs it frees reach the orchestrator without
+    waiting out the poll interval, which only paces the progress reports.
     """
     last_seen = None
-    while True:
-        alive = [pid for pid in job.pids if _alive(pid)]
-        progress = read_progress(job)
-        if progress and (progress.get("step"), job.checkpoint_step) != last_seen:
-            last_seen = (progress.get("step"), job.checkpoint_step)
-            await on_progress(progress)
-        if not alive:
-            return facts(job)
-        if len(alive) < len(job.pids) and not job.stopping and _any_failed(job):
-            await stop(job, "a process of the job failed", grace_s=2.0)
-            job.stopping = False  # report the failure, not a stop
-        await asyncio.sleep(poll_s)
+    with ExitWatch(job.pids) as exits:
+        while True:
+            alive = [pid for pid in job.pids if _alive(pid)]
+            progress = read_progress(job)
+            if progress and (progress.get("step"), job.checkpoint_step) != last_seen:
+                last_seen = (progress.get("step"), job.checkpoint_step)
+                await on_progress(progress)
+            if not alive:
+                return facts(job)
+            if len(alive) < len(job.pids) and not job.stopping and _any_failed(job):
+                await stop(job, "a process of the job failed", grace_s=2.0)
+                job.stopping = False  # report the failure, not a stop
+            await exits.wait(poll_s)
+
+
+class ExitWatch:
+    """Wakes a waiter when any of the given processes exits: a pidfd per process (Linux 5.3+;
+    children and adopted processes alike) in the event loop, instead of waiting for the next
+    poll. Where pidfds are missing (an older kernel, a process already gone) `wait` is a
+    plain sleep and polling finds the exit, as before."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self._pids = pids
+        self._fds: list[int] = []
+        self._exited: asyncio.Event | None = None
+
+    def __enter__(self) -> "ExitWatch":
+        loop = asyncio.get_running_loop()
+        self._exited = asyncio.Event()
+        for pid in self._pids:
+            try:
+                fd = os.pidfd_open(pid)
+            except (AttributeError, OSError):
+                continue
+            self._fds.append(fd)
+            loop.add_reader(fd, self._on_exit, fd)
+        return self
+
+    def _on_exit(self, fd: int) -> None:
+        # A pidfd stays readable once its process is gone: watch it once, then stop.
+        asyncio.get_running_loop().remove_reader(fd)
+        self._exited.set()
+
+    async def wait(self, timeout_s: float) -> None:
+        """Until a watched process exits or timeout_s passes."""
+        try:
+            await asyncio.wait_for(self._exited.wait(), timeout_s)
+        except asyncio.TimeoutError:
+            pass
+        self._exited.clear()
+
+    def __exit__(self, *exc: object) -> None:
+        loop = asyncio.get_running_loop()
+        for fd in self._fds:
+            loop.remove_reader(fd)
+            os.close(fd)
+        self._fds.clear()
 
 
 def _any_failed(job: RunningJob) -> bool:

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import socket
+import time
 from collections import OrderedDict
 from pathlib import Path
 
@@ -132,14 +133,14 @@ class NodeAgent:
         if cmd.node_id != self.node_id:
             return  # another node's command on a shared partition
         try:
-            await self._launch(cmd)
+            await self._launch(cmd, lag_s=time.time() - env.produced_at.ToNanoseconds() / 1e9)
         except Exception as err:  # noqa: BLE001 - any input that breaks a launch ends its job
             log.exception("launch failed", job_id=cmd.job_id, attempt=cmd.attempt)
             failed = executor.RunningJob(cmd.job_id, cmd.attempt, self.jobs_dir, 0, [], 0, [])
             await self.report(failed, types_pb2.FAILED,
                               f"launch failed: {type(err).__name__}: {err}"[:300], exit_code=127)
 
-    async def _launch(self, cmd: events_pb2.LaunchJob) -> None:
+    async def _launch(self, cmd: events_pb2.LaunchJob, lag_s: float = 0.0) -> None:
         current = self.running.get(cmd.job_id)
         if current is not None and current.attempt >= cmd.attempt:
             return  # duplicate delivery
@@ -151,13 +152,19 @@ class NodeAgent:
                 return  # this attempt already ran here (redelivered after it finished)
             # Another cluster's leftovers under a reused job id (adopt_survivors stopped them).
             shutil.rmtree(previous, ignore_errors=True)
-        job = executor.launch(cmd, self.jobs_dir, self.settings.time_scale,
-                              self.visible_devices(cmd.gpu_indices), cluster_id=self.cluster_id,
-                              checkpoint_root=self.checkpoint_root)
+        spawn_started_s = time.perf_counter()
+        # In a thread: starting a rank waits until its child has exec'd, which on a busy node
+        # takes milliseconds per rank; the loop meanwhile sends other jobs' reports.
+        job = await asyncio.to_thread(
+            executor.launch, cmd, self.jobs_dir, self.settings.time_scale,
+            self.visible_devices(cmd.gpu_indices), cluster_id=self.cluster_id,
+            checkpoint_root=self.checkpoint_root)
         self.running[cmd.job_id] = job
         record_rank_offset(job.workdir, cmd.rank_offset)
+        # command_lag_s: produced to handled (the broker hop); spawn_s: starting the processes.
         log.info("launched", job_id=cmd.job_id, attempt=cmd.attempt, gpus=list(cmd.gpu_indices),
-                 pgid=job.pgid, rank_offset=cmd.rank_offset, world_size=cmd.world_size)
+                 pgid=job.pgid, rank_offset=cmd.rank_offset, world_size=cmd.world_size,
+                 command_lag_s=round(lag_s, 4), spawn_s=round(time.perf_counter() - spawn_started_s, 4))
         await self.report(job, types_pb2.RUNNING, "processes started")
         self.supervisors[cmd.job_id] = asyncio.create_task(self.supervise(job))
 
@@ -296,7 +303,7 @@ class NodeAgent:
     async def run(self, stop: asyncio.Event) -> None:
         await self.bus.start()
         group = f"frenzy-agent-{self.node_id}"
-        consumer = self.bus.consumer(group)
+        consumer = self.bus.consumer(group, fetch_max_wait_ms=self.settings.agent_fetch_max_wait_ms)
         try:
             await consumer.start()
             commands_topic = self.bus.topic_name(topics.AGENT_COMMANDS)

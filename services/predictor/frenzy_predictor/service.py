@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from frenzy import topics
 from frenzy.bus import Bus
@@ -30,6 +31,7 @@ class PredictorService:
         submitted = events_pb2.JobSubmitted()
         submitted.CopyFrom(env.job_submitted)
         submitted.job_id = submitted_job_id(env)
+        started_s = time.perf_counter()
         try:
             planned = await asyncio.to_thread(job_planned, submitted, self.margin_book.margins())
         except SpecError as err:
@@ -42,8 +44,10 @@ class PredictorService:
                                             reason=f"unschedulable: cannot plan this model: {err}"[:300])
         planned.tenant = submitted.tenant  # for the scheduler's fair share (signed upstream)
         await self.bus.publish(topics.JOBS_PLANNED, submitted.job_id, planned, trace_id=env.trace_id)
+        # plan_s: MARP's share of the submit -> placed path (bench/e2e_latency.py has the rest).
         log.info("planned", job_id=submitted.job_id, options=len(planned.options),
-                 best=planned.options[0].gpu_type if planned.options else None)
+                 best=planned.options[0].gpu_type if planned.options else None,
+                 plan_s=round(time.perf_counter() - started_s, 4))
 
     async def run(self, stop: asyncio.Event) -> None:
         await self.bus.start()

@@ -1,7 +1,10 @@
 """Scheduler service: JobPlanned, job states and GPU availability in; JobPlaced out, each with
 the policy's decision record (and ReshapeJob, when FRENZY_RESHAPE_JOBS is on).
 
-Event-driven: the policy runs after every event that can change a decision, never on a timer.
+Event-driven: the policy runs after every fetched batch of events that can change a decision,
+never on a timer. Once per batch, not once per event: in a burst a batch holds hundreds of status
+events, and running the policy after each one kept a freed node's availability waiting behind
+all of them (bench/e2e_latency.py, docs/architecture.md "Reaction latency").
 """
 from __future__ import annotations
 
@@ -38,6 +41,7 @@ class SchedulerService:
         self.state = LiveState(FairSharePolicy(get_policy(policy_name, elastic=reshape_jobs),
                                                self._tenant_of, shares),
                                reshape_jobs=reshape_jobs)
+        self._changed = False  # an event since the policy last ran
 
     def _tenant_of(self, job_id: str) -> str:
         return self.tenants.get(job_id, "")
@@ -47,6 +51,7 @@ class SchedulerService:
         now_s = time.time()
         actions = self.state.schedule(now_s)
         elapsed_s = time.perf_counter() - started
+        messages: list[events_pb2.JobPlaced | events_pb2.ReshapeJob] = []
         for p, attempt in actions:
             record = decision_to_proto(p.decision, self.state.policy.name, now_s, elapsed_s)
             assignments = [types_pb2.GpuAssignment(node_id=n, gpu_indices=g) for n, g in p.assignments]
@@ -61,20 +66,34 @@ class SchedulerService:
                     placement_id=placement_id, decision=record,
                     option=None if p.kind == PREEMPT else option_to_proto(p.option),
                     assignments=[] if p.kind == PREEMPT else assignments)
-            await self.bus.publish(topics.JOBS_PLACED, p.job_id, message, trace_id=p.job_id)
+            messages.append(message)
+        # Pipelined: one broker round trip for all of them, not one per placement (several jobs
+        # often start on the GPUs one job freed).
+        placements = [p for p, _ in actions]
+        await self.bus.publish_many([(topics.JOBS_PLACED, p.job_id, m) for p, m in zip(placements, messages)],
+                                    trace_ids=[p.job_id for p in placements])
+        for p, message in zip(placements, messages):
+            record = message.decision
             log.info("placed" if p.kind == PLACE else p.kind, job_id=p.job_id,
                      gpu_type=p.option.gpu_type, num_gpus=p.option.num_gpus,
                      plan=p.option.plan.describe(), nodes=[n for n, _ in p.assignments],
                      reason=record.reason, decision_s=round(elapsed_s, 6))
 
+    async def schedule_if_changed(self) -> None:
+        """After each batch, before its offsets are committed: the placements it led to are
+        published first, so a crash in between redelivers the batch (at-least-once)."""
+        if self._changed:
+            self._changed = False
+            await self._schedule()
+
     async def on_planned(self, env: events_pb2.Envelope, key: str) -> None:
         self.state.on_planned(env.job_planned)
-        await self._schedule()
+        self._changed = True
 
     async def on_status(self, env: events_pb2.Envelope, key: str) -> None:
         self._note_tenant(env.job_status_changed.job)
         self.state.on_status(env.job_status_changed)
-        await self._schedule()
+        self._changed = True
 
     def _note_tenant(self, job: types_pb2.Job) -> None:
         if job.state in TERMINAL:
@@ -84,7 +103,7 @@ class SchedulerService:
 
     async def on_availability(self, env: events_pb2.Envelope, key: str) -> None:
         self.state.on_availability(env.gpu_availability_changed)
-        await self._schedule()
+        self._changed = True
 
     async def recover(self) -> None:
         """A restarted scheduler has lost its view, and its consumer resumes after the events
@@ -118,6 +137,7 @@ class SchedulerService:
             task = asyncio.create_task(self.bus.run_consumer(consumer, GROUP, {
                 "job_planned": self.on_planned, "job_status_changed": self.on_status,
                 "gpu_availability_changed": self.on_availability},
+                before_commit=self.schedule_if_changed,
                 verify=scheduler_verifier(self.bus.settings)))  # orchestrator-signed state only
             log.info("scheduler started", policy=self.state.policy.name)
             await run_until_stopped(stop, task)
