@@ -36,7 +36,6 @@ from frenzy_scheduler.placement import Assignments, FreeIndex
 from frenzy_scheduler.policies.elastic import Menus, Shrinkable, grow, reclaim, shrinkable
 
 INF = math.inf
-_NO_WAITS: dict[int, float] = {}
 _KEY = attrgetter("key")
 
 # One scored option: (option, GPU type, GPU count, duration s, GPU-seconds, tp degree).
@@ -82,6 +81,7 @@ class _JobFacts:
     entries: tuple[_Entry, ...]  # options the cluster can ever host, fastest first (= rank)
     need: tuple[tuple[str, int], ...]  # (type, fewest GPUs of any option on it): the filter
     need_id: int  # small int naming `need`, so the filter memo is one dict lookup
+    shortest_s: tuple[float, ...]  # per `need` type, its shortest option (launch included)
     best_s: float
     min_gpu_seconds: float
     min_gpus: int
@@ -150,6 +150,13 @@ class _ReleaseProfile:
             return INF
         return max(0.0, ends[gpu_type][bisect.bisect_left(cum, gpus_needed)] - self._now_s)
 
+    def total(self, gpu_type: str) -> int:
+        """All GPUs of the type that running jobs will ever release."""
+        if self._ends is None:
+            self._build()
+        cum = self._cumulative.get(gpu_type)
+        return cum[-1] if cum else 0
+
     def released_by(self, gpu_type: str, time_s: float) -> int:
         """GPUs of the type released at or before `time_s` (>= now)."""
         ends = self._ends if self._ends is not None else self._build()
@@ -168,40 +175,73 @@ class _Pass:
     claimed: dict[str, int] = field(default_factory=dict)  # GPUs held jobs already wait for
     reservations: dict[str, _Reservation] = field(default_factory=dict)
     fits: dict[int, bool] = field(default_factory=dict)  # filter memo by need_id; reset on bind
-    waits: dict[str, dict[int, float]] = field(default_factory=dict)  # type -> GPUs -> wait
+    # type -> GPUs still short -> seconds until released: the release profile is fixed for the
+    # pass, so these never go stale (claims and binds only change which entry is asked for)
+    release_waits: dict[str, dict[int, float]] = field(default_factory=dict)
+    # Types on which no job of this pass can start later than now any more: reserved, and
+    # claimed past every GPU the running jobs will release (`changed` keeps it up to date)
+    closed: set[str] = field(default_factory=set)
 
     def expected_wait_s(self, gpu_type: str, gpus: int) -> float:
         """Seconds until `gpus` GPUs of the type could be ours; asked only for an option that
         cannot start now, so at least one more release is needed (the free GPUs may be
-        fragmented or reserved). Memoised per type until that type's free GPUs, claims or
-        reservation change (`changed`)."""
-        memo = self.waits.setdefault(gpu_type, {})
-        wait_s = memo.get(gpus)
+        fragmented or reserved)."""
+        short = gpus + self.claimed.get(gpu_type, 0) - self.index.free_by_type.get(gpu_type, 0)
+        if short < 1:
+            short = 1
+        memo = self.release_waits.get(gpu_type)
+        if memo is None:
+            memo = self.release_waits[gpu_type] = {}
+        wait_s = memo.get(short)
         if wait_s is None:
-            short = gpus + self.claimed.get(gpu_type, 0) - self.index.free_by_type.get(gpu_type, 0)
-            wait_s = self.releases.time_until(gpu_type, max(1, short))
-            reservation = self.reservations.get(gpu_type)
-            if reservation is not None:
-                wait_s = max(wait_s, reservation.shadow_s - self.now_s)
-            memo[gpus] = wait_s
+            wait_s = memo[short] = self.releases.time_until(gpu_type, short)
+        reservation = self.reservations.get(gpu_type)
+        if reservation is not None and reservation.shadow_s - self.now_s > wait_s:
+            wait_s = reservation.shadow_s - self.now_s
         return wait_s
 
     def changed(self, gpu_type: str) -> None:
-        """The type's free GPUs, claims or reservation changed: drop what was derived from them."""
-        self.waits.pop(gpu_type, None)
+        """The type's free GPUs, claims or reservation changed: is it closed now? Claims only
+        grow and free GPUs only shrink during a pass, so a closed type stays closed."""
+        if gpu_type in self.reservations and gpu_type not in self.closed and \
+                (self.releases.total(gpu_type) == 0 or  # nothing to wait for, ever
+                 self.claimed.get(gpu_type, 0) - self.index.free_by_type.get(gpu_type, 0) >=
+                 self.releases.total(gpu_type)):
+            self.closed.add(gpu_type)
 
     def backfill_allowed(self, gpu_type: str, gpus: int, duration_s: float) -> bool:
         reservation = self.reservations.get(gpu_type)
         return (reservation is None or self.now_s + duration_s <= reservation.shadow_s
                 or gpus <= reservation.spare_gpus)
 
+    def blocked_on_closed(self, facts: "_JobFacts") -> bool:
+        """True when every type of the job is closed and a cheap bound shows that none of its
+        options can start now. Scoring would then hold it for its fastest option, on a
+        closed type, where one more claim changes no later job's answer (a wait that is
+        infinite stays infinite, the reservation exists), so the pass can skip it."""
+        closed = self.closed
+        free = self.index.free_by_type
+        reservations = self.reservations
+        for (gpu_type, gpus), shortest_s in zip(facts.need, facts.shortest_s):
+            if gpu_type not in closed:
+                return False
+            if free.get(gpu_type, 0) >= gpus:
+                reservation = reservations[gpu_type]
+                if gpus <= reservation.spare_gpus or \
+                        self.now_s + shortest_s <= reservation.shadow_s:
+                    return False
+        return True
+
 
 class HasPolicy:
     name = "has"
     round_s = 0.0
 
-    def __init__(self, config: HasConfig = HasConfig()) -> None:
+    def __init__(self, config: HasConfig = HasConfig(), *, shortcuts: bool = True) -> None:
+        """`shortcuts=False` scores every job and rebuilds every index from scratch: the
+        straightforward path, which tests compare the fast one with (same decisions)."""
         self.config = config
+        self.shortcuts = shortcuts
         self.elastic = config.elastic
         self._menus = Menus()  # running jobs' option menus, derived once
         self._facts: dict[str, _JobFacts] = {}  # derived data by job id, across decisions
@@ -236,6 +276,10 @@ class HasPolicy:
             if not self._filter(facts, state):
                 if now_s - job.submit_time_s >= reserve_after_s:  # else _maybe_reserve says no
                     self._maybe_reserve(job, facts, state)
+                continue
+            if state.closed and self.shortcuts and state.blocked_on_closed(facts):
+                _, gpu_type, gpus, _, _, _ = facts.entries[0]  # what its hold would claim
+                state.claimed[gpu_type] += gpus
                 continue
             choice = self._score(facts, state)
             if choice is None:
@@ -313,10 +357,14 @@ class HasPolicy:
         for _, gpu_type, gpus, _, _, _ in entries:
             fewest[gpu_type] = min(gpus, fewest.get(gpu_type, gpus))
         need = tuple(sorted(fewest.items(), key=lambda item: (item[1], item[0])))
+        shortest: dict[str, float] = {}
+        for _, gpu_type, _, total_s, _, _ in entries:  # fastest first
+            shortest.setdefault(gpu_type, total_s)
         best_s = timed[0][1]
         facts = _JobFacts(
             job.options, job.submit_time_s, entries, need,
-            self._need_ids.setdefault(need, len(self._need_ids)), best_s,
+            self._need_ids.setdefault(need, len(self._need_ids)),
+            tuple(shortest[gpu_type] for gpu_type, _ in need), best_s,
             min(total_s * o.num_gpus for o, total_s in timed), min(o.num_gpus for o in ranked),
             (1, best_s + self.config.aging_rate * job.submit_time_s, job.submit_time_s, job.job_id))
         self._facts[job.job_id] = facts
@@ -395,22 +443,30 @@ class HasPolicy:
         index = state.index
         free = index.free_by_type
         reservations = state.reservations
-        waits = state.waits
+        claimed = state.claimed
+        release_waits = state.release_waits
+        now_s = state.now_s
         hold: PlanOption | None = None  # the best option to wait for: (hold_value, hold_rank)
         hold_value, hold_rank = INF, 0
-        for rank in by_cost:
+        for rank in by_cost:  # state.expected_wait_s and backfill_allowed, inlined: hot loop
             cost = costs[rank]
             if cost > hold_value:
                 break  # nothing left can beat holding
             option, gpu_type, gpus, duration_s, _, tp = entries[rank]
-            if free.get(gpu_type, 0) >= gpus and (
-                    not reservations or state.backfill_allowed(gpu_type, gpus, duration_s)):
+            have = free.get(gpu_type, 0)
+            reservation = reservations.get(gpu_type) if reservations else None
+            if have >= gpus and (reservation is None or now_s + duration_s <= reservation.shadow_s
+                                 or gpus <= reservation.spare_gpus):
                 assignments = index.best_fit(gpu_type, gpus, tp)
                 if assignments is not None:
                     return option, assignments
-            wait_s = waits.get(gpu_type, _NO_WAITS).get(gpus)
+            short = gpus + claimed.get(gpu_type, 0) - have
+            memo = release_waits.get(gpu_type)
+            wait_s = memo.get(short if short > 1 else 1) if memo is not None else None
             if wait_s is None:
                 wait_s = state.expected_wait_s(gpu_type, gpus)
+            elif reservation is not None and reservation.shadow_s - now_s > wait_s:
+                wait_s = reservation.shadow_s - now_s
             value = wait_s + cost
             if hold is None or value < hold_value or (value == hold_value and rank < hold_rank):
                 hold, hold_value, hold_rank = option, value, rank
