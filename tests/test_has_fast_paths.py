@@ -2,6 +2,8 @@
 the default) against the straightforward one that scores every job and rebuilds every index."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -9,6 +11,7 @@ from frenzy.domain import ParallelPlan, PlanOption
 from frenzy_scheduler.clusterfile import NodeGroup, build_cluster
 from frenzy_scheduler.core import ClusterView, NodeState, QueuedJob, RunningJob
 from frenzy_scheduler.policies.has import HasConfig, HasPolicy
+from frenzy_scheduler.queuediff import IdentityDiff
 from frenzy_scheduler.simulator import SimConfig, prepare_jobs, simulate
 
 TYPES = {"T4": 8.0, "V100-32GB": 3.0, "A100-80GB": 1.0}  # type -> relative step time
@@ -56,9 +59,14 @@ def test_fast_path_decides_like_the_straightforward_one(first, second, config) -
     """Same answers, decision after decision (a warm fast policy meets a changed queue, the
     same jobs on another cluster, and a repeated call), placements and records alike."""
     fast, plain = HasPolicy(config), HasPolicy(config, shortcuts=False)
-    for (queue, cluster, running), now_s in ((first, 200.0), (second, 300.0),
-                                             ((first[0], second[1], second[2]), 400.0),
-                                             (second, 400.0), (second, 500.0)):
+    renamed = [replace(j, job_id=f"k{i}") for i, j in enumerate(first[0])]
+    for (queue, cluster, running), now_s in (
+            (first, 200.0), (second, 300.0), ((first[0], second[1], second[2]), 400.0),
+            (second, 400.0), (second, 500.0),  # the same queue again
+            ((second[0][::2], *second[1:]), 600.0),  # jobs left
+            ((second[0][::2] + renamed, *second[1:]), 700.0),  # ... and others came
+            ((renamed[1:] + second[0][1:2], *first[1:]), 800.0),  # a job came back
+            ((second[0] + second[0][:1], *second[1:]), 900.0)):  # a job twice
         assert fast.schedule(queue, cluster, now_s, running) == \
             plain.schedule(queue, cluster, now_s, running)
 
@@ -103,3 +111,22 @@ def test_simulation_is_the_same_with_and_without_the_fast_paths() -> None:
     assert fast == plain
     assert results[0].reshapes == results[1].reshapes
     assert sum(r.restarts for r in results[0].records) > 0  # the elastic moves were exercised
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 15), max_size=12, unique=True), min_size=1, max_size=6))
+def test_identity_diff_reports_what_arrived_and_left(sequences) -> None:
+    """Against plain set arithmetic, over sequences that share, drop and reorder objects.
+    (An object twice answers None when both copies are past the unchanged prefix; has also
+    checks job ids, and the test above covers a job queued twice.)"""
+    pool = [object() for _ in range(16)]
+    diff: IdentityDiff[object] = IdentityDiff()
+    before: list[object] = []
+    for picks in sequences:
+        items = [pool[i] for i in picks]
+        arrived, departed = diff.update(items)
+        assert sorted(map(id, arrived)) == sorted(set(map(id, items)) - set(map(id, before)))
+        assert sorted(map(id, departed)) == sorted(set(map(id, before)) - set(map(id, items)))
+        before = items
+    diff.reset()
+    assert diff.update(before + before[:1]) is None or not before
