@@ -182,6 +182,7 @@ class _Pass:
     # Types on which no job of this pass can start later than now any more: reserved, and
     # claimed past every GPU the running jobs will release (`changed` keeps it up to date)
     closed: set[str] = field(default_factory=set)
+    reason: str | None = None  # the placements' decision reason, formatted once
 
     def expected_wait_s(self, gpu_type: str, gpus: int) -> float:
         """Seconds until `gpus` GPUs of the type could be ours; asked only for an option that
@@ -248,6 +249,7 @@ class HasPolicy:
         self._facts: dict[str, _JobFacts] = {}  # derived data by job id, across decisions
         self._capacity: dict[str, int] = {}  # the cluster shape the cached facts were built for
         self._need_ids: dict[tuple[tuple[str, int], ...], int] = {}
+        self._launch_s: dict[int, float] = {}  # config.launch_s by nodes spanned
         self._decision = 0  # straightforward sorts so far (marks a job seen in this one)
         # The incremental sort's state: the last queue (by identity), its jobs' facts (None:
         # no usable option), job id -> id(job), the deadline jobs, the order, the demand.
@@ -353,10 +355,17 @@ class HasPolicy:
             return None
         # A start costs its launch (more nodes, longer): time to completion is launch + run,
         # and the GPUs are held for both. This is what keeps a 10-minute job off 64 GPUs.
-        launch = self.config.launch_s
+        launch = self._launch_s
         node_size = index.node_size
-        timed = sorted(((o, launch(-(-o.num_gpus // node_size[o.gpu_type])) + o.duration_s)
-                        for o in usable), key=lambda x: (x[1], x[0].num_gpus, x[0].gpu_type))
+        keyed = []  # (time to completion, GPUs, type, position: a stable sort's tie-break, option)
+        for position, o in enumerate(usable):
+            nodes = -(-o.num_gpus // node_size[o.gpu_type])
+            launch_s = launch.get(nodes)
+            if launch_s is None:
+                launch_s = launch[nodes] = self.config.launch_s(nodes)
+            keyed.append((launch_s + o.duration_s, o.num_gpus, o.gpu_type, position, o))
+        keyed.sort()
+        timed = [(o, total_s) for total_s, _, _, _, o in keyed]
         ranked = [o for o, _ in timed]
         capacity = index.capacity
         entries = tuple((o, o.gpu_type, o.num_gpus, total_s, total_s * o.num_gpus, o.plan.tp)
@@ -560,19 +569,21 @@ class HasPolicy:
         each with its estimated start and completion. Built only for placed jobs."""
         costs, by_cost = facts.scored(state.exponent)
         free = state.index.free_by_type
-        alternatives = [Alternative(chosen, 0.0, chosen.duration_s, "chosen")]
+        chosen_s = chosen.duration_s
+        alternatives = [Alternative(chosen, 0.0, chosen_s, "chosen")]
         for rank in by_cost[:6]:
             option, gpu_type, gpus, duration_s, _, _ = facts.entries[rank]
-            if option == chosen:
+            if option is chosen or (option.duration_s == chosen_s and option == chosen):
                 continue
             start_s = 0.0 if free.get(gpu_type, 0) >= gpus else state.expected_wait_s(gpu_type, gpus)
             verdict = ("costs more GPU-time" if start_s == 0.0 and duration_s < chosen.duration_s
                        else "later completion")
             alternatives.append(Alternative(option, start_s, start_s + duration_s, verdict))
-        reason = ("earliest estimated completion" if state.exponent == 0 else
-                  f"earliest completion weighted by GPU-time under queue pressure "
-                  f"(exponent {state.exponent:.2f})")
-        return Decision(self.name, reason, tuple(alternatives))
+        if state.reason is None:  # the same for every placement of the pass
+            state.reason = ("earliest estimated completion" if state.exponent == 0 else
+                            f"earliest completion weighted by GPU-time under queue pressure "
+                            f"(exponent {state.exponent:.2f})")
+        return Decision(self.name, state.reason, tuple(alternatives))
 
     def _maybe_reserve(self, job: QueuedJob, facts: _JobFacts, state: _Pass) -> bool:
         """Give a long-blocked job a reservation on the type where it would finish first."""
