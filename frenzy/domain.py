@@ -5,6 +5,7 @@ Pydantic lives at the edges (job-spec YAML, settings); inside, everything is one
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 PRECISIONS = ("bf16", "fp16", "fp32")
 GRAD_DTYPES = ("fp32", "16bit")
@@ -113,8 +114,8 @@ class PlanOption:
     peak_reserved_bytes: int = 0  # compares with torch.cuda.max_memory_reserved (0: unknown)
     memory_margin: float = 1.0  # learned safety factor applied to the device peak (1.0: none)
 
-    @property
-    def num_gpus(self) -> int:
+    @cached_property
+    def num_gpus(self) -> int:  # cached: schedulers read it per option, per decision
         return self.plan.num_gpus
 
     @property

@@ -34,9 +34,9 @@ from frenzy_scheduler.core import (Alternative, ClusterView, Decision, Placement
                                   RunningJob)
 from frenzy_scheduler.placement import Assignments, FreeIndex
 from frenzy_scheduler.policies.elastic import Menus, Shrinkable, grow, reclaim, shrinkable
+from frenzy_scheduler.queuediff import IdentityDiff
 
 INF = math.inf
-_NO_WAITS: dict[int, float] = {}
 _KEY = attrgetter("key")
 
 # One scored option: (option, GPU type, GPU count, duration s, GPU-seconds, tp degree).
@@ -82,6 +82,7 @@ class _JobFacts:
     entries: tuple[_Entry, ...]  # options the cluster can ever host, fastest first (= rank)
     need: tuple[tuple[str, int], ...]  # (type, fewest GPUs of any option on it): the filter
     need_id: int  # small int naming `need`, so the filter memo is one dict lookup
+    shortest_s: tuple[float, ...]  # per `need` type, its shortest option (launch included)
     best_s: float
     min_gpu_seconds: float
     min_gpus: int
@@ -150,6 +151,13 @@ class _ReleaseProfile:
             return INF
         return max(0.0, ends[gpu_type][bisect.bisect_left(cum, gpus_needed)] - self._now_s)
 
+    def total(self, gpu_type: str) -> int:
+        """All GPUs of the type that running jobs will ever release."""
+        if self._ends is None:
+            self._build()
+        cum = self._cumulative.get(gpu_type)
+        return cum[-1] if cum else 0
+
     def released_by(self, gpu_type: str, time_s: float) -> int:
         """GPUs of the type released at or before `time_s` (>= now)."""
         ends = self._ends if self._ends is not None else self._build()
@@ -168,47 +176,89 @@ class _Pass:
     claimed: dict[str, int] = field(default_factory=dict)  # GPUs held jobs already wait for
     reservations: dict[str, _Reservation] = field(default_factory=dict)
     fits: dict[int, bool] = field(default_factory=dict)  # filter memo by need_id; reset on bind
-    waits: dict[str, dict[int, float]] = field(default_factory=dict)  # type -> GPUs -> wait
+    # type -> GPUs still short -> seconds until released: the release profile is fixed for the
+    # pass, so these never go stale (claims and binds only change which entry is asked for)
+    release_waits: dict[str, dict[int, float]] = field(default_factory=dict)
+    # Types on which no job of this pass can start later than now any more: reserved, and
+    # claimed past every GPU the running jobs will release (`changed` keeps it up to date)
+    closed: set[str] = field(default_factory=set)
+    reason: str | None = None  # the placements' decision reason, formatted once
 
     def expected_wait_s(self, gpu_type: str, gpus: int) -> float:
         """Seconds until `gpus` GPUs of the type could be ours; asked only for an option that
         cannot start now, so at least one more release is needed (the free GPUs may be
-        fragmented or reserved). Memoised per type until that type's free GPUs, claims or
-        reservation change (`changed`)."""
-        memo = self.waits.setdefault(gpu_type, {})
-        wait_s = memo.get(gpus)
+        fragmented or reserved)."""
+        short = gpus + self.claimed.get(gpu_type, 0) - self.index.free_by_type.get(gpu_type, 0)
+        if short < 1:
+            short = 1
+        memo = self.release_waits.get(gpu_type)
+        if memo is None:
+            memo = self.release_waits[gpu_type] = {}
+        wait_s = memo.get(short)
         if wait_s is None:
-            short = gpus + self.claimed.get(gpu_type, 0) - self.index.free_by_type.get(gpu_type, 0)
-            wait_s = self.releases.time_until(gpu_type, max(1, short))
-            reservation = self.reservations.get(gpu_type)
-            if reservation is not None:
-                wait_s = max(wait_s, reservation.shadow_s - self.now_s)
-            memo[gpus] = wait_s
+            wait_s = memo[short] = self.releases.time_until(gpu_type, short)
+        reservation = self.reservations.get(gpu_type)
+        if reservation is not None and reservation.shadow_s - self.now_s > wait_s:
+            wait_s = reservation.shadow_s - self.now_s
         return wait_s
 
     def changed(self, gpu_type: str) -> None:
-        """The type's free GPUs, claims or reservation changed: drop what was derived from them."""
-        self.waits.pop(gpu_type, None)
+        """The type's free GPUs, claims or reservation changed: is it closed now? Claims only
+        grow and free GPUs only shrink during a pass, so a closed type stays closed."""
+        if gpu_type in self.reservations and gpu_type not in self.closed and \
+                (self.releases.total(gpu_type) == 0 or  # nothing to wait for, ever
+                 self.claimed.get(gpu_type, 0) - self.index.free_by_type.get(gpu_type, 0) >=
+                 self.releases.total(gpu_type)):
+            self.closed.add(gpu_type)
 
     def backfill_allowed(self, gpu_type: str, gpus: int, duration_s: float) -> bool:
         reservation = self.reservations.get(gpu_type)
         return (reservation is None or self.now_s + duration_s <= reservation.shadow_s
                 or gpus <= reservation.spare_gpus)
 
+    def blocked_on_closed(self, facts: "_JobFacts") -> bool:
+        """True when every type of the job is closed and a cheap bound shows that none of its
+        options can start now. Scoring would then hold it for its fastest option, on a
+        closed type, where one more claim changes no later job's answer (a wait that is
+        infinite stays infinite, the reservation exists), so the pass can skip it."""
+        closed = self.closed
+        free = self.index.free_by_type
+        reservations = self.reservations
+        for (gpu_type, gpus), shortest_s in zip(facts.need, facts.shortest_s):
+            if gpu_type not in closed:
+                return False
+            if free.get(gpu_type, 0) >= gpus:
+                reservation = reservations[gpu_type]
+                if gpus <= reservation.spare_gpus or \
+                        self.now_s + shortest_s <= reservation.shadow_s:
+                    return False
+        return True
+
 
 class HasPolicy:
     name = "has"
     round_s = 0.0
 
-    def __init__(self, config: HasConfig = HasConfig()) -> None:
+    def __init__(self, config: HasConfig = HasConfig(), *, shortcuts: bool = True) -> None:
+        """`shortcuts=False` scores every job and rebuilds every index from scratch: the
+        straightforward path, which tests compare the fast one with (same decisions)."""
         self.config = config
+        self.shortcuts = shortcuts
         self.elastic = config.elastic
         self._menus = Menus()  # running jobs' option menus, derived once
         self._facts: dict[str, _JobFacts] = {}  # derived data by job id, across decisions
         self._capacity: dict[str, int] = {}  # the cluster shape the cached facts were built for
         self._need_ids: dict[tuple[tuple[str, int], ...], int] = {}
-        self._order: list[_JobFacts] = []  # the last decision's queue, sorted
-        self._decision = 0  # decisions so far
+        self._launch_s: dict[int, float] = {}  # config.launch_s by nodes spanned
+        self._decision = 0  # straightforward sorts so far (marks a job seen in this one)
+        # The incremental sort's state: the last queue (by identity), its jobs' facts (None:
+        # no usable option), job id -> id(job), the deadline jobs, the order, the demand.
+        self._queue_diff: IdentityDiff[QueuedJob] = IdentityDiff()
+        self._queued: dict[int, _JobFacts | None] = {}
+        self._queued_ids: dict[str, int] = {}
+        self._deadlines: dict[int, _JobFacts] = {}
+        self._order: list[_JobFacts] = []
+        self._demand = 0
 
     def schedule(self, queue: Sequence[QueuedJob], cluster: ClusterView, now_s: float,
                  running: Sequence[RunningJob] = ()) -> list[Placement]:
@@ -236,6 +286,10 @@ class HasPolicy:
             if not self._filter(facts, state):
                 if now_s - job.submit_time_s >= reserve_after_s:  # else _maybe_reserve says no
                     self._maybe_reserve(job, facts, state)
+                continue
+            if state.closed and self.shortcuts and state.blocked_on_closed(facts):
+                _, gpu_type, gpus, _, _, _ = facts.entries[0]  # what its hold would claim
+                state.claimed[gpu_type] += gpus
                 continue
             choice = self._score(facts, state)
             if choice is None:
@@ -301,10 +355,17 @@ class HasPolicy:
             return None
         # A start costs its launch (more nodes, longer): time to completion is launch + run,
         # and the GPUs are held for both. This is what keeps a 10-minute job off 64 GPUs.
-        launch = self.config.launch_s
+        launch = self._launch_s
         node_size = index.node_size
-        timed = sorted(((o, launch(-(-o.num_gpus // node_size[o.gpu_type])) + o.duration_s)
-                        for o in usable), key=lambda x: (x[1], x[0].num_gpus, x[0].gpu_type))
+        keyed = []  # (time to completion, GPUs, type, position: a stable sort's tie-break, option)
+        for position, o in enumerate(usable):
+            nodes = -(-o.num_gpus // node_size[o.gpu_type])
+            launch_s = launch.get(nodes)
+            if launch_s is None:
+                launch_s = launch[nodes] = self.config.launch_s(nodes)
+            keyed.append((launch_s + o.duration_s, o.num_gpus, o.gpu_type, position, o))
+        keyed.sort()
+        timed = [(o, total_s) for total_s, _, _, _, o in keyed]
         ranked = [o for o, _ in timed]
         capacity = index.capacity
         entries = tuple((o, o.gpu_type, o.num_gpus, total_s, total_s * o.num_gpus, o.plan.tp)
@@ -313,10 +374,14 @@ class HasPolicy:
         for _, gpu_type, gpus, _, _, _ in entries:
             fewest[gpu_type] = min(gpus, fewest.get(gpu_type, gpus))
         need = tuple(sorted(fewest.items(), key=lambda item: (item[1], item[0])))
+        shortest: dict[str, float] = {}
+        for _, gpu_type, _, total_s, _, _ in entries:  # fastest first
+            shortest.setdefault(gpu_type, total_s)
         best_s = timed[0][1]
         facts = _JobFacts(
             job.options, job.submit_time_s, entries, need,
-            self._need_ids.setdefault(need, len(self._need_ids)), best_s,
+            self._need_ids.setdefault(need, len(self._need_ids)),
+            tuple(shortest[gpu_type] for gpu_type, _ in need), best_s,
             min(total_s * o.num_gpus for o, total_s in timed), min(o.num_gpus for o in ranked),
             (1, best_s + self.config.aging_rate * job.submit_time_s, job.submit_time_s, job.job_id))
         self._facts[job.job_id] = facts
@@ -328,42 +393,102 @@ class HasPolicy:
         queue's GPU demand (sum of each job's fewest GPUs) for the pressure.
 
         The aged key `best - aging x (now - submit)` orders jobs like `best + aging x submit`,
-        which does not depend on now, so it is cached with the job's facts; urgent keys all
-        shift with now alike. So the last decision's order, minus the jobs that left, is
-        still sorted: newcomers go after it and the sort (Timsort, which finds sorted runs)
-        costs about one comparison per job instead of n log n."""
+        which does not depend on now, so it is cached with the job's facts; only deadline
+        jobs' keys change with now. So the last decision's order stays sorted, and
+        `_sort_incremental` only removes the jobs that left and inserts the ones that came."""
         if index.capacity != self._capacity:  # nodes came or went: re-derive every job's facts
             self._facts.clear()
             self._capacity = dict(index.capacity)
+            self._queue_diff.reset()
         elif len(self._facts) > 4 * len(queue) + 1000:
             self._facts.clear()
+            self._queue_diff.reset()
+        if self.shortcuts:
+            done = self._sort_incremental(queue, index, now_s)
+            if done is not None:
+                return done
+        self._queue_diff.reset()  # the next incremental sort starts from scratch
         self._decision += 1
         decision = self._decision
-        urgency = self.config.deadline_urgency
-        newcomers: list[_JobFacts] = []
+        order: list[_JobFacts] = []
         demand = 0
-        cache = self._facts
         for job in queue:
-            facts = cache.get(job.job_id)
-            if facts is None or facts.options is not job.options or \
-                    facts.submit_s != job.submit_time_s:
-                facts = self._derive_facts(job, index)
+            facts = self._cached_facts(job, index)
             if facts is None or facts.decision == decision:  # no usable option, or a duplicate
                 continue
             demand += facts.min_gpus
-            key = facts.sjf_key
-            if job.deadline_s > 0:
-                slack = job.deadline_s - now_s - facts.best_s
-                if slack < urgency * facts.best_s:
-                    key = (0, slack, job.submit_time_s, job.job_id)
-            if facts.decision != decision - 1:
-                newcomers.append(facts)
-            facts.job, facts.key, facts.decision = job, key, decision
-        order = [f for f in self._order if f.decision == decision]
-        order += newcomers
+            facts.job, facts.key, facts.decision = job, self._key(facts, job, now_s), decision
+            order.append(facts)
         order.sort(key=_KEY)
-        self._order = order
         return order, demand
+
+    def _cached_facts(self, job: QueuedJob, index: FreeIndex) -> _JobFacts | None:
+        facts = self._facts.get(job.job_id)
+        if facts is None or facts.options is not job.options or \
+                facts.submit_s != job.submit_time_s:
+            facts = self._derive_facts(job, index)
+        return facts
+
+    def _key(self, facts: _JobFacts, job: QueuedJob, now_s: float) -> tuple[int, float, float, str]:
+        if job.deadline_s > 0:
+            slack = job.deadline_s - now_s - facts.best_s
+            if slack < self.config.deadline_urgency * facts.best_s:
+                return (0, slack, job.submit_time_s, job.job_id)
+        return facts.sjf_key
+
+    def _sort_incremental(self, queue: Sequence[QueuedJob], index: FreeIndex,
+                          now_s: float) -> tuple[list[_JobFacts], int] | None:
+        """`_sort`'s answer from the last one and what changed (`IdentityDiff`): O(changes +
+        deadline jobs), plus C-speed set operations over the queue. None when the queue holds
+        a job twice (the straightforward sort decides which copy counts)."""
+        fresh = not self._queue_diff.items  # the first call, or the last sort was not this one
+        diff = self._queue_diff.update(queue)
+        if diff is None:
+            self._queue_diff.reset()
+            return None
+        arrived, departed = diff
+        if fresh:
+            self._order, self._queued, self._queued_ids, self._deadlines = [], {}, {}, {}
+            self._demand = 0
+        queued, ids, deadlines = self._queued, self._queued_ids, self._deadlines
+        order = self._order
+        if departed:
+            for job in departed:
+                facts = queued.pop(id(job))
+                del ids[job.job_id]
+                if facts is not None:
+                    self._demand -= facts.min_gpus
+                    facts.decision = -1  # marks it for removal below
+                    deadlines.pop(id(job), None)
+            order = [f for f in order if f.decision != -1]
+        new: list[_JobFacts] = []
+        for job in arrived:
+            if job.job_id in ids:
+                self._queue_diff.reset()
+                return None
+            ids[job.job_id] = id(job)
+            facts = queued[id(job)] = self._cached_facts(job, index)
+            if facts is None:
+                continue
+            self._demand += facts.min_gpus
+            facts.job, facts.key, facts.decision = job, facts.sjf_key, 0
+            if job.deadline_s > 0:
+                deadlines[id(job)] = facts
+            new.append(facts)
+        rekeyed = False
+        for facts in deadlines.values():
+            key = self._key(facts, facts.job, now_s)
+            if key != facts.key:
+                facts.key = key
+                rekeyed = True
+        if rekeyed or len(new) > 8:
+            order += new
+            order.sort(key=_KEY)
+        else:
+            for facts in new:
+                bisect.insort(order, facts, key=_KEY)
+        self._order = order
+        return order, self._demand
 
     # -- filter ----------------------------------------------------------------------------
 
@@ -395,22 +520,30 @@ class HasPolicy:
         index = state.index
         free = index.free_by_type
         reservations = state.reservations
-        waits = state.waits
+        claimed = state.claimed
+        release_waits = state.release_waits
+        now_s = state.now_s
         hold: PlanOption | None = None  # the best option to wait for: (hold_value, hold_rank)
         hold_value, hold_rank = INF, 0
-        for rank in by_cost:
+        for rank in by_cost:  # state.expected_wait_s and backfill_allowed, inlined: hot loop
             cost = costs[rank]
             if cost > hold_value:
                 break  # nothing left can beat holding
             option, gpu_type, gpus, duration_s, _, tp = entries[rank]
-            if free.get(gpu_type, 0) >= gpus and (
-                    not reservations or state.backfill_allowed(gpu_type, gpus, duration_s)):
+            have = free.get(gpu_type, 0)
+            reservation = reservations.get(gpu_type) if reservations else None
+            if have >= gpus and (reservation is None or now_s + duration_s <= reservation.shadow_s
+                                 or gpus <= reservation.spare_gpus):
                 assignments = index.best_fit(gpu_type, gpus, tp)
                 if assignments is not None:
                     return option, assignments
-            wait_s = waits.get(gpu_type, _NO_WAITS).get(gpus)
+            short = gpus + claimed.get(gpu_type, 0) - have
+            memo = release_waits.get(gpu_type)
+            wait_s = memo.get(short if short > 1 else 1) if memo is not None else None
             if wait_s is None:
                 wait_s = state.expected_wait_s(gpu_type, gpus)
+            elif reservation is not None and reservation.shadow_s - now_s > wait_s:
+                wait_s = reservation.shadow_s - now_s
             value = wait_s + cost
             if hold is None or value < hold_value or (value == hold_value and rank < hold_rank):
                 hold, hold_value, hold_rank = option, value, rank
@@ -436,19 +569,21 @@ class HasPolicy:
         each with its estimated start and completion. Built only for placed jobs."""
         costs, by_cost = facts.scored(state.exponent)
         free = state.index.free_by_type
-        alternatives = [Alternative(chosen, 0.0, chosen.duration_s, "chosen")]
+        chosen_s = chosen.duration_s
+        alternatives = [Alternative(chosen, 0.0, chosen_s, "chosen")]
         for rank in by_cost[:6]:
             option, gpu_type, gpus, duration_s, _, _ = facts.entries[rank]
-            if option == chosen:
+            if option is chosen or (option.duration_s == chosen_s and option == chosen):
                 continue
             start_s = 0.0 if free.get(gpu_type, 0) >= gpus else state.expected_wait_s(gpu_type, gpus)
             verdict = ("costs more GPU-time" if start_s == 0.0 and duration_s < chosen.duration_s
                        else "later completion")
             alternatives.append(Alternative(option, start_s, start_s + duration_s, verdict))
-        reason = ("earliest estimated completion" if state.exponent == 0 else
-                  f"earliest completion weighted by GPU-time under queue pressure "
-                  f"(exponent {state.exponent:.2f})")
-        return Decision(self.name, reason, tuple(alternatives))
+        if state.reason is None:  # the same for every placement of the pass
+            state.reason = ("earliest estimated completion" if state.exponent == 0 else
+                            f"earliest completion weighted by GPU-time under queue pressure "
+                            f"(exponent {state.exponent:.2f})")
+        return Decision(self.name, state.reason, tuple(alternatives))
 
     def _maybe_reserve(self, job: QueuedJob, facts: _JobFacts, state: _Pass) -> bool:
         """Give a long-blocked job a reservation on the type where it would finish first."""
