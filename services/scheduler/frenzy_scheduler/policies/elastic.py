@@ -214,3 +214,99 @@ def grow(runs: Sequence[RunningJob], index: FreeIndex, blocked_types: set[str], 
             (Alternative(option, restart_s, new_s, "chosen"),
              Alternative(run.option, 0.0, current_s, "current: slower")))))
     return actions
+
+
+def shrink_loss_s(run: RunningJob, narrower_s: float, current_s: float, horizon_s: float,
+                  now_s: float) -> float:
+    """The seconds a job loses by running `horizon_s` on a narrower option (full-work duration
+    `narrower_s` instead of `current_s`): in that time it does `horizon x current / narrower`
+    seconds' worth of its current speed, so it ends `horizon x (1 - current / narrower)` later.
+    The horizon is cut at the job's own end on the narrower option."""
+    horizon_s = min(horizon_s, run.remaining_fraction(now_s) * narrower_s)
+    return horizon_s * (1.0 - current_s / narrower_s) if narrower_s > current_s else 0.0
+
+
+def narrower_steps(run: RunningJob, menu: Menu) -> list[tuple[int, float, PlanOption]]:
+    """The job's options on its own type with fewer GPUs: per count the fastest, widest
+    first (the order a shrink steps down in)."""
+    best: dict[int, tuple[float, PlanOption]] = {}
+    for option, gpu_type, gpus, duration_s, _ in menu.entries:
+        if gpu_type == run.option.gpu_type and gpus < run.num_gpus and \
+                (gpus not in best or duration_s < best[gpus][0]):
+            best[gpus] = (duration_s, option)
+    return [(gpus, best[gpus][0], best[gpus][1]) for gpus in sorted(best, reverse=True)]
+
+
+ShrinkPlan = tuple[float, list[tuple[RunningJob, PlanOption]]]
+
+
+def shrink_plan(runs: Sequence[RunningJob], gpu_type: str, deficit: int, horizon_s: float,
+                restart_s: float, now_s: float, menus: Menus) -> ShrinkPlan | None:
+    """Free `deficit` GPUs of a type by shrinking running jobs where it costs least: greedy on
+    the loss per GPU freed (`shrink_loss_s` over the newcomer's `horizon_s`, plus two restarts
+    the first time a job is touched: the shrink, and the growth back when the GPUs free up).
+    Each job steps down its own options one at a time, so a wide job gives a few GPUs rather
+    than falling to one. Returns (total loss s, [(job, its narrower option)]) or None when the
+    type's running jobs cannot give enough. Pure: nothing is taken or released."""
+    state: dict[str, tuple[RunningJob, float, int, list[tuple[int, float, PlanOption]],
+                           PlanOption | None]] = {}
+    for run in runs:
+        if run.option.gpu_type != gpu_type or not run.options or run.deadline_s \
+                or run.restoring_until_s > now_s:
+            continue
+        steps = narrower_steps(run, menus.of(run.options))
+        if steps:
+            state[run.job_id] = (run, full_duration_s(run), run.num_gpus, steps, None)
+    freed, loss_total_s = 0, 0.0
+    while freed < deficit:
+        best: tuple[float, str, float, int] | None = None
+        for job_id, (run, current_s, gpus, steps, chosen) in state.items():
+            if not steps:
+                continue
+            step_gpus, step_s, _ = steps[0]
+            loss_s = shrink_loss_s(run, step_s, current_s, horizon_s, now_s)
+            if chosen is None:
+                loss_s += 2 * restart_s
+            per_gpu = loss_s / (gpus - step_gpus)
+            if best is None or (per_gpu, job_id) < (best[0], best[1]):
+                best = (per_gpu, job_id, loss_s, step_gpus)
+        if best is None:
+            return None
+        _, job_id, loss_s, step_gpus = best
+        run, _, gpus, steps, _ = state[job_id]
+        _, step_s, option = steps.pop(0)
+        state[job_id] = (run, step_s, step_gpus, steps, option)
+        freed += gpus - step_gpus
+        loss_total_s += loss_s
+    return loss_total_s, [(s[0], s[4]) for s in state.values() if s[4] is not None]
+
+
+def apply_shrinks(plan: Sequence[tuple[RunningJob, PlanOption]], index: FreeIndex, policy: str,
+                  reason: str, now_s: float) -> list[Placement] | None:
+    """Shrink each job in place to its planned option (in the pass's index); None, with the
+    index untouched, if some job's GPUs cannot be cut down to whole tp groups."""
+    kept_by_job = []
+    for run, option in plan:
+        kept = shrink_in_place(run, option)
+        if kept is None:
+            return None
+        kept_by_job.append((run, option, kept))
+    actions = []
+    for run, option, kept in kept_by_job:
+        index.release(run.assignments)
+        index.take(kept)
+        left_s = option.duration_s * run.remaining_fraction(now_s)
+        actions.append(Placement(run.job_id, option, kept, RESIZE, Decision(
+            policy, f"shrunk to admit {reason}",
+            (Alternative(option, 0.0, left_s, "chosen"),
+             Alternative(run.option, 0.0, full_duration_s(run) * run.remaining_fraction(now_s),
+                         "current: its GPUs admit a waiting job")))))
+    return actions
+
+
+def undo_shrinks(plan: Sequence[tuple[RunningJob, PlanOption]], actions: Sequence[Placement],
+                 index: FreeIndex) -> None:
+    """Give the index back what `apply_shrinks` changed (the newcomer did not fit after all)."""
+    for (run, _), action in zip(plan, actions):
+        index.release(action.assignments)
+        index.take(run.assignments)
