@@ -238,44 +238,59 @@ def narrower_steps(run: RunningJob, menu: Menu) -> list[tuple[int, float, PlanOp
 
 
 ShrinkPlan = tuple[float, list[tuple[RunningJob, PlanOption]]]
+# Per GPU type, the running jobs that could shrink: (job, full-work duration s now, its steps).
+Victims = dict[str, list[tuple[RunningJob, float, list[tuple[int, float, PlanOption]]]]]
 
 
-def shrink_plan(runs: Sequence[RunningJob], gpu_type: str, deficit: int, horizon_s: float,
-                restart_s: float, now_s: float, menus: Menus) -> ShrinkPlan | None:
+def victims_by_type(runs: Sequence[RunningJob], now_s: float, menus: Menus) -> Victims:
+    """The jobs a newcomer may shrink, per type: known menu, a narrower option on their type,
+    not restoring (Sia pins those too) and no deadline."""
+    out: Victims = {}
+    for run in runs:
+        if not run.options or run.deadline_s or run.restoring_until_s > now_s:
+            continue
+        steps = narrower_steps(run, menus.of(run.options))
+        if steps:
+            out.setdefault(run.option.gpu_type, []).append((run, full_duration_s(run), steps))
+    return out
+
+
+def spare_gpus(victims: Victims) -> dict[str, int]:
+    """Per type, the most GPUs shrinking could free (every victim down to its narrowest)."""
+    return {t: sum(run.num_gpus - steps[-1][0] for run, _, steps in v) for t, v in victims.items()}
+
+
+def shrink_plan(victims: Victims, gpu_type: str, deficit: int, horizon_s: float,
+                restart_s: float, now_s: float, skip: set[str] = frozenset()) -> ShrinkPlan | None:
     """Free `deficit` GPUs of a type by shrinking running jobs where it costs least: greedy on
     the loss per GPU freed (`shrink_loss_s` over the newcomer's `horizon_s`, plus two restarts
     the first time a job is touched: the shrink, and the growth back when the GPUs free up).
     Each job steps down its own options one at a time, so a wide job gives a few GPUs rather
     than falling to one. Returns (total loss s, [(job, its narrower option)]) or None when the
     type's running jobs cannot give enough. Pure: nothing is taken or released."""
-    state: dict[str, tuple[RunningJob, float, int, list[tuple[int, float, PlanOption]],
-                           PlanOption | None]] = {}
-    for run in runs:
-        if run.option.gpu_type != gpu_type or not run.options or run.deadline_s \
-                or run.restoring_until_s > now_s:
-            continue
-        steps = narrower_steps(run, menus.of(run.options))
-        if steps:
-            state[run.job_id] = (run, full_duration_s(run), run.num_gpus, steps, None)
+    state = {run.job_id: (run, current_s, run.num_gpus, 0, None)
+             for run, current_s, _ in victims.get(gpu_type, ()) if run.job_id not in skip}
+    steps_of = {run.job_id: steps for run, _, steps in victims.get(gpu_type, ())}
     freed, loss_total_s = 0, 0.0
     while freed < deficit:
-        best: tuple[float, str, float, int] | None = None
-        for job_id, (run, current_s, gpus, steps, chosen) in state.items():
-            if not steps:
+        best: tuple[float, str, float] | None = None
+        for job_id, (run, current_s, gpus, taken, chosen) in state.items():
+            steps = steps_of[job_id]
+            if taken == len(steps):
                 continue
-            step_gpus, step_s, _ = steps[0]
+            step_gpus, step_s, _ = steps[taken]
             loss_s = shrink_loss_s(run, step_s, current_s, horizon_s, now_s)
             if chosen is None:
                 loss_s += 2 * restart_s
             per_gpu = loss_s / (gpus - step_gpus)
-            if best is None or (per_gpu, job_id) < (best[0], best[1]):
-                best = (per_gpu, job_id, loss_s, step_gpus)
+            if best is None or (per_gpu, job_id) < best[:2]:
+                best = (per_gpu, job_id, loss_s)
         if best is None:
             return None
-        _, job_id, loss_s, step_gpus = best
-        run, _, gpus, steps, _ = state[job_id]
-        _, step_s, option = steps.pop(0)
-        state[job_id] = (run, step_s, step_gpus, steps, option)
+        _, job_id, loss_s = best
+        run, _, gpus, taken, _ = state[job_id]
+        step_gpus, step_s, option = steps_of[job_id][taken]
+        state[job_id] = (run, step_s, step_gpus, taken + 1, option)
         freed += gpus - step_gpus
         loss_total_s += loss_s
     return loss_total_s, [(s[0], s[4]) for s in state.values() if s[4] is not None]

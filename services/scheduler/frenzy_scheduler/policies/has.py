@@ -33,8 +33,9 @@ from frenzy.domain import PlanOption
 from frenzy_scheduler.core import (Alternative, ClusterView, Decision, Placement, QueuedJob,
                                   RunningJob)
 from frenzy_scheduler.placement import Assignments, FreeIndex
-from frenzy_scheduler.policies.elastic import (Menus, Shrinkable, ShrinkPlan, apply_shrinks, grow,
-                                               reclaim, shrink_plan, shrinkable, undo_shrinks)
+from frenzy_scheduler.policies.elastic import (Menus, Shrinkable, ShrinkPlan, Victims, apply_shrinks,
+                                               grow, reclaim, shrink_plan, shrinkable, spare_gpus,
+                                               undo_shrinks, victims_by_type)
 
 INF = math.inf
 _NO_WAITS: dict[int, float] = {}
@@ -294,7 +295,10 @@ class HasPolicy:
         acted: set[str] = set()
         candidates: Shrinkable | None = None
         restart_s = cfg.restart_floor_s + cfg.launch_s(1)
-        for facts in ordered[:8]:  # the head of the priority order
+        claimed: dict[str, int] = {}
+        victims: Victims | None = None  # built once, on the first job that needs it
+        spare: dict[str, int] = {}
+        for facts in ordered[:16]:  # the head of the priority order
             if len(moves) >= cfg.max_moves:
                 break
             job = facts.job
@@ -317,24 +321,35 @@ class HasPolicy:
                         acted.update(a.job_id for a in actions)
                         break
                 continue
-            baseline_s = min(
-                total_s + (0.0 if free.get(t, 0) >= n else releases.time_until(t, n - free.get(t, 0)))
-                for _, t, n, total_s, _, _ in facts.entries)
-            victims = [r for r in running if r.job_id not in acted]
+            # Its best completion without shrinking: start now, or wait for releases after
+            # the GPUs that the jobs ahead of it wait for (`claimed`).
+            baseline_s, baseline_type, baseline_gpus = INF, "", 0
+            for _, t, n, total_s, _, _ in facts.entries:
+                short = n + claimed.get(t, 0) - free.get(t, 0)
+                end_s = total_s + (releases.time_until(t, short) if short > 0 else 0.0)
+                if end_s < baseline_s:
+                    baseline_s, baseline_type, baseline_gpus = end_s, t, n
+            if victims is None:
+                victims = victims_by_type(running, now_s, self._menus)
+                spare = spare_gpus(victims)
             best: tuple[float, _Entry, ShrinkPlan] | None = None
-            for entry in facts.entries:
+            for entry in facts.entries:  # fastest first
                 _, gpu_type, gpus, total_s, _, _ = entry
+                # Every plan costs at least two restarts: nothing slower can net more.
+                bound_s = baseline_s - total_s - (1.0 + cfg.min_gain_fraction) * 2 * restart_s
+                if bound_s <= (best[0] if best else 0.0):
+                    break
                 deficit = gpus - free.get(gpu_type, 0)
-                if deficit <= 0 or total_s >= baseline_s:
+                if deficit <= 0 or deficit > spare.get(gpu_type, 0):
                     continue
-                plan = shrink_plan(victims, gpu_type, deficit, total_s, restart_s, now_s,
-                                   self._menus)
+                plan = shrink_plan(victims, gpu_type, deficit, total_s, restart_s, now_s, acted)
                 if plan is None:
                     continue
                 net_s = baseline_s - total_s - (1.0 + cfg.min_gain_fraction) * plan[0]
                 if net_s > 0 and (best is None or net_s > best[0]):
                     best = (net_s, entry, plan)
             if best is None:
+                claimed[baseline_type] = claimed.get(baseline_type, 0) + baseline_gpus
                 continue
             net_s, (option, gpu_type, gpus, total_s, _, tp), (loss_s, plan) = best
             reason = (f"{job.job_id}: {baseline_s:.0f} s to completion -> {total_s:.0f} s, "
@@ -349,6 +364,8 @@ class HasPolicy:
             index.take(assignments)
             moves += shrinks
             acted.update(a.job_id for a in shrinks)
+            for shrunk_run, narrower in plan:  # what they can still give is less now
+                spare[gpu_type] -= shrunk_run.num_gpus - narrower.num_gpus
             placed.append(Placement(job.job_id, option, assignments, decision=Decision(
                 self.name, f"admitted by shrinking running jobs: {reason}",
                 (Alternative(option, 0.0, total_s, "chosen"),
