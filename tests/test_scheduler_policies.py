@@ -296,3 +296,19 @@ def test_admission_by_shrinking_never_double_books(scenario) -> None:
         assert not placement_problem(action.option.gpu_type, action.option.num_gpus,
                                      action.option.plan.tp, action.assignments, facts)
         view.take(action.assignments)  # raises on a double booking
+
+
+def test_has_grows_the_job_that_saves_most_per_gpu_added() -> None:
+    # Two idle GPUs next to two 2-GPU jobs that could each grow to 4. 'flat' has more work left
+    # (20000 s -> 13000 s: 3440 s saved per GPU, after a 180 s restart), 'scales' saves more
+    # per GPU (15000 s -> 7500 s: 3660 s per GPU). The idle GPUs go to 'scales'; ordering by
+    # work left (the earlier rule, `grow_per_gpu=False`) would give them to 'flat'.
+    now_s = 100.0
+    cluster = nodes({"a": ("A100-80GB", 8, [6, 7])})
+    running = [running_job("flat", "A100-80GB", "a", (0, 1), {2: 20100.0, 4: 13000.0}, now_s, 20000.0),
+               running_job("scales", "A100-80GB", "a", (2, 3), {2: 15100.0, 4: 7550.0}, now_s, 15000.0),
+               RunningJob("other", option("A100-80GB", 2, 1e5), (("a", (4, 5)),), 0.0, 1e5)]
+    [grown] = HasPolicy().schedule([], cluster, now_s, running)
+    assert (grown.job_id, grown.kind, grown.option.num_gpus) == ("scales", "resize", 4)
+    [grown] = HasPolicy(HasConfig(grow_per_gpu=False)).schedule([], cluster, now_s, running)
+    assert grown.job_id == "flat"

@@ -18,6 +18,8 @@ own predicted gain, so a decision stays sub-millisecond. What keeps it stable:
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import replace
 from typing import Callable, Sequence
 
@@ -162,29 +164,27 @@ def reclaim(runs: Sequence[RunningJob], index: FreeIndex, gpu_type: str, deficit
 def grow(runs: Sequence[RunningJob], index: FreeIndex, blocked_types: set[str], now_s: float,
          interval_s: float, min_gain_fraction: float, min_gain_s: float, restart_floor_s: float,
          cost_limit: float, max_moves: int, policy: str, menus: Menus,
-         launch_s: Callable[[int], float] = lambda nodes: 0.0) -> list[Placement]:
+         launch_s: Callable[[int], float] = lambda nodes: 0.0,
+         per_gpu: bool = True) -> list[Placement]:
     """Move running jobs to faster options on GPUs nobody queued wants: resize on their type or
-    migrate to another, when the predicted gain clears the thresholds. Longest work first."""
+    migrate to another, when the predicted gain clears the thresholds. The idle GPUs go where
+    they save the most time per GPU added (each job's best such option, best jobs first), so
+    they speed up the jobs that scale rather than the first long job that would take them all;
+    a migration that needs no more GPUs than it frees comes first."""
     free = index.free_by_type
     if not any(n for t, n in free.items() if t not in blocked_types):
         return []
-    actions: list[Placement] = []
-    work_left = []
+    wanted = []
     for run in runs:
-        if movable(run, now_s, interval_s):
-            left = run.remaining_fraction(now_s)
-            work_left.append((-left * full_duration_s(run), run.job_id, left, run))
-    work_left.sort()
-    for minus_current_s, _, left, run in work_left:
-        if len(actions) >= max_moves or not any(n for t, n in free.items()
-                                                if t not in blocked_types):
-            break
-        current_s = -minus_current_s
+        if not movable(run, now_s, interval_s):
+            continue
+        left = run.remaining_fraction(now_s)
+        current_s = left * full_duration_s(run)
         menu = menus.of(run.options)
         own_type = run.option.gpu_type
         floor_gain_s = max(min_gain_s, min_gain_fraction * current_s)
         limit_gpu_s = cost_limit * menu.cheapest_gpu_s
-        best: tuple[float, PlanOption, float] | None = None
+        best: tuple[float, float, PlanOption, float] | None = None
         for option, gpu_type, gpus, duration_s, gpu_s in menu.entries:
             if gpu_s > limit_gpu_s or gpu_type in blocked_types:
                 continue
@@ -196,11 +196,24 @@ def grow(runs: Sequence[RunningJob], index: FreeIndex, blocked_types: set[str], 
             new_s = restart_s + left * duration_s
             if current_s - new_s < floor_gain_s:
                 continue
-            if best is None or new_s < best[0]:
-                best = (new_s, option, restart_s)
-        if best is None:
-            continue
-        new_s, option, restart_s = best
+            added = gpus - (run.num_gpus if gpu_type == own_type else 0)
+            if per_gpu:
+                value = (current_s - new_s) / added if added > 0 else math.inf
+            else:
+                value = current_s
+            if best is None or (value, -new_s) > (best[0], -best[1]):
+                best = (value, new_s, option, restart_s)
+        if best is not None:
+            wanted.append((-best[0], -current_s, run.job_id, run, current_s, *best[1:]))
+    wanted.sort(key=lambda w: w[:3])
+    actions: list[Placement] = []
+    for _, _, _, run, current_s, new_s, option, restart_s in wanted:
+        if len(actions) >= max_moves:
+            break
+        own_type = run.option.gpu_type
+        room = free.get(option.gpu_type, 0) + (run.num_gpus if option.gpu_type == own_type else 0)
+        if option.num_gpus > room:
+            continue  # an earlier move took them
         index.release(run.assignments)
         assignments = index.best_fit(option.gpu_type, option.num_gpus, option.plan.tp)
         if assignments is None:

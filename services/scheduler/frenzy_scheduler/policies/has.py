@@ -60,6 +60,7 @@ class HasConfig:
     min_gain_s: float = 600.0  # ... and at least this, after its restart cost
     restart_floor_s: float = 120.0  # what a move's checkpoint restore is expected to cost
     reshape_interval_s: float = 1800.0  # hysteresis: at most one move per job per interval
+    grow_per_gpu: bool = True  # idle GPUs go where they save most per GPU (else: most work left)
     grow_cost_limit: float = 2.0  # grow only to options at least 50 % as GPU-efficient as its cheapest
     shrink_after_s: float = 0.0  # a blocked job may be admitted by shrinking after this wait
     max_moves: int = 4  # elastic moves per decision (keeps a decision sub-millisecond)
@@ -274,7 +275,7 @@ class HasPolicy:
             moves += grow([r for r in running if r.job_id not in acted], index, blocked, now_s,
                           cfg.reshape_interval_s, cfg.min_gain_fraction, cfg.min_gain_s,
                           cfg.restart_floor_s, cfg.grow_cost_limit, cfg.max_moves - len(moves),
-                          self.name, self._menus, cfg.launch_s)
+                          self.name, self._menus, cfg.launch_s, cfg.grow_per_gpu)
         return moves + admitted + placements
 
     def _admit(self, ordered: list[_JobFacts], running: Sequence[RunningJob], index: FreeIndex,
