@@ -1,20 +1,24 @@
-"""HAS's elastic moves: grow, shrink, migrate and preempt running jobs (see docs/has.md).
+"""HAS's elastic moves: admission by shrinking, growth, migration and preemption (docs/has.md).
 
 Event-driven (no rounds) and greedy: a few candidate moves per decision, each judged by its
-own predicted gain, so a decision stays sub-millisecond. What keeps it stable:
+own predicted gain, so a decision stays fast. What keeps it stable:
 
-* a move must save at least `min_gain_fraction` of the job's predicted remaining time *and*
-  `min_gain_s`, after paying the restart cost: a 30 % predicted saving survives a one-sigma
-  prediction error (the simulator's default sigma is 0.3);
+* a waiting job is admitted by shrinking running jobs only when its predicted saving beats
+  their loss (the slowdown over its run, plus two restarts each: the shrink and the growth
+  back) by `min_gain_fraction`; victims step down their own options where the loss per GPU
+  freed is least, so a wide job gives a few GPUs rather than falling to one;
+* growth and migration must save at least `min_gain_fraction` of the job's predicted time
+  left *and* `min_gain_s`, after the restart: a 30 % predicted saving survives a one-sigma
+  prediction error (the simulator's default sigma is 0.3); idle GPUs go where they save the
+  most per GPU added;
 * hysteresis: a job grows or migrates at most once per `reshape_interval_s`, never while
-  restoring; shrinking back is always allowed (it only undoes growth);
+  restoring; a shrink has to pass the admission test above, so grow and shrink cannot chase
+  each other for free;
 * growth only uses GPUs that no queued job wants now (the queue pass has already run, and
   GPUs that held jobs wait for are claimed), and at most `grow_cost_limit` x the job's cheapest
   GPU-seconds (MARP's wide options burn GPU-time; this bounds the waste);
-* shrinking gives back only what growth took (a job never goes below its cheapest option on its
-  type), so grow and shrink cannot chase each other;
-* preemption is only for urgent deadline jobs, and takes the non-deadline jobs with the most
-  work left first.
+* preemption is only for urgent deadline jobs (`reclaim`), and takes the non-deadline jobs
+  with the most work left first.
 """
 from __future__ import annotations
 
