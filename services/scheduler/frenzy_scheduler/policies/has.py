@@ -324,12 +324,13 @@ class HasPolicy:
                 continue
             # Its best completion without shrinking: start now, or wait for releases after
             # the GPUs that the jobs ahead of it wait for (`claimed`).
-            baseline_s, baseline_type, baseline_gpus = INF, "", 0
-            for _, t, n, total_s, _, _ in facts.entries:
+            baseline_s, baseline = INF, facts.entries[0]
+            for entry in facts.entries:
+                _, t, n, total_s, _, _ = entry
                 short = n + claimed.get(t, 0) - free.get(t, 0)
                 end_s = total_s + (releases.time_until(t, short) if short > 0 else 0.0)
                 if end_s < baseline_s:
-                    baseline_s, baseline_type, baseline_gpus = end_s, t, n
+                    baseline_s, baseline = end_s, entry
             if victims is None:
                 victims = victims_by_type(running, now_s, self._menus)
                 spare = spare_gpus(victims)
@@ -350,7 +351,7 @@ class HasPolicy:
                 if net_s > 0 and (best is None or net_s > best[0]):
                     best = (net_s, entry, plan)
             if best is None:
-                claimed[baseline_type] = claimed.get(baseline_type, 0) + baseline_gpus
+                claimed[baseline[1]] = claimed.get(baseline[1], 0) + baseline[2]
                 continue
             net_s, (option, gpu_type, gpus, total_s, _, tp), (loss_s, plan) = best
             reason = (f"{job.job_id}: {baseline_s:.0f} s to completion -> {total_s:.0f} s, "
@@ -370,8 +371,8 @@ class HasPolicy:
             placed.append(Placement(job.job_id, option, assignments, decision=Decision(
                 self.name, f"admitted by shrinking running jobs: {reason}",
                 (Alternative(option, 0.0, total_s, "chosen"),
-                 Alternative(facts.entries[0][0], baseline_s - facts.entries[0][3], baseline_s,
-                             "best without shrinking (start now or wait)")))))
+                 Alternative(baseline[0], baseline_s - baseline[3], baseline_s,
+                             "best without shrinking (start now, or wait for releases)")))))
         return moves, placed
 
     # -- sort ------------------------------------------------------------------------------
