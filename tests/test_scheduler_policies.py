@@ -240,3 +240,119 @@ def test_has_counts_the_work_a_move_would_lose_in_its_restart_cost() -> None:
     assert moves() == ["resize"]  # saves on request: nothing lost
     assert moves(saves_on_request=False, last_checkpoint_s=4900.0) == ["resize"]  # 100 s lost
     assert moves(saves_on_request=False) == []  # never checkpointed: 5000 s lost, no gain left
+
+
+def running_job(job_id: str, gpu_type: str, node: str, gpus: tuple[int, ...],
+                menu: dict[int, float], now_s: float, left_s: float) -> RunningJob:
+    """A job running on `gpus` of `node` with its menu {GPU count: full-work duration}, `left_s`
+    of predicted time left at `now_s` (started at 0, never restarted)."""
+    options = tuple(option(gpu_type, n, d) for n, d in sorted(menu.items()))
+    current = next(o for o in options if o.num_gpus == len(gpus))
+    return RunningJob(job_id, current, ((node, gpus),), 0.0, now_s + left_s, options,
+                      1.0, 0.0, 0.0, 0.0, 0.0, 0)
+
+
+def test_has_admits_a_waiting_job_by_shrinking_the_job_that_loses_least() -> None:
+    # A full 8-GPU node: 'linear' scales perfectly (4 GPUs: 10000 s, 2 GPUs: 20000 s), 'flat'
+    # barely (4: 10000 s, 2: 12000 s). Both have hours left, so the newcomer (2 GPUs, 1000 s)
+    # would wait hours. Over its run, 'flat' on 2 GPUs loses 1060 x (1 - 10/12) = 177 s,
+    # 'linear' 530 s (each plus two restarts): 'flat' gives up two GPUs; 'linear' is untouched.
+    now_s = 100.0
+    cluster = nodes({"a": ("A100-80GB", 8, [])})
+    running = [running_job("linear", "A100-80GB", "a", (0, 1, 2, 3), {2: 20000.0, 4: 10000.0},
+                           now_s, 9000.0),
+               running_job("flat", "A100-80GB", "a", (4, 5, 6, 7), {2: 12000.0, 4: 10000.0},
+                           now_s, 9000.0)]
+    queue = [job("new", now_s, option("A100-80GB", 2, 1000.0))]
+    actions = HasPolicy().schedule(queue, cluster, now_s, running)
+    by_job = {a.job_id: a for a in actions}
+    assert set(by_job) == {"flat", "new"}
+    shrink, place = by_job["flat"], by_job["new"]
+    assert shrink.kind == "resize" and shrink.option.num_gpus == 2
+    assert set(shrink.assignments[0][1]) < {4, 5, 6, 7}  # in place: a subset of its own GPUs
+    freed = {4, 5, 6, 7} - set(shrink.assignments[0][1])
+    assert place.kind == "place" and set(place.assignments[0][1]) == freed
+    assert "shrinking" in place.decision.reason and place.decision.alternatives
+
+
+def test_has_does_not_shrink_when_the_gain_is_below_the_threshold() -> None:
+    # The same node, but both running jobs end in 200 s: waiting costs the newcomer 200 s,
+    # less than two restarts of any victim, so nothing moves (hysteresis: no losing move).
+    now_s = 100.0
+    cluster = nodes({"a": ("A100-80GB", 8, [])})
+    running = [running_job(name, "A100-80GB", "a", gpus, {2: 20000.0, 4: 10000.0}, now_s, 200.0)
+               for name, gpus in (("x", (0, 1, 2, 3)), ("y", (4, 5, 6, 7)))]
+    queue = [job("new", now_s, option("A100-80GB", 2, 1000.0))]
+    assert HasPolicy().schedule(queue, cluster, now_s, running) == []
+
+
+@st.composite
+def busy_scenarios(draw: st.DrawFn) -> tuple[list[QueuedJob], ClusterView, list[RunningJob]]:
+    """Full or nearly full nodes held by elastic running jobs, and a queue of newcomers."""
+    spec, running = {}, []
+    for i in range(draw(st.integers(1, 4))):
+        gpu_type = draw(st.sampled_from(sorted(TYPES)))
+        total = draw(st.sampled_from([4, 8]))
+        cursor = 0
+        for k in range(draw(st.integers(1, 3))):
+            width = draw(st.sampled_from([1, 2, 4]))
+            if cursor + width > total:
+                break
+            menu = {n: draw(st.floats(1e3, 1e5)) * TYPES[gpu_type] / n ** draw(st.floats(0.2, 1.0))
+                    for n in (1, 2, 4) if n <= width or draw(st.booleans())}
+            menu.setdefault(width, 5e4)
+            running.append(running_job(f"r{i}{k}", gpu_type, f"n{i}",
+                                       tuple(range(cursor, cursor + width)), menu,
+                                       100.0, draw(st.floats(10.0, 1e5))))
+            cursor += width
+        spec[f"n{i}"] = (gpu_type, total, list(range(cursor, total)))
+    queue = []
+    for j in range(draw(st.integers(1, 6))):
+        count = draw(st.sampled_from([1, 2, 4]))
+        chosen = draw(st.sets(st.sampled_from(sorted(TYPES)), min_size=1))
+        queue.append(job(f"j{j}", draw(st.floats(0.0, 100.0)),
+                         *(option(t, count, draw(st.floats(10.0, 1e4)) * TYPES[t]) for t in sorted(chosen))))
+    return queue, nodes(spec), running
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(busy_scenarios())
+def test_admission_by_shrinking_never_double_books(scenario) -> None:
+    """Executed as the engine does (every reshape's release, then every take), has's answer
+    with shrinks and admissions never takes a busy GPU or splits a job across types, a job
+    shrunk to admit another keeps a subset of its own GPUs, and no job is acted on twice."""
+    queue, cluster, running = scenario
+    actions = HasPolicy().schedule(queue, cluster, 100.0, running)
+    assert len({a.job_id for a in actions}) == len(actions)
+    view = cluster.copy()
+    by_id = {r.job_id: r for r in running}
+    for action in actions:
+        if action.kind != "place":
+            view.give_back(by_id[action.job_id].assignments)
+    for action in actions:
+        if action.kind == "preempt":
+            continue
+        if action.decision is not None and action.decision.reason.startswith("shrunk to admit"):
+            own = {(n, g) for n, gs in by_id[action.job_id].assignments for g in gs}
+            assert {(n, g) for n, gs in action.assignments for g in gs} < own
+        facts = {n: NodeFacts(view.nodes[n].gpu_type, set(view.nodes[n].free_gpus))
+                 for n, _ in action.assignments}
+        assert not placement_problem(action.option.gpu_type, action.option.num_gpus,
+                                     action.option.plan.tp, action.assignments, facts)
+        view.take(action.assignments)  # raises on a double booking
+
+
+def test_has_grows_the_job_that_saves_most_per_gpu_added() -> None:
+    # Two idle GPUs next to two 2-GPU jobs that could each grow to 4. 'flat' has more work left
+    # (20000 s -> 13000 s: 3440 s saved per GPU, after a 180 s restart), 'scales' saves more
+    # per GPU (15000 s -> 7500 s: 3660 s per GPU). The idle GPUs go to 'scales'; ordering by
+    # work left (the earlier rule, `grow_per_gpu=False`) would give them to 'flat'.
+    now_s = 100.0
+    cluster = nodes({"a": ("A100-80GB", 8, [6, 7])})
+    running = [running_job("flat", "A100-80GB", "a", (0, 1), {2: 20100.0, 4: 13000.0}, now_s, 20000.0),
+               running_job("scales", "A100-80GB", "a", (2, 3), {2: 15100.0, 4: 7550.0}, now_s, 15000.0),
+               RunningJob("other", option("A100-80GB", 2, 1e5), (("a", (4, 5)),), 0.0, 1e5)]
+    [grown] = HasPolicy().schedule([], cluster, now_s, running)
+    assert (grown.job_id, grown.kind, grown.option.num_gpus) == ("scales", "resize", 4)
+    [grown] = HasPolicy(HasConfig(grow_per_gpu=False)).schedule([], cluster, now_s, running)
+    assert grown.job_id == "flat"

@@ -1,22 +1,28 @@
-"""HAS's elastic moves: grow, shrink, migrate and preempt running jobs (see docs/has.md).
+"""HAS's elastic moves: admission by shrinking, growth, migration and preemption (docs/has.md).
 
 Event-driven (no rounds) and greedy: a few candidate moves per decision, each judged by its
-own predicted gain, so a decision stays sub-millisecond. What keeps it stable:
+own predicted gain, so a decision stays fast. What keeps it stable:
 
-* a move must save at least `min_gain_fraction` of the job's predicted remaining time *and*
-  `min_gain_s`, after paying the restart cost: a 30 % predicted saving survives a one-sigma
-  prediction error (the simulator's default sigma is 0.3);
+* a waiting job is admitted by shrinking running jobs only when its predicted saving beats
+  their loss (the slowdown over its run, plus two restarts each: the shrink and the growth
+  back) by `min_gain_fraction`; victims step down their own options where the loss per GPU
+  freed is least, so a wide job gives a few GPUs rather than falling to one;
+* growth and migration must save at least `min_gain_fraction` of the job's predicted time
+  left *and* `min_gain_s`, after the restart: a 30 % predicted saving survives a one-sigma
+  prediction error (the simulator's default sigma is 0.3); idle GPUs go where they save the
+  most per GPU added;
 * hysteresis: a job grows or migrates at most once per `reshape_interval_s`, never while
-  restoring; shrinking back is always allowed (it only undoes growth);
+  restoring; a shrink has to pass the admission test above, so grow and shrink cannot chase
+  each other for free;
 * growth only uses GPUs that no queued job wants now (the queue pass has already run, and
   GPUs that held jobs wait for are claimed), and at most `grow_cost_limit` x the job's cheapest
   GPU-seconds (MARP's wide options burn GPU-time; this bounds the waste);
-* shrinking gives back only what growth took (a job never goes below its cheapest option on its
-  type), so grow and shrink cannot chase each other;
-* preemption is only for urgent deadline jobs, and takes the non-deadline jobs with the most
-  work left first.
+* preemption is only for urgent deadline jobs (`reclaim`), and takes the non-deadline jobs
+  with the most work left first.
 """
 from __future__ import annotations
+
+import math
 
 from dataclasses import replace
 from typing import Callable, Sequence
@@ -162,29 +168,27 @@ def reclaim(runs: Sequence[RunningJob], index: FreeIndex, gpu_type: str, deficit
 def grow(runs: Sequence[RunningJob], index: FreeIndex, blocked_types: set[str], now_s: float,
          interval_s: float, min_gain_fraction: float, min_gain_s: float, restart_floor_s: float,
          cost_limit: float, max_moves: int, policy: str, menus: Menus,
-         launch_s: Callable[[int], float] = lambda nodes: 0.0) -> list[Placement]:
+         launch_s: Callable[[int], float] = lambda nodes: 0.0,
+         per_gpu: bool = True) -> list[Placement]:
     """Move running jobs to faster options on GPUs nobody queued wants: resize on their type or
-    migrate to another, when the predicted gain clears the thresholds. Longest work first."""
+    migrate to another, when the predicted gain clears the thresholds. The idle GPUs go where
+    they save the most time per GPU added (each job's best such option, best jobs first), so
+    they speed up the jobs that scale rather than the first long job that would take them all;
+    a migration that needs no more GPUs than it frees comes first."""
     free = index.free_by_type
     if not any(n for t, n in free.items() if t not in blocked_types):
         return []
-    actions: list[Placement] = []
-    work_left = []
+    wanted = []
     for run in runs:
-        if movable(run, now_s, interval_s):
-            left = run.remaining_fraction(now_s)
-            work_left.append((-left * full_duration_s(run), run.job_id, left, run))
-    work_left.sort()
-    for minus_current_s, _, left, run in work_left:
-        if len(actions) >= max_moves or not any(n for t, n in free.items()
-                                                if t not in blocked_types):
-            break
-        current_s = -minus_current_s
+        if not movable(run, now_s, interval_s):
+            continue
+        left = run.remaining_fraction(now_s)
+        current_s = left * full_duration_s(run)
         menu = menus.of(run.options)
         own_type = run.option.gpu_type
         floor_gain_s = max(min_gain_s, min_gain_fraction * current_s)
         limit_gpu_s = cost_limit * menu.cheapest_gpu_s
-        best: tuple[float, PlanOption, float] | None = None
+        best: tuple[float, float, PlanOption, float] | None = None
         for option, gpu_type, gpus, duration_s, gpu_s in menu.entries:
             if gpu_s > limit_gpu_s or gpu_type in blocked_types:
                 continue
@@ -197,11 +201,24 @@ def grow(runs: Sequence[RunningJob], index: FreeIndex, blocked_types: set[str], 
             new_s = restart_s + left * duration_s
             if current_s - new_s < floor_gain_s:
                 continue
-            if best is None or new_s < best[0]:
-                best = (new_s, option, restart_s)
-        if best is None:
-            continue
-        new_s, option, restart_s = best
+            added = gpus - (run.num_gpus if gpu_type == own_type else 0)
+            if per_gpu:
+                value = (current_s - new_s) / added if added > 0 else math.inf
+            else:
+                value = current_s
+            if best is None or (value, -new_s) > (best[0], -best[1]):
+                best = (value, new_s, option, restart_s)
+        if best is not None:
+            wanted.append((-best[0], -current_s, run.job_id, run, current_s, *best[1:]))
+    wanted.sort(key=lambda w: w[:3])
+    actions: list[Placement] = []
+    for _, _, _, run, current_s, new_s, option, restart_s in wanted:
+        if len(actions) >= max_moves:
+            break
+        own_type = run.option.gpu_type
+        room = free.get(option.gpu_type, 0) + (run.num_gpus if option.gpu_type == own_type else 0)
+        if option.num_gpus > room:
+            continue  # an earlier move took them
         index.release(run.assignments)
         assignments = index.best_fit(option.gpu_type, option.num_gpus, option.plan.tp)
         if assignments is None:
@@ -215,3 +232,114 @@ def grow(runs: Sequence[RunningJob], index: FreeIndex, blocked_types: set[str], 
             (Alternative(option, restart_s, new_s, "chosen"),
              Alternative(run.option, 0.0, current_s, "current: slower")))))
     return actions
+
+
+def shrink_loss_s(run: RunningJob, narrower_s: float, current_s: float, horizon_s: float,
+                  now_s: float) -> float:
+    """The seconds a job loses by running `horizon_s` on a narrower option (full-work duration
+    `narrower_s` instead of `current_s`): in that time it does `horizon x current / narrower`
+    seconds' worth of its current speed, so it ends `horizon x (1 - current / narrower)` later.
+    The horizon is cut at the job's own end on the narrower option."""
+    horizon_s = min(horizon_s, run.remaining_fraction(now_s) * narrower_s)
+    return horizon_s * (1.0 - current_s / narrower_s) if narrower_s > current_s else 0.0
+
+
+def narrower_steps(run: RunningJob, menu: Menu) -> list[tuple[int, float, PlanOption]]:
+    """The job's options on its own type with fewer GPUs: per count the fastest, widest
+    first (the order a shrink steps down in)."""
+    best: dict[int, tuple[float, PlanOption]] = {}
+    for option, gpu_type, gpus, duration_s, _ in menu.entries:
+        if gpu_type == run.option.gpu_type and gpus < run.num_gpus and \
+                (gpus not in best or duration_s < best[gpus][0]):
+            best[gpus] = (duration_s, option)
+    return [(gpus, best[gpus][0], best[gpus][1]) for gpus in sorted(best, reverse=True)]
+
+
+ShrinkPlan = tuple[float, list[tuple[RunningJob, PlanOption]]]
+# Per GPU type, the running jobs that could shrink: (job, full-work duration s now, its steps).
+Victims = dict[str, list[tuple[RunningJob, float, list[tuple[int, float, PlanOption]]]]]
+
+
+def victims_by_type(runs: Sequence[RunningJob], now_s: float, menus: Menus) -> Victims:
+    """The jobs a newcomer may shrink, per type: known menu, a narrower option on their type,
+    not restoring (Sia pins those too) and no deadline."""
+    out: Victims = {}
+    for run in runs:
+        if not run.options or run.deadline_s or run.restoring_until_s > now_s:
+            continue
+        steps = narrower_steps(run, menus.of(run.options))
+        if steps:
+            out.setdefault(run.option.gpu_type, []).append((run, full_duration_s(run), steps))
+    return out
+
+
+def spare_gpus(victims: Victims) -> dict[str, int]:
+    """Per type, the most GPUs shrinking could free (every victim down to its narrowest)."""
+    return {t: sum(run.num_gpus - steps[-1][0] for run, _, steps in v) for t, v in victims.items()}
+
+
+def shrink_plan(victims: Victims, gpu_type: str, deficit: int, horizon_s: float,
+                restart_s: float, now_s: float, skip: set[str] = frozenset()) -> ShrinkPlan | None:
+    """Free `deficit` GPUs of a type by shrinking running jobs where it costs least: greedy on
+    the loss per GPU freed (`shrink_loss_s` over the newcomer's `horizon_s`, plus two restarts
+    the first time a job is touched: the shrink, and the growth back when the GPUs free up).
+    Each job steps down its own options one at a time, so a wide job gives a few GPUs rather
+    than falling to one. Returns (total loss s, [(job, its narrower option)]) or None when the
+    type's running jobs cannot give enough. Pure: nothing is taken or released."""
+    state = {run.job_id: (run, current_s, run.num_gpus, 0, None)
+             for run, current_s, _ in victims.get(gpu_type, ()) if run.job_id not in skip}
+    steps_of = {run.job_id: steps for run, _, steps in victims.get(gpu_type, ())}
+    freed, loss_total_s = 0, 0.0
+    while freed < deficit:
+        best: tuple[float, str, float] | None = None
+        for job_id, (run, current_s, gpus, taken, chosen) in state.items():
+            steps = steps_of[job_id]
+            if taken == len(steps):
+                continue
+            step_gpus, step_s, _ = steps[taken]
+            loss_s = shrink_loss_s(run, step_s, current_s, horizon_s, now_s)
+            if chosen is None:
+                loss_s += 2 * restart_s
+            per_gpu = loss_s / (gpus - step_gpus)
+            if best is None or (per_gpu, job_id) < best[:2]:
+                best = (per_gpu, job_id, loss_s)
+        if best is None:
+            return None
+        _, job_id, loss_s = best
+        run, _, gpus, taken, _ = state[job_id]
+        step_gpus, step_s, option = steps_of[job_id][taken]
+        state[job_id] = (run, step_s, step_gpus, taken + 1, option)
+        freed += gpus - step_gpus
+        loss_total_s += loss_s
+    return loss_total_s, [(s[0], s[4]) for s in state.values() if s[4] is not None]
+
+
+def apply_shrinks(plan: Sequence[tuple[RunningJob, PlanOption]], index: FreeIndex, policy: str,
+                  reason: str, now_s: float) -> list[Placement] | None:
+    """Shrink each job in place to its planned option (in the pass's index); None, with the
+    index untouched, if some job's GPUs cannot be cut down to whole tp groups."""
+    kept_by_job = []
+    for run, option in plan:
+        kept = shrink_in_place(run, option)
+        if kept is None:
+            return None
+        kept_by_job.append((run, option, kept))
+    actions = []
+    for run, option, kept in kept_by_job:
+        index.release(run.assignments)
+        index.take(kept)
+        left_s = option.duration_s * run.remaining_fraction(now_s)
+        actions.append(Placement(run.job_id, option, kept, RESIZE, Decision(
+            policy, f"shrunk to admit {reason}",
+            (Alternative(option, 0.0, left_s, "chosen"),
+             Alternative(run.option, 0.0, full_duration_s(run) * run.remaining_fraction(now_s),
+                         "current: its GPUs admit a waiting job")))))
+    return actions
+
+
+def undo_shrinks(plan: Sequence[tuple[RunningJob, PlanOption]], actions: Sequence[Placement],
+                 index: FreeIndex) -> None:
+    """Give the index back what `apply_shrinks` changed (the newcomer did not fit after all)."""
+    for (run, _), action in zip(plan, actions):
+        index.release(action.assignments)
+        index.take(run.assignments)

@@ -33,7 +33,9 @@ from frenzy.domain import PlanOption
 from frenzy_scheduler.core import (Alternative, ClusterView, Decision, Placement, QueuedJob,
                                   RunningJob)
 from frenzy_scheduler.placement import Assignments, FreeIndex
-from frenzy_scheduler.policies.elastic import Menus, Shrinkable, grow, reclaim, shrinkable
+from frenzy_scheduler.policies.elastic import (Menus, Shrinkable, ShrinkPlan, Victims, apply_shrinks,
+                                               grow, reclaim, shrink_plan, shrinkable, spare_gpus,
+                                               undo_shrinks, victims_by_type)
 from frenzy_scheduler.queuediff import IdentityDiff
 
 INF = math.inf
@@ -58,12 +60,16 @@ class HasConfig:
     min_gain_s: float = 600.0  # ... and at least this, after its restart cost
     restart_floor_s: float = 120.0  # what a move's checkpoint restore is expected to cost
     reshape_interval_s: float = 1800.0  # hysteresis: at most one move per job per interval
+    grow_per_gpu: bool = True  # idle GPUs go where they save most per GPU (else: most work left)
     grow_cost_limit: float = 2.0  # grow only to options at least 50 % as GPU-efficient as its cheapest
-    shrink_after_s: float = 60.0  # a job blocked this long reclaims GPUs that growth took (Sia's round)
+    shrink_after_s: float = 0.0  # a blocked job may be admitted by shrinking after this wait
     max_moves: int = 4  # elastic moves per decision (keeps a decision sub-millisecond)
     # A job that holds for a faster type reserves it at once (EASY backfill: later jobs may use
     # it only if they end before the job's expected start), so the wait it counted on holds.
     binding_holds: bool = True
+    # Elastic: a job that can start now does, on the best option free now, instead of holding
+    # for faster GPUs (growth migrates it there later, for one restart instead of the wait).
+    start_now: bool = True
     # What HAS expects a start to cost: launch_overhead_s x (1 + log2(nodes)). A property of
     # the cluster (measured live); the simulator charges every policy the same default.
     launch_overhead_s: float = 60.0
@@ -173,6 +179,10 @@ class _Pass:
     releases: _ReleaseProfile
     now_s: float
     exponent: float  # GPU-cost exponent from the queue pressure
+    # Start now on what is free rather than hold for faster GPUs: an elastic HAS moves the
+    # job there when they free up, for a restart instead of the whole wait.
+    start_now: bool = False
+    move_s: float = 0.0  # ... unless the wait is shorter than such a move's restart
     claimed: dict[str, int] = field(default_factory=dict)  # GPUs held jobs already wait for
     reservations: dict[str, _Reservation] = field(default_factory=dict)
     fits: dict[int, bool] = field(default_factory=dict)  # filter memo by need_id; reset on bind
@@ -267,18 +277,24 @@ class HasPolicy:
         if not queue and not elastic:
             return []
         moves: list[Placement] = []
+        admitted: list[Placement] = []
         ordered: list[_JobFacts] = []
         demand = 0
         if queue:
             ordered, demand = self._sort(queue, index, now_s)
             if elastic:
-                moves = self._reclaim(ordered, running, index, now_s)
+                moves, admitted = self._admit(ordered, running, index, now_s)
+                if admitted:  # the pass skips them
+                    taken = {p.job_id for p in admitted}
+                    ordered = [f for f in ordered if f.job.job_id not in taken]
         total_free = index.total_free()
         if total_free == 0:
-            return moves
+            return moves + admitted
         pressure = min(1.0, max(0.0, demand / max(1, total_free) - 1.0))
         state = _Pass(index, _ReleaseProfile(running, now_s), now_s,
-                      max(self.config.min_cost_exponent, pressure * self.config.gpu_cost_weight))
+                      max(self.config.min_cost_exponent, pressure * self.config.gpu_cost_weight),
+                      elastic and self.config.start_now,
+                      self.config.restart_floor_s + self.config.launch_s(1))
         placements: list[Placement] = []
         reserve_after_s = self.config.reserve_after_s
         for facts in ordered:
@@ -313,38 +329,105 @@ class HasPolicy:
             moves += grow([r for r in running if r.job_id not in acted], index, blocked, now_s,
                           cfg.reshape_interval_s, cfg.min_gain_fraction, cfg.min_gain_s,
                           cfg.restart_floor_s, cfg.grow_cost_limit, cfg.max_moves - len(moves),
-                          self.name, self._menus, cfg.launch_s)
-        return moves + placements
+                          self.name, self._menus, cfg.launch_s, cfg.grow_per_gpu)
+        return moves + admitted + placements
 
-    def _reclaim(self, ordered: list[_JobFacts], running: Sequence[RunningJob], index: FreeIndex,
-                 now_s: float) -> list[Placement]:
-        """Before the pass: the first blocked job that has waited `shrink_after_s` (or is an
-        urgent deadline job) takes back GPUs that growth gave running jobs; an urgent deadline
-        job may also preempt. One job per decision, on the type where it needs least."""
+    def _admit(self, ordered: list[_JobFacts], running: Sequence[RunningJob], index: FreeIndex,
+               now_s: float) -> tuple[list[Placement], list[Placement]]:
+        """Before the pass, admission by shrinking: a job at the head of the order whose best
+        completion (start now, or wait for GPUs to free) is later than it would be on GPUs that
+        running jobs can spare, takes them when its gain beats their loss. The loss is each
+        victim's slowdown over the newcomer's run (it grows back when the GPUs free up) plus two
+        restarts; the gain must exceed it by `min_gain_fraction` (prediction error). Victims
+        step down their own options where the loss per GPU is smallest, so a wide job gives a
+        few GPUs rather than falling to one. An urgent deadline job may also preempt
+        (`reclaim`). Returns (reshapes, placements of the admitted jobs)."""
         cfg = self.config
         free = index.free_by_type
-        candidates: Shrinkable | None = None  # built once, on the first job that needs it
-        for facts in ordered[:8]:  # the head of the priority order
+        releases = _ReleaseProfile(running, now_s)
+        moves: list[Placement] = []
+        placed: list[Placement] = []
+        acted: set[str] = set()
+        candidates: Shrinkable | None = None
+        restart_s = cfg.restart_floor_s + cfg.launch_s(1)
+        claimed: dict[str, int] = {}
+        victims: Victims | None = None  # built once, on the first job that needs it
+        spare: dict[str, int] = {}
+        for facts in ordered[:16]:  # the head of the priority order
+            if len(moves) >= cfg.max_moves:
+                break
             job = facts.job
-            urgent = facts.key[0] == 0
-            if not facts.entries or (now_s - job.submit_time_s < cfg.shrink_after_s and not urgent):
+            if not facts.entries or now_s - job.submit_time_s < cfg.shrink_after_s:
                 continue
             _, fastest_type, fastest_gpus, _, _, _ = facts.entries[0]
             if free.get(fastest_type, 0) >= fastest_gpus:
                 continue  # the pass can start it on its fastest option
-            # Its fastest option, else (when nothing can start at all) its fewest GPUs per type.
-            blocked = not any(free.get(t, 0) >= n for t, n in facts.need)
-            targets = [(fastest_type, fastest_gpus)] + (list(facts.need) if blocked else [])
-            if candidates is None:
-                candidates = shrinkable(running, now_s, self._menus)
-            for gpu_type, gpus in targets:
-                actions = reclaim(running, index, gpu_type, gpus - free.get(gpu_type, 0), now_s,
-                                  cfg.reshape_interval_s, urgent, self.name,
-                                  f"{job.job_id} waited {now_s - job.submit_time_s:.0f} s",
-                                  candidates)
-                if actions:
-                    return actions
-        return []
+            if facts.key[0] == 0:  # urgent deadline job: shrink growth back, or preempt
+                if candidates is None:
+                    candidates = shrinkable(running, now_s, self._menus)
+                targets = [(fastest_type, fastest_gpus)] + list(facts.need)
+                for gpu_type, gpus in targets:
+                    actions = reclaim(running, index, gpu_type, gpus - free.get(gpu_type, 0),
+                                      now_s, cfg.reshape_interval_s, True, self.name,
+                                      f"{job.job_id} waited {now_s - job.submit_time_s:.0f} s",
+                                      candidates)
+                    if actions:
+                        moves += actions
+                        acted.update(a.job_id for a in actions)
+                        break
+                continue
+            # Its best completion without shrinking: start now, or wait for releases after
+            # the GPUs that the jobs ahead of it wait for (`claimed`).
+            baseline_s, baseline = INF, facts.entries[0]
+            for entry in facts.entries:
+                _, t, n, total_s, _, _ = entry
+                short = n + claimed.get(t, 0) - free.get(t, 0)
+                end_s = total_s + (releases.time_until(t, short) if short > 0 else 0.0)
+                if end_s < baseline_s:
+                    baseline_s, baseline = end_s, entry
+            if victims is None:
+                victims = victims_by_type(running, now_s, self._menus)
+                spare = spare_gpus(victims)
+            best: tuple[float, _Entry, ShrinkPlan] | None = None
+            for entry in facts.entries:  # fastest first
+                _, gpu_type, gpus, total_s, _, _ = entry
+                # Every plan costs at least two restarts: nothing slower can net more.
+                bound_s = baseline_s - total_s - (1.0 + cfg.min_gain_fraction) * 2 * restart_s
+                if bound_s <= (best[0] if best else 0.0):
+                    break
+                deficit = gpus - free.get(gpu_type, 0)
+                if deficit <= 0 or deficit > spare.get(gpu_type, 0):
+                    continue
+                plan = shrink_plan(victims, gpu_type, deficit, total_s, restart_s, now_s, acted)
+                if plan is None:
+                    continue
+                net_s = baseline_s - total_s - (1.0 + cfg.min_gain_fraction) * plan[0]
+                if net_s > 0 and (best is None or net_s > best[0]):
+                    best = (net_s, entry, plan)
+            if best is None:
+                claimed[baseline[1]] = claimed.get(baseline[1], 0) + baseline[2]
+                continue
+            net_s, (option, gpu_type, gpus, total_s, _, tp), (loss_s, plan) = best
+            reason = (f"{job.job_id}: {baseline_s:.0f} s to completion -> {total_s:.0f} s, "
+                      f"at a cost of {loss_s:.0f} s to {len(plan)} running jobs")
+            shrinks = apply_shrinks(plan, index, self.name, reason, now_s)
+            if shrinks is None:
+                continue
+            assignments = index.best_fit(gpu_type, gpus, tp)
+            if assignments is None:
+                undo_shrinks(plan, shrinks, index)
+                continue
+            index.take(assignments)
+            moves += shrinks
+            acted.update(a.job_id for a in shrinks)
+            for shrunk_run, narrower in plan:  # what they can still give is less now
+                spare[gpu_type] -= shrunk_run.num_gpus - narrower.num_gpus
+            placed.append(Placement(job.job_id, option, assignments, decision=Decision(
+                self.name, f"admitted by shrinking running jobs: {reason}",
+                (Alternative(option, 0.0, total_s, "chosen"),
+                 Alternative(baseline[0], baseline_s - baseline[3], baseline_s,
+                             "best without shrinking (start now, or wait for releases)")))))
+        return moves, placed
 
     # -- sort ------------------------------------------------------------------------------
 
@@ -524,11 +607,12 @@ class HasPolicy:
         release_waits = state.release_waits
         now_s = state.now_s
         hold: PlanOption | None = None  # the best option to wait for: (hold_value, hold_rank)
-        hold_value, hold_rank = INF, 0
+        hold_value, hold_rank, hold_wait_s = INF, 0, 0.0
+        start_now, move_s = state.start_now, state.move_s
         for rank in by_cost:  # state.expected_wait_s and backfill_allowed, inlined: hot loop
             cost = costs[rank]
-            if cost > hold_value:
-                break  # nothing left can beat holding
+            if cost > hold_value and (not start_now or hold_wait_s <= move_s):
+                break  # nothing left can beat holding (elastic: a wait shorter than a move)
             option, gpu_type, gpus, duration_s, _, tp = entries[rank]
             have = free.get(gpu_type, 0)
             reservation = reservations.get(gpu_type) if reservations else None
@@ -546,7 +630,7 @@ class HasPolicy:
                 wait_s = reservation.shadow_s - now_s
             value = wait_s + cost
             if hold is None or value < hold_value or (value == hold_value and rank < hold_rank):
-                hold, hold_value, hold_rank = option, value, rank
+                hold, hold_value, hold_rank, hold_wait_s = option, value, rank, wait_s
         return (hold, None) if hold is not None else None
 
     # -- reserve / bind --------------------------------------------------------------------
