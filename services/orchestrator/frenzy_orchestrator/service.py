@@ -179,7 +179,10 @@ class OrchestratorService:
         self.metrics.heartbeat_lag_s.observe(max(0.0, lag_s))
 
     async def on_checkpoints_deleted(self, env: events_pb2.Envelope, key: str) -> None:
-        await self._run(self.core.on_checkpoints_deleted, env.checkpoints_deleted)
+        ack = env.checkpoints_deleted
+        log.info("checkpoint delete acknowledged", job_id=ack.job_id, node_id=ack.node_id,
+                 removed=ack.removed, note=ack.note)
+        await self._run(self.core.on_checkpoints_deleted, ack)
 
     async def liveness_loop(self) -> None:
         while True:
