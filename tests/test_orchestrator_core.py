@@ -691,3 +691,63 @@ def test_a_delete_waits_while_a_live_job_names_the_same_checkpoint_directory():
     core.on_heartbeat(heartbeat("n1"), 100)
     # a's delete goes with its next retry (b's, unacknowledged, is retried too)
     assert sorted(deletes(core.retry_cleanup(100))) == [("n1", "a"), ("n1", "b")]
+
+
+OPS = st.lists(st.tuples(st.sampled_from(["hb1", "hb2", "restart_agent1", "liveness", "place",
+                                          "run", "fail", "succeed", "cancel", "ack1", "ack2",
+                                          "retry", "restart"]),
+                         st.integers(min_value=0, max_value=30)), max_size=40)
+
+
+@given(OPS)
+def test_deletes_go_only_to_jobs_that_ended_for_good_and_stop_once_acknowledged(ops):
+    """Whatever happens between (nodes lost and back, retries, restarts of the agent or the
+    orchestrator), a DeleteCheckpoints is only ever for a job in a terminal state, only to a
+    node that ran it, and none goes once each node acknowledged."""
+    from frenzy_orchestrator import lifecycle as lc
+
+    core, now, agent_starts, saved = running_core(), 2.0, 0, {}
+    for op, step_s in ops:
+        now += step_s
+        rec = core.jobs["a"]
+        job = rec.job
+        if op in ("hb1", "hb2", "restart_agent1"):
+            hb = heartbeat("n1" if op != "hb2" else "n2")
+            agent_starts += op == "restart_agent1"
+            hb.agent_restarts = agent_starts if hb.node_id == "n1" else 0
+            out = core.on_heartbeat(hb, now)
+        elif op == "liveness":
+            out = core.check_liveness(now)
+        elif op == "place" and job.state == QUEUED:
+            free = [n for n in ("n1", "n2") if core.nodes.get(n) is not None
+                    and len(core.nodes[n].free_gpus) >= 2]
+            out = core.on_placed(placed("a", free[0], core.nodes[free[0]].free_gpus[:2],
+                                        attempt=job.attempt), now) if free else []
+        elif op in ("run", "fail", "succeed") and job.assignments:
+            state = {"run": RUNNING, "fail": FAILED, "succeed": SUCCEEDED}[op]
+            out = core.on_agent_status(agent_status("a", state, node=job.assignments[0].node_id,
+                                                    attempt=job.attempt, reason="exit code 1"), now)
+        elif op == "cancel":
+            out = core.cancel("a", now)
+        elif op in ("ack1", "ack2"):
+            out = core.on_checkpoints_deleted(ack("a", "n1" if op == "ack1" else "n2"), now)
+        elif op == "retry":
+            out = core.retry_cleanup(now)
+        elif op == "restart":  # from everything saved so far, as the compacted topic holds it
+            saved.update((o.key, o.payload) for o in core.drain_state_records())
+            core, out = OrchestratorCore(node_timeout_s=10, max_retries=2), []
+            core.restore([v for k, v in saved.items() if k.startswith("job/")], [], now)
+        else:
+            out = []
+        saved.update((o.key, o.payload) for o in core.drain_state_records())
+        rec = core.jobs["a"]
+        sent = deletes(out)
+        if sent or rec.cleanup:
+            assert rec.job.state in lc.TERMINAL, (op, rec.job.state)
+        assert set(rec.cleanup) <= set(rec.checkpoint_nodes)
+        assert {n for n, _ in sent} <= set(rec.checkpoint_nodes)
+    for node in list(core.jobs["a"].cleanup):
+        core.on_checkpoints_deleted(ack("a", node), now)
+    for t in (now + 1, now + 1000, now + 10_000):
+        core.on_heartbeat(heartbeat("n1"), t)
+        assert deletes(core.retry_cleanup(t)) == []
