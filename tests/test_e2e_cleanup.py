@@ -15,7 +15,7 @@ from frenzy.v1 import types_pb2
 from frenzy_agent.executor import job_key
 
 pytestmark = pytest.mark.e2e
-COMMAND_TTL_S = 2
+COMMAND_TTL_S = 3  # long enough for every other command on a loaded machine
 NODE_TIMEOUT_S = 3
 
 
@@ -23,7 +23,9 @@ NODE_TIMEOUT_S = 3
 def cluster(local_cluster):
     return local_cluster("cleanup", "cluster_small.yaml", time_scale=None,
                          extra_env={"FRENZY_COMMAND_TTL_S": str(COMMAND_TTL_S),
-                                    "FRENZY_NODE_TIMEOUT_S": str(NODE_TIMEOUT_S)})
+                                    "FRENZY_NODE_TIMEOUT_S": str(NODE_TIMEOUT_S),
+                                    # a launch that expired anyway is retried within the wait
+                                    "FRENZY_LAUNCH_TIMEOUT_S": "20"})
 
 
 def _wait_for(predicate, timeout_s: float, what: str) -> None:
