@@ -51,3 +51,14 @@ def remove_checkpoints(directory: Path, owned: bool) -> list[Path]:
     except OSError:
         pass
     return removed
+
+
+def checkpoints_left(directory: Path, owned: bool) -> bool:
+    """Whether `remove_checkpoints` left something it should have removed (it ignores errors
+    such as a file it may not delete): the agent then does not acknowledge the delete."""
+    if directory.is_symlink() or not directory.is_dir():
+        return False
+    if owned:
+        return True
+    return any(step_of(p) is not None and not p.is_symlink() and p.is_dir()
+               for p in directory.iterdir())

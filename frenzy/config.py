@@ -71,6 +71,9 @@ class ServiceSettings(BusSettings):
     # Checkpoint-now (preemption, resize, migration): how long the agent waits for the job to
     # save and exit after SIGUSR1 before it stops it; the last committed checkpoint stands.
     checkpoint_grace_s: float = 60.0
+    checkpoint_cleanup_forget_s: float = Field(
+        7 * 86400.0, description="orchestrator: a checkpoint delete still unacknowledged this long "
+        "after its job ended, to a node that is not up, is dropped (the node is gone for good)")
     checkpoint_root: str = Field("", description="node agent: per-job checkpoint directories "
                                  "when the spec names none (shared storage for multi-node jobs "
                                  "and resume on another node); empty: <state dir>/checkpoints")

@@ -396,6 +396,26 @@ def test_checkpoint_removal_stays_inside_the_jobs_directory(tmp_path):
     assert remove_checkpoints(linked, True) == [] and (outside / "precious").exists()
 
 
+def test_checkpoints_left_says_whether_the_agent_may_acknowledge_the_delete(tmp_path):
+    """The agent acknowledges a DeleteCheckpoints only when nothing it should remove is left."""
+    from frenzy.checkpointdir import checkpoints_left, remove_checkpoints
+
+    own = tmp_path / "own"
+    (own / "step-000000004").mkdir(parents=True)
+    assert checkpoints_left(own, owned=True)
+    remove_checkpoints(own, owned=True)
+    assert not checkpoints_left(own, owned=True)  # gone, or never there: nothing left
+    named = tmp_path / "named"
+    (named / "step-000000002").mkdir(parents=True)
+    (named / "notes.txt").write_text("mine")
+    assert checkpoints_left(named, owned=False)
+    remove_checkpoints(named, owned=False)
+    assert not checkpoints_left(named, owned=False)  # the note is not the job's to remove
+    linked = tmp_path / "linked"
+    linked.symlink_to(own.parent, target_is_directory=True)
+    assert not checkpoints_left(linked, owned=True)  # never followed, so never "left"
+
+
 def test_an_exit_wakes_the_watcher_before_its_poll_interval(tmp_path):
     """ExitWatch: a job process's exit wakes the supervising loop at once (pidfd), so freed GPUs
     are reported without waiting out the poll; its descriptors are closed afterwards. The poll

@@ -566,3 +566,188 @@ def test_cancel_and_success_remove_checkpoints_unless_the_spec_keeps_them():
     # a job that never ran anywhere has nothing to remove
     core.submit("q", SPEC, 3)
     assert deletes(core.cancel("q", 4)) == []
+
+
+def ack(job_id: str, node: str, uri: str = "") -> events_pb2.CheckpointsDeleted:
+    return events_pb2.CheckpointsDeleted(job_id=job_id, node_id=node, checkpoint_uri=uri)
+
+
+def saved_cleanup(core: OrchestratorCore, job_id: str) -> list[str]:
+    """The pending deletes as the job's latest state record holds them."""
+    records = [o.payload for o in core.drain_state_records() if o.key == f"job/{job_id}"]
+    return list(records[-1].cleanup_nodes) if records else None
+
+
+def test_a_delete_stays_pending_per_node_until_that_agent_acknowledges_it():
+    core = running_core()
+    core.on_agent_status(checkpoint_status("a", 8), 3)
+    core.on_heartbeat(heartbeat("n2"), 11)
+    core.check_liveness(11)  # n1 lost: a retry needs the checkpoint, nothing is pending
+    assert core.jobs["a"].cleanup == {}
+    core.on_placed(placed("a", "n2", [0, 1], attempt=1), 12)
+    core.on_agent_status(agent_status("a", RUNNING, node="n2", attempt=1), 13)
+    core.on_heartbeat(heartbeat("n1"), 13)  # n1 back, before the job ends: nothing to send
+    assert deletes(core.on_agent_status(agent_status("a", SUCCEEDED, node="n2", attempt=1), 14)) \
+        == [("n1", "a"), ("n2", "a")]
+    assert saved_cleanup(core, "a") == ["n1", "n2"]
+    assert core.on_checkpoints_deleted(ack("a", "n2"), 15) == []
+    assert saved_cleanup(core, "a") == ["n1"]
+    core.on_checkpoints_deleted(ack("a", "n2"), 15)  # a duplicate ack changes nothing
+    core.on_checkpoints_deleted(ack("a", "n1", uri="/elsewhere"), 15)  # not this job's directory
+    core.on_checkpoints_deleted(ack("zz", "n1"), 15)  # no such job
+    assert saved_cleanup(core, "a") is None and set(core.jobs["a"].cleanup) == {"n1"}
+    core.on_checkpoints_deleted(ack("a", "n1"), 16)
+    assert saved_cleanup(core, "a") == [] and core.retry_cleanup(10_000) == []
+
+
+def test_a_node_that_was_down_at_the_job_end_gets_the_delete_again_when_it_comes_back():
+    """The first command expired on the broker while the agent was down; the node's return
+    (its heartbeat after being lost) re-sends it, and nothing goes to it while it is lost."""
+    core = running_core()
+    core.on_heartbeat(heartbeat("n2"), 11)
+    core.check_liveness(11)  # n1 lost with the job
+    core.on_placed(placed("a", "n2", [0, 1], attempt=1), 12)
+    core.on_heartbeat(heartbeat("n2"), 20)
+    core.cancel("a", 20)
+    core.on_checkpoints_deleted(ack("a", "n2"), 21)
+    for t in (40, 100, 1000):
+        core.on_heartbeat(heartbeat("n2"), t)
+        assert deletes(core.retry_cleanup(t)) == []  # n1 is still lost
+    out = core.on_heartbeat(heartbeat("n1"), 1001)  # "node recovered"
+    assert deletes(out) == [("n1", "a")]
+    assert deletes(core.on_heartbeat(heartbeat("n1"), 1002)) == []  # once per return
+    core.on_checkpoints_deleted(ack("a", "n1"), 1003)
+    assert core.jobs["a"].cleanup == {}
+
+
+def test_an_agent_restart_within_the_node_timeout_also_gets_the_delete_again():
+    core = running_core()
+    core.cancel("a", 3)
+    assert deletes(core.on_heartbeat(heartbeat("n1"), 4)) == []
+    restarted_agent = heartbeat("n1")
+    restarted_agent.agent_restarts = 1
+    assert deletes(core.on_heartbeat(restarted_agent, 5)) == [("n1", "a")]
+
+
+def test_unacknowledged_deletes_to_a_live_node_are_retried_with_backoff():
+    from frenzy_orchestrator.core import CLEANUP_RETRY_FIRST_S, CLEANUP_RETRY_MAX_S
+
+    core = running_core()
+    core.cancel("a", 0)
+    sent_at = []
+    for t in range(0, 4000):
+        core.on_heartbeat(heartbeat("n1"), t)
+        core.on_heartbeat(heartbeat("n2"), t)
+        if deletes(core.retry_cleanup(t)):
+            sent_at.append(t)
+    gaps = [b - a for a, b in zip([0, *sent_at], sent_at)]
+    assert gaps[:4] == [CLEANUP_RETRY_FIRST_S, 2 * CLEANUP_RETRY_FIRST_S,
+                        4 * CLEANUP_RETRY_FIRST_S, 8 * CLEANUP_RETRY_FIRST_S]
+    assert max(gaps) == CLEANUP_RETRY_MAX_S and gaps[-1] == CLEANUP_RETRY_MAX_S
+
+
+def test_a_restarted_orchestrator_keeps_the_pending_deletes_and_sends_them_on_the_nodes_heartbeat():
+    core = running_core()
+    core.cancel("a", 3)
+    core = restarted(core, 5)
+    assert set(core.jobs["a"].cleanup) == {"n1"}
+    assert deletes(core.retry_cleanup(6)) == []  # n1 not heard from yet
+    assert deletes(core.on_heartbeat(heartbeat("n1"), 6)) == [("n1", "a")]
+    core.on_checkpoints_deleted(ack("a", "n1"), 7)
+    core = restarted(core, 8)
+    assert core.jobs["a"].cleanup == {}
+    assert deletes(core.on_heartbeat(heartbeat("n1"), 9)) == []
+
+
+def test_a_delete_to_a_node_gone_for_good_is_dropped():
+    core = running_core()
+    core.cancel("a", 3)
+    core.on_heartbeat(heartbeat("n2"), 20)
+    core.check_liveness(20)  # n1 lost
+    core.cleanup_forget_s = 100.0
+    core.retry_cleanup(100)
+    assert set(core.jobs["a"].cleanup) == {"n1"}  # not long enough
+    core.drain_state_records()
+    core.retry_cleanup(104)
+    assert core.jobs["a"].cleanup == {} and saved_cleanup(core, "a") == []
+    assert deletes(core.on_heartbeat(heartbeat("n1"), 105)) == []
+
+
+def test_a_delete_waits_while_a_live_job_names_the_same_checkpoint_directory():
+    shared = types_pb2.JobSpec()
+    shared.CopyFrom(SPEC)
+    shared.training.checkpoint_uri = "/data/ckpt"
+    core = queued_core()
+    option = types_pb2.PlanOption(gpu_type="A100-80GB", num_gpus=2)
+    for job_id in ("a", "b"):
+        core.submit(job_id, shared, 0)
+        core.on_planned(events_pb2.JobPlanned(job_id=job_id, options=[option]), 0)
+    core.on_placed(placed("a", "n1", [0, 1]), 1)
+    core.on_placed(placed("b", "n1", [2, 3]), 1)
+    assert deletes(core.cancel("a", 2)) == []  # b still runs out of /data/ckpt
+    core.on_heartbeat(heartbeat("n1"), 50)
+    assert deletes(core.retry_cleanup(50)) == []
+    assert deletes(core.cancel("b", 60)) == [("n1", "b")]
+    core.on_heartbeat(heartbeat("n1"), 100)
+    # a's delete goes with its next retry (b's, unacknowledged, is retried too)
+    assert sorted(deletes(core.retry_cleanup(100))) == [("n1", "a"), ("n1", "b")]
+
+
+OPS = st.lists(st.tuples(st.sampled_from(["hb1", "hb2", "restart_agent1", "liveness", "place",
+                                          "run", "fail", "succeed", "cancel", "ack1", "ack2",
+                                          "retry", "restart"]),
+                         st.integers(min_value=0, max_value=30)), max_size=40)
+
+
+@given(OPS)
+def test_deletes_go_only_to_jobs_that_ended_for_good_and_stop_once_acknowledged(ops):
+    """Whatever happens between (nodes lost and back, retries, restarts of the agent or the
+    orchestrator), a DeleteCheckpoints is only ever for a job in a terminal state, only to a
+    node that ran it, and none goes once each node acknowledged."""
+    from frenzy_orchestrator import lifecycle as lc
+
+    core, now, agent_starts, saved = running_core(), 2.0, 0, {}
+    for op, step_s in ops:
+        now += step_s
+        rec = core.jobs["a"]
+        job = rec.job
+        if op in ("hb1", "hb2", "restart_agent1"):
+            hb = heartbeat("n1" if op != "hb2" else "n2")
+            agent_starts += op == "restart_agent1"
+            hb.agent_restarts = agent_starts if hb.node_id == "n1" else 0
+            out = core.on_heartbeat(hb, now)
+        elif op == "liveness":
+            out = core.check_liveness(now)
+        elif op == "place" and job.state == QUEUED:
+            free = [n for n in ("n1", "n2") if core.nodes.get(n) is not None
+                    and len(core.nodes[n].free_gpus) >= 2]
+            out = core.on_placed(placed("a", free[0], core.nodes[free[0]].free_gpus[:2],
+                                        attempt=job.attempt), now) if free else []
+        elif op in ("run", "fail", "succeed") and job.assignments:
+            state = {"run": RUNNING, "fail": FAILED, "succeed": SUCCEEDED}[op]
+            out = core.on_agent_status(agent_status("a", state, node=job.assignments[0].node_id,
+                                                    attempt=job.attempt, reason="exit code 1"), now)
+        elif op == "cancel":
+            out = core.cancel("a", now)
+        elif op in ("ack1", "ack2"):
+            out = core.on_checkpoints_deleted(ack("a", "n1" if op == "ack1" else "n2"), now)
+        elif op == "retry":
+            out = core.retry_cleanup(now)
+        elif op == "restart":  # from everything saved so far, as the compacted topic holds it
+            saved.update((o.key, o.payload) for o in core.drain_state_records())
+            core, out = OrchestratorCore(node_timeout_s=10, max_retries=2), []
+            core.restore([v for k, v in saved.items() if k.startswith("job/")], [], now)
+        else:
+            out = []
+        saved.update((o.key, o.payload) for o in core.drain_state_records())
+        rec = core.jobs["a"]
+        sent = deletes(out)
+        if sent or rec.cleanup:
+            assert rec.job.state in lc.TERMINAL, (op, rec.job.state)
+        assert set(rec.cleanup) <= set(rec.checkpoint_nodes)
+        assert {n for n, _ in sent} <= set(rec.checkpoint_nodes)
+    for node in list(core.jobs["a"].cleanup):
+        core.on_checkpoints_deleted(ack("a", node), now)
+    for t in (now + 1, now + 1000, now + 10_000):
+        core.on_heartbeat(heartbeat("n1"), t)
+        assert deletes(core.retry_cleanup(t)) == []

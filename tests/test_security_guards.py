@@ -167,3 +167,23 @@ def test_agent_removes_checkpoints_only_on_a_signed_command_for_it(tmp_path):
     assert agent.verify(good, env, topics.AGENT_COMMANDS.name) == ""
     unsigned, env = record(topics.AGENT_COMMANDS.name, "n1", delete)
     assert "unsigned" in agent.verify(unsigned, env, topics.AGENT_COMMANDS.name)
+
+
+def test_orchestrator_takes_a_checkpoint_delete_ack_only_from_the_nodes_own_agent(tmp_path):
+    """A forged CheckpointsDeleted would end the re-sends and leave a job's checkpoints behind."""
+    guard, _, store = orchestrator(tmp_path)
+    _, join_token = store.create("join")
+    public_b64 = base64.b64encode(signing.public_key_raw(guard.signer.key)).decode()
+    settings = ServiceSettings(join_token=join_token, orchestrator_key=public_b64)
+    n1 = agent_security(settings, "n1", tmp_path / "n1")
+    n2 = agent_security(settings, "n2", tmp_path / "n2")
+    assert guard.join(n1.join_record("n1")) == "" and guard.join(n2.join_record("n2")) == ""
+    topic = topics.NODES_HEARTBEATS.name
+    ack = events_pb2.CheckpointsDeleted(job_id="j", node_id="n1")
+    ok, env = record(topic, "n1", ack, n1.signer)
+    assert guard.verify(ok, env, topic) == ""
+    assert "replayed" in guard.verify(ok, env, topic)
+    impostor, env = record(topic, "n1", ack, n2.signer)
+    assert "not by node 'n1'" in guard.verify(impostor, env, topic)
+    unsigned, env = record(topic, "n1", ack)
+    assert "unsigned" in guard.verify(unsigned, env, topic)

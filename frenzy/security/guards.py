@@ -9,6 +9,8 @@ The orchestrator accepts
                       key (HMAC); the verified tenant is written into the payload;
   job_status_changed  from an agent only when signed by the agent that owns status.node_id;
   node_heartbeat      only when signed by the agent that owns heartbeat.node_id;
+  checkpoints_deleted only when signed by the agent that owns its node_id (a forged ack would
+                      leave a job's checkpoints behind);
   agent_join          checked in its handler (`join`): the proof of a join token.
 An agent accepts its commands (launch_job, stop_job, delete_checkpoints) only when signed by
 the orchestrator, meant for itself, not expired and not seen before.
@@ -124,6 +126,10 @@ class OrchestratorGuard:
                 expires_s = self._from_node(record, topic, env.job_status_changed.node_id, now_s)
                 if not self.replays.first_time(env.event_id, expires_s, now_s):
                     return f"{kind}: replayed status {env.event_id[:40]!r}"
+            elif kind == "checkpoints_deleted":
+                expires_s = self._from_node(record, topic, env.checkpoints_deleted.node_id, now_s)
+                if not self.replays.first_time(env.event_id, expires_s, now_s):
+                    return f"{kind}: replayed acknowledgement {env.event_id[:40]!r}"
             elif kind == "node_heartbeat":
                 node_id = env.node_heartbeat.node_id
                 self._from_node(record, topic, node_id, now_s)

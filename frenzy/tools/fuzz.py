@@ -172,14 +172,17 @@ def _payload_for(topic: topics.Topic, rng: random.Random, node_ids: list[str]):
         topics.JOBS_STATUS.name: lambda: events_pb2.JobStatusChanged(
             job_id=job_id, node_id=node, state=rng.choice(list(types_pb2.JobState.values())),
             source=rng.choice([events_pb2.AGENT, events_pb2.ORCHESTRATOR]), attempt=rng.randint(-1, 3)),
-        topics.NODES_HEARTBEATS.name: lambda: events_pb2.NodeHeartbeat(
-            node_id=node, sequence=rng.randint(0, 10**9), gpus=[types_pb2.GpuStatus(index=0, gpu_type="H100-80GB")]),
+        topics.NODES_HEARTBEATS.name: lambda: rng.choice([
+            events_pb2.NodeHeartbeat(node_id=node, sequence=rng.randint(0, 10**9),
+                                     gpus=[types_pb2.GpuStatus(index=0, gpu_type="H100-80GB")]),
+            events_pb2.CheckpointsDeleted(job_id=job_id, node_id=node)]),
         topics.CLUSTER_EVENTS.name: lambda: events_pb2.GpuAvailabilityChanged(
             node_id=node, gpu_type="H100-80GB", gpus_total=8, free_gpu_indices=range(8), version=2**62),
         topics.AGENT_COMMANDS.name: lambda: rng.choice([
             events_pb2.LaunchJob(job_id=job_id, node_id=node, gpu_indices=[0],
                                  spec=types_pb2.JobSpec(entrypoint=["touch", "/tmp/frenzy-fuzz-pwned"])),
-            events_pb2.StopJob(job_id=job_id, node_id=node, reason="fuzz")]),
+            events_pb2.StopJob(job_id=job_id, node_id=node, reason="fuzz"),
+            events_pb2.DeleteCheckpoints(job_id=job_id, node_id=node, checkpoint_uri="/")]),
     }
     return options[topic.name]()
 

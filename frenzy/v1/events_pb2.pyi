@@ -32,7 +32,7 @@ ORCHESTRATOR: StatusSource
 AGENT: StatusSource
 
 class Envelope(_message.Message):
-    __slots__ = ("event_id", "type", "produced_at", "trace_id", "producer", "job_submitted", "job_planned", "job_placed", "launch_job", "stop_job", "job_status_changed", "node_heartbeat", "gpu_availability_changed", "job_record_state", "state_marker", "orchestrator_epoch", "reshape_job", "agent_join", "delete_checkpoints", "log_chunk")
+    __slots__ = ("event_id", "type", "produced_at", "trace_id", "producer", "job_submitted", "job_planned", "job_placed", "launch_job", "stop_job", "job_status_changed", "node_heartbeat", "gpu_availability_changed", "job_record_state", "state_marker", "orchestrator_epoch", "reshape_job", "agent_join", "delete_checkpoints", "checkpoints_deleted", "log_chunk")
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     PRODUCED_AT_FIELD_NUMBER: _ClassVar[int]
@@ -52,6 +52,7 @@ class Envelope(_message.Message):
     RESHAPE_JOB_FIELD_NUMBER: _ClassVar[int]
     AGENT_JOIN_FIELD_NUMBER: _ClassVar[int]
     DELETE_CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINTS_DELETED_FIELD_NUMBER: _ClassVar[int]
     LOG_CHUNK_FIELD_NUMBER: _ClassVar[int]
     event_id: str
     type: str
@@ -72,8 +73,9 @@ class Envelope(_message.Message):
     reshape_job: ReshapeJob
     agent_join: AgentJoin
     delete_checkpoints: DeleteCheckpoints
+    checkpoints_deleted: CheckpointsDeleted
     log_chunk: _types_pb2.LogChunk
-    def __init__(self, event_id: _Optional[str] = ..., type: _Optional[str] = ..., produced_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., trace_id: _Optional[str] = ..., producer: _Optional[str] = ..., job_submitted: _Optional[_Union[JobSubmitted, _Mapping]] = ..., job_planned: _Optional[_Union[JobPlanned, _Mapping]] = ..., job_placed: _Optional[_Union[JobPlaced, _Mapping]] = ..., launch_job: _Optional[_Union[LaunchJob, _Mapping]] = ..., stop_job: _Optional[_Union[StopJob, _Mapping]] = ..., job_status_changed: _Optional[_Union[JobStatusChanged, _Mapping]] = ..., node_heartbeat: _Optional[_Union[NodeHeartbeat, _Mapping]] = ..., gpu_availability_changed: _Optional[_Union[GpuAvailabilityChanged, _Mapping]] = ..., job_record_state: _Optional[_Union[JobRecordState, _Mapping]] = ..., state_marker: _Optional[_Union[StateMarker, _Mapping]] = ..., orchestrator_epoch: _Optional[_Union[OrchestratorEpoch, _Mapping]] = ..., reshape_job: _Optional[_Union[ReshapeJob, _Mapping]] = ..., agent_join: _Optional[_Union[AgentJoin, _Mapping]] = ..., delete_checkpoints: _Optional[_Union[DeleteCheckpoints, _Mapping]] = ..., log_chunk: _Optional[_Union[_types_pb2.LogChunk, _Mapping]] = ...) -> None: ...
+    def __init__(self, event_id: _Optional[str] = ..., type: _Optional[str] = ..., produced_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., trace_id: _Optional[str] = ..., producer: _Optional[str] = ..., job_submitted: _Optional[_Union[JobSubmitted, _Mapping]] = ..., job_planned: _Optional[_Union[JobPlanned, _Mapping]] = ..., job_placed: _Optional[_Union[JobPlaced, _Mapping]] = ..., launch_job: _Optional[_Union[LaunchJob, _Mapping]] = ..., stop_job: _Optional[_Union[StopJob, _Mapping]] = ..., job_status_changed: _Optional[_Union[JobStatusChanged, _Mapping]] = ..., node_heartbeat: _Optional[_Union[NodeHeartbeat, _Mapping]] = ..., gpu_availability_changed: _Optional[_Union[GpuAvailabilityChanged, _Mapping]] = ..., job_record_state: _Optional[_Union[JobRecordState, _Mapping]] = ..., state_marker: _Optional[_Union[StateMarker, _Mapping]] = ..., orchestrator_epoch: _Optional[_Union[OrchestratorEpoch, _Mapping]] = ..., reshape_job: _Optional[_Union[ReshapeJob, _Mapping]] = ..., agent_join: _Optional[_Union[AgentJoin, _Mapping]] = ..., delete_checkpoints: _Optional[_Union[DeleteCheckpoints, _Mapping]] = ..., checkpoints_deleted: _Optional[_Union[CheckpointsDeleted, _Mapping]] = ..., log_chunk: _Optional[_Union[_types_pb2.LogChunk, _Mapping]] = ...) -> None: ...
 
 class JobSubmitted(_message.Message):
     __slots__ = ("job_id", "spec", "submitted_at", "attempt", "min_memory_bytes", "tenant")
@@ -189,6 +191,20 @@ class DeleteCheckpoints(_message.Message):
     reason: str
     def __init__(self, job_id: _Optional[str] = ..., node_id: _Optional[str] = ..., checkpoint_uri: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
+class CheckpointsDeleted(_message.Message):
+    __slots__ = ("job_id", "node_id", "checkpoint_uri", "removed", "note")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_URI_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    node_id: str
+    checkpoint_uri: str
+    removed: int
+    note: str
+    def __init__(self, job_id: _Optional[str] = ..., node_id: _Optional[str] = ..., checkpoint_uri: _Optional[str] = ..., removed: _Optional[int] = ..., note: _Optional[str] = ...) -> None: ...
+
 class StopJob(_message.Message):
     __slots__ = ("job_id", "node_id", "reason", "attempt", "checkpoint_first")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
@@ -270,7 +286,7 @@ class GpuAvailabilityChanged(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., gpu_type: _Optional[str] = ..., gpus_total: _Optional[int] = ..., free_gpu_indices: _Optional[_Iterable[int]] = ..., node_state: _Optional[_Union[_types_pb2.NodeState, str]] = ..., version: _Optional[int] = ..., cause: _Optional[str] = ..., allocated_jobs: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JobRecordState(_message.Message):
-    __slots__ = ("job", "node_outcomes", "oom_replans", "pending_reshape", "free_attempts", "checkpoint_nodes")
+    __slots__ = ("job", "node_outcomes", "oom_replans", "pending_reshape", "free_attempts", "checkpoint_nodes", "cleanup_nodes")
     class NodeOutcomesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -284,13 +300,15 @@ class JobRecordState(_message.Message):
     PENDING_RESHAPE_FIELD_NUMBER: _ClassVar[int]
     FREE_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_NODES_FIELD_NUMBER: _ClassVar[int]
+    CLEANUP_NODES_FIELD_NUMBER: _ClassVar[int]
     job: _types_pb2.Job
     node_outcomes: _containers.ScalarMap[str, _types_pb2.JobState]
     oom_replans: int
     pending_reshape: ReshapeJob
     free_attempts: int
     checkpoint_nodes: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, job: _Optional[_Union[_types_pb2.Job, _Mapping]] = ..., node_outcomes: _Optional[_Mapping[str, _types_pb2.JobState]] = ..., oom_replans: _Optional[int] = ..., pending_reshape: _Optional[_Union[ReshapeJob, _Mapping]] = ..., free_attempts: _Optional[int] = ..., checkpoint_nodes: _Optional[_Iterable[str]] = ...) -> None: ...
+    cleanup_nodes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job: _Optional[_Union[_types_pb2.Job, _Mapping]] = ..., node_outcomes: _Optional[_Mapping[str, _types_pb2.JobState]] = ..., oom_replans: _Optional[int] = ..., pending_reshape: _Optional[_Union[ReshapeJob, _Mapping]] = ..., free_attempts: _Optional[int] = ..., checkpoint_nodes: _Optional[_Iterable[str]] = ..., cleanup_nodes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class StateMarker(_message.Message):
     __slots__ = ("marker_id",)

@@ -15,7 +15,7 @@ from aiokafka import TopicPartition
 
 from frenzy import topics
 from frenzy.bus import Bus, partition_for_key
-from frenzy.checkpointdir import remove_checkpoints
+from frenzy.checkpointdir import checkpoints_left, remove_checkpoints
 from frenzy.config import ServiceSettings
 from frenzy.logs import get_logger
 from frenzy.runtime import run_service, run_until_stopped
@@ -183,9 +183,11 @@ class NodeAgent:
             await executor.stop(job, cmd.reason, self.settings.stop_grace_s)
 
     async def on_delete_checkpoints(self, env: events_pb2.Envelope, key: str) -> None:
-        """The job has ended for good: remove its checkpoints (idempotent; a redelivered command
-        finds nothing left). A process of the job still running here is stopped first, or it
-        could write a checkpoint into the directory after it went."""
+        """The job has ended for good: remove its checkpoints, then acknowledge (idempotent; a
+        redelivered or re-sent command finds nothing left and is acknowledged again). A process
+        of the job still running here is stopped first, or it could write a checkpoint into the
+        directory after it went. No acknowledgement while something is left: the orchestrator
+        keeps the delete pending and asks again."""
         cmd = env.delete_checkpoints
         if cmd.node_id != self.node_id:
             return
@@ -194,13 +196,22 @@ class NodeAgent:
             await executor.stop(job, f"job ended: {cmd.reason}", self.settings.stop_grace_s)
         directory, owned = executor.checkpoint_location(cmd.job_id, cmd.checkpoint_uri,
                                                         self.checkpoint_root)
+        ack = events_pb2.CheckpointsDeleted(job_id=cmd.job_id, node_id=self.node_id,
+                                            checkpoint_uri=cmd.checkpoint_uri)
         if "://" in directory or not Path(directory).is_absolute():
             log.warning("checkpoints not removed: not a local absolute path", job_id=cmd.job_id,
                         directory=directory[:200])
-            return
-        removed = await asyncio.to_thread(remove_checkpoints, Path(directory), owned)
-        log.info("checkpoints removed", job_id=cmd.job_id, directory=directory,
-                 removed=len(removed), reason=cmd.reason)
+            ack.note = "not a local absolute path: left alone"
+        else:
+            removed = await asyncio.to_thread(remove_checkpoints, Path(directory), owned)
+            if checkpoints_left(Path(directory), owned):
+                log.error("checkpoints not all removed; not acknowledged", job_id=cmd.job_id,
+                          directory=directory)
+                return
+            ack.removed = len(removed)
+            log.info("checkpoints removed", job_id=cmd.job_id, directory=directory,
+                     removed=len(removed), reason=cmd.reason)
+        await self.bus.publish(topics.NODES_HEARTBEATS, self.node_id, ack)
 
     # ----- restart and heartbeats --------------------------------------------------------
     def count_start(self) -> None:

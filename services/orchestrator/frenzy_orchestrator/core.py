@@ -67,6 +67,13 @@ class NodeRecord:
 
 
 @dataclass
+class CleanupRetry:
+    """When a pending DeleteCheckpoints goes to its node again, and the wait after that."""
+    next_send_s: float
+    delay_s: float = 0.0
+
+
+@dataclass
 class JobRecord:
     job: types_pb2.Job
     node_outcomes: dict[str, int] = field(default_factory=dict)  # node -> agent-reported state
@@ -81,6 +88,9 @@ class JobRecord:
     free_attempts: int = 0  # attempts that were not failures; they do not count as retries
     # Nodes that ran an attempt: where the checkpoints are removed when the job ends.
     checkpoint_nodes: list[str] = field(default_factory=list)
+    # The job ended for good: nodes whose agent has not acknowledged DeleteCheckpoints yet, each
+    # with its re-send backoff. The node ids are saved with the record; the backoff is not.
+    cleanup: dict[str, CleanupRetry] = field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -89,6 +99,9 @@ class JobRecord:
 
 MAX_SPEC_BYTES = 64 * 1024  # a job spec; status records carry it, and Kafka's default limit is 1 MB
 STOP_RESEND_S = 10.0  # how often a stale attempt seen in heartbeats is told to stop again
+# An unacknowledged DeleteCheckpoints to a node that is up goes again after this, then after
+# twice as long each time up to the cap (a node that comes back gets it at once).
+CLEANUP_RETRY_FIRST_S, CLEANUP_RETRY_MAX_S = 10.0, 600.0
 MASTER_PORT_BASE, MASTER_PORT_SPAN = 29500, 3000  # torch's default port and up: 29500-32499
 
 
@@ -103,8 +116,11 @@ def master_port(job_id: str, attempt: int) -> int:
 class OrchestratorCore:
     def __init__(self, node_timeout_s: float = 10.0, max_retries: int = 3,
                  max_oom_replans: int = 1, epoch: int = 0, launch_timeout_s: float = 60.0,
-                 plan_timeout_s: float = 120.0) -> None:
+                 plan_timeout_s: float = 120.0, cleanup_forget_s: float = 7 * 86400.0) -> None:
         self.node_timeout_s = node_timeout_s
+        # A pending checkpoint delete is dropped once the job ended this long ago while its
+        # node is not up: the node counts as removed for good (there is no removal command).
+        self.cleanup_forget_s = cleanup_forget_s
         self.launch_timeout_s = launch_timeout_s
         self.plan_timeout_s = plan_timeout_s
         self.first_tick_s: float | None = None  # nodes have had a timeout to join after this
@@ -142,7 +158,8 @@ class OrchestratorCore:
         rec = self.jobs[job_id]
         state = events_pb2.JobRecordState(job=rec.job, node_outcomes=rec.node_outcomes,
                                           oom_replans=rec.oom_replans, free_attempts=rec.free_attempts,
-                                          checkpoint_nodes=rec.checkpoint_nodes)
+                                          checkpoint_nodes=rec.checkpoint_nodes,
+                                          cleanup_nodes=sorted(rec.cleanup))
         if rec.pending_reshape is not None:
             state.pending_reshape.CopyFrom(rec.pending_reshape)
         return state
@@ -161,6 +178,10 @@ class OrchestratorCore:
                             history=[(job.state, "restored")], since_s=now_s,
                             free_attempts=saved.free_attempts,
                             checkpoint_nodes=list(saved.checkpoint_nodes),
+                            # sent again when each node heartbeats (rejoin), else with backoff
+                            cleanup={n: CleanupRetry(now_s + CLEANUP_RETRY_FIRST_S,
+                                                     CLEANUP_RETRY_FIRST_S)
+                                     for n in saved.cleanup_nodes},
                             pending_reshape=events_pb2.ReshapeJob()
                             if saved.HasField("pending_reshape") else None)
             if rec.pending_reshape is not None:
@@ -195,7 +216,7 @@ class OrchestratorCore:
         out: list[Outgoing] = []
         if target in lifecycle.TERMINAL:
             job.finished_at.FromNanoseconds(int(now_s * 1e9))
-            out = self._delete_checkpoints(rec, reason)
+            out = self._delete_checkpoints(rec, now_s)
         rec.history.append((target, reason))
         rec.since_s = now_s
         rec.missing_since_s.clear()
@@ -207,17 +228,69 @@ class OrchestratorCore:
         status.job.CopyFrom(job)
         return [Outgoing(topics.JOBS_STATUS, job.id, status), *out]
 
-    def _delete_checkpoints(self, rec: JobRecord, reason: str) -> list[Outgoing]:
-        """The job has ended: no attempt will resume from its checkpoints, so every node that
-        ran one removes them, unless the spec keeps them. Sent once, with the terminal
-        transition (a redelivered input that ends the job again sends them again: removal is
-        idempotent)."""
+    def _delete_checkpoints(self, rec: JobRecord, now_s: float) -> list[Outgoing]:
+        """The job has ended for good: no attempt will resume from its checkpoints, so every node
+        that ran one removes them, unless the spec keeps them. Each node's delete stays pending
+        (saved with the job's record) until its agent acknowledges it (`on_checkpoints_deleted`):
+        a command to an agent that is down expires after the command TTL, so it is sent again
+        when the node is seen alive (`_resend_cleanup`) and with backoff (`retry_cleanup`)."""
         if rec.job.spec.training.keep_checkpoints:
             return []
+        rec.cleanup = {n: CleanupRetry(now_s) for n in rec.checkpoint_nodes}
+        return [out for n in rec.checkpoint_nodes for out in self._send_cleanup(rec, n, now_s)]
+
+    def _send_cleanup(self, rec: JobRecord, node_id: str, now_s: float) -> list[Outgoing]:
+        """One DeleteCheckpoints to one node, and when to send it again if no ack comes.
+
+        Held back while a live job's spec names the same directory: its checkpoints are in
+        there (that job's own end removes them all)."""
+        retry = rec.cleanup[node_id]
+        retry.delay_s = min(max(CLEANUP_RETRY_FIRST_S, 2 * retry.delay_s), CLEANUP_RETRY_MAX_S)
+        retry.next_send_s = now_s + retry.delay_s
+        uri = rec.job.spec.training.checkpoint_uri
+        if uri and any(other.job.spec.training.checkpoint_uri == uri for other in self.jobs.values()
+                       if other.job.state not in lifecycle.TERMINAL):
+            return []
         return [Outgoing(topics.AGENT_COMMANDS, node_id, events_pb2.DeleteCheckpoints(
-                    job_id=rec.id, node_id=node_id, reason=reason[:200],
-                    checkpoint_uri=rec.job.spec.training.checkpoint_uri))
-                for node_id in rec.checkpoint_nodes]
+            job_id=rec.id, node_id=node_id, reason=rec.job.reason[:200], checkpoint_uri=uri))]
+
+    def _resend_cleanup(self, node_id: str, now_s: float) -> list[Outgoing]:
+        """The node is seen alive again (it joined, recovered, reported after an orchestrator
+        restart, or its agent restarted): its pending deletes go now, freshly signed."""
+        out: list[Outgoing] = []
+        for rec in self.jobs.values():
+            if node_id in rec.cleanup:
+                rec.cleanup[node_id].delay_s = 0.0  # the backoff starts over
+                out += self._send_cleanup(rec, node_id, now_s)
+        return out
+
+    def retry_cleanup(self, now_s: float) -> list[Outgoing]:
+        """Pending deletes to nodes that are up go again when their backoff is due (a command
+        lost or expired while the node never looked down). One whose job ended more than
+        `cleanup_forget_s` ago, to a node that is not up, is dropped: the node is gone for good."""
+        out: list[Outgoing] = []
+        for rec in self.jobs.values():
+            for node_id, retry in list(rec.cleanup.items()):
+                node = self.nodes.get(node_id)
+                up = node is not None and node.heard and node.state == types_pb2.NODE_READY
+                ended_s = rec.job.finished_at.ToNanoseconds() / 1e9
+                if not up and now_s - ended_s > self.cleanup_forget_s:
+                    del rec.cleanup[node_id]
+                    self._dirty_jobs.add(rec.id)
+                elif up and now_s >= retry.next_send_s:
+                    out += self._send_cleanup(rec, node_id, now_s)
+        return out
+
+    def on_checkpoints_deleted(self, ack: events_pb2.CheckpointsDeleted, now_s: float) -> list[Outgoing]:
+        """The node's agent removed the job's checkpoints (or found none): nothing is pending
+        there any more. Idempotent; an ack for another directory than the job's is ignored."""
+        rec = self.jobs.get(ack.job_id)
+        if rec is None or ack.node_id not in rec.cleanup \
+                or ack.checkpoint_uri != rec.job.spec.training.checkpoint_uri:
+            return []
+        del rec.cleanup[ack.node_id]
+        self._dirty_jobs.add(rec.id)
+        return []
 
     def conflicting_spec(self, job_id: str, spec: types_pb2.JobSpec, tenant: str = "") -> bool:
         """A known job id submitted again with another spec or by another tenant (the same
@@ -503,6 +576,8 @@ class OrchestratorCore:
         else:
             cause = ""
         healthy_before = node.free_gpus
+        if cause or hb.agent_restarts != node.agent_restarts:  # seen alive again
+            out += self._resend_cleanup(node.node_id, now_s)
         node.host, node.agent_pid, node.last_heartbeat_s = hb.host or node.host, hb.agent_pid, now_s
         node.agent_restarts = hb.agent_restarts
         node.gpus = list(hb.gpus)

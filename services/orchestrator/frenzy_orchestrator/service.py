@@ -32,7 +32,8 @@ class OrchestratorService:
         self.settings = settings
         self.core = OrchestratorCore(settings.node_timeout_s, settings.max_retries,
                                      launch_timeout_s=settings.launch_timeout_s,
-                                     plan_timeout_s=settings.plan_timeout_s)
+                                     plan_timeout_s=settings.plan_timeout_s,
+                                     cleanup_forget_s=settings.checkpoint_cleanup_forget_s)
         self.metrics = OrchestratorMetrics(self.core)
         self._errors_observed = 0  # memory prediction errors already in the histogram
         self.watchers: dict[str, list[asyncio.Queue]] = {}
@@ -177,11 +178,18 @@ class OrchestratorService:
         lag_s = time.time() - env.produced_at.ToNanoseconds() / 1e9
         self.metrics.heartbeat_lag_s.observe(max(0.0, lag_s))
 
+    async def on_checkpoints_deleted(self, env: events_pb2.Envelope, key: str) -> None:
+        ack = env.checkpoints_deleted
+        log.info("checkpoint delete acknowledged", job_id=ack.job_id, node_id=ack.node_id,
+                 removed=ack.removed, note=ack.note)
+        await self._run(self.core.on_checkpoints_deleted, ack)
+
     async def liveness_loop(self) -> None:
         while True:
             await asyncio.sleep(min(1.0, self.settings.node_timeout_s / 4))
             await self._run(self.core.check_liveness)
             await self._run(self.core.check_deadlines)
+            await self._run(self.core.retry_cleanup)
             await self.flush()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -210,7 +218,8 @@ class OrchestratorService:
                 fetch_min_bytes=self.settings.heartbeat_fetch_min_bytes)
             consume_heartbeats = asyncio.create_task(self.bus.run_consumer(
                 heartbeats, HEARTBEAT_GROUP,
-                {"node_heartbeat": self.on_heartbeat, "agent_join": self.on_agent_join},
+                {"node_heartbeat": self.on_heartbeat, "agent_join": self.on_agent_join,
+                 "checkpoints_deleted": self.on_checkpoints_deleted},
                 before_commit=self.flush, verify=verify))
             log.info("orchestrator started", grpc=f"{self.settings.grpc_host}:{self.settings.grpc_port}")
             await run_until_stopped(stop, consume_jobs, consume_heartbeats,
