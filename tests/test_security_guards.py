@@ -58,15 +58,20 @@ def test_agent_runs_only_fresh_signed_commands_meant_for_it(tmp_path):
     assert agent.verify(others, env, topics.AGENT_COMMANDS.name) == ""  # n2's, on a shared partition
 
 
-def test_orchestrator_takes_status_and_heartbeats_only_from_the_nodes_own_agent(tmp_path):
+def orchestrator_with_two_agents(tmp_path):
+    """An orchestrator's guard that nodes n1 and n2 have joined with their own keys."""
     guard, _, store = orchestrator(tmp_path)
     _, join_token = store.create("join")
     public_b64 = base64.b64encode(signing.public_key_raw(guard.signer.key)).decode()
     settings = ServiceSettings(join_token=join_token, orchestrator_key=public_b64)
     n1 = agent_security(settings, "n1", tmp_path / "n1")
     n2 = agent_security(settings, "n2", tmp_path / "n2")
-    assert guard.join(n1.join_record("n1")) == ""
-    assert guard.join(n2.join_record("n2")) == ""
+    assert guard.join(n1.join_record("n1")) == "" and guard.join(n2.join_record("n2")) == ""
+    return guard, n1, n2
+
+
+def test_orchestrator_takes_status_and_heartbeats_only_from_the_nodes_own_agent(tmp_path):
+    guard, n1, n2 = orchestrator_with_two_agents(tmp_path)
     status = events_pb2.JobStatusChanged(job_id="j", node_id="n1", state=types_pb2.SUCCEEDED,
                                          source=events_pb2.AGENT)
     topic = topics.JOBS_STATUS.name
@@ -171,13 +176,7 @@ def test_agent_removes_checkpoints_only_on_a_signed_command_for_it(tmp_path):
 
 def test_orchestrator_takes_a_checkpoint_delete_ack_only_from_the_nodes_own_agent(tmp_path):
     """A forged CheckpointsDeleted would end the re-sends and leave a job's checkpoints behind."""
-    guard, _, store = orchestrator(tmp_path)
-    _, join_token = store.create("join")
-    public_b64 = base64.b64encode(signing.public_key_raw(guard.signer.key)).decode()
-    settings = ServiceSettings(join_token=join_token, orchestrator_key=public_b64)
-    n1 = agent_security(settings, "n1", tmp_path / "n1")
-    n2 = agent_security(settings, "n2", tmp_path / "n2")
-    assert guard.join(n1.join_record("n1")) == "" and guard.join(n2.join_record("n2")) == ""
+    guard, n1, n2 = orchestrator_with_two_agents(tmp_path)
     topic = topics.NODES_HEARTBEATS.name
     ack = events_pb2.CheckpointsDeleted(job_id="j", node_id="n1")
     ok, env = record(topic, "n1", ack, n1.signer)
