@@ -53,6 +53,7 @@ SUMMARY_KEYS = ("avg_jct_s", "p50_jct_s", "p99_jct_s", "avg_queue_s", "p99_queue
                 "utilization", "utilization_arrivals", "gpu_hours", "restarts", "decision_p50_s",
                 "decision_p99_s", "decision_total_s", "unschedulable", "sim_wall_s")
 
+CURVE_KEYS = ("utilization_over_time", "utilization_over_time_by_type")  # not saved
 console = Console(stderr=True)
 
 
@@ -70,8 +71,8 @@ def window_runs(trace: list, groups: list[NodeGroup], starts: tuple[int, ...], l
             base, _, ablation = name.partition("@")
             tick = time.perf_counter()
             metrics = run_policy(base, parity if ablation else jobs, groups, config=config)
-            if name not in ("has", "sia"):  # keep the JSON small: the curve for the two leaders
-                metrics.pop("utilization_over_time", None)
+            for key in CURVE_KEYS:  # keep the JSON small (the curves made it 4.5 MB)
+                metrics.pop(key, None)
             window["policies"][name] = metrics
             console.log(f"load {load} window {start_index} {name}: avg JCT "
                         f"{metrics['avg_jct_s'] / 3600:.2f} h ({time.perf_counter() - tick:.1f} s)")
@@ -245,6 +246,12 @@ def main() -> None:
         for key in ("clusters", "overhead_sweep", "whole_trace"):
             if key in saved:
                 results[key] = saved[key]
+        for runs in results["clusters"].values():  # results saved before the curves were dropped
+            for setting in runs.values():
+                for window in setting["windows"]:
+                    for metrics in window["policies"].values():
+                        for key in CURVE_KEYS:
+                            metrics.pop(key, None)
     for cluster_name, path in CLUSTERS.items() if "windows" in sections else ():
         groups = load_cluster_file(path)
         results["clusters"][cluster_name] = {}
@@ -279,8 +286,8 @@ def whole_trace(trace: list, config: SimConfig) -> dict[str, Any]:
     tick, tick_cpu = time.perf_counter(), time.process_time()
     metrics = run_policy("has", jobs, groups, config=config)
     wall_s, cpu_s = time.perf_counter() - tick, time.process_time() - tick_cpu  # + summary
-    metrics.pop("utilization_over_time", None)
-    metrics.pop("utilization_over_time_by_type", None)
+    for key in CURVE_KEYS:
+        metrics.pop(key, None)
     Console().print(f"whole Philly trace ({len(jobs)} jobs, {metrics['completed']} completed) on "
                     f"frenzy-288 under has, trace arrivals, realism defaults: simulation "
                     f"{wall_s:.1f} s wall, {cpu_s:.1f} s CPU ({metrics['decisions']} decisions, "
