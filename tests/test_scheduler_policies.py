@@ -387,3 +387,14 @@ def test_has_does_not_start_now_under_queue_pressure() -> None:
     placed = HasPolicy(HasConfig(launch_overhead_s=0)).schedule(
         queue, cluster, 10.0, _a100_busy_until(2010.0))
     assert [p.job_id for p in placed if p.kind == "place"] == []
+
+
+def test_has_does_not_bet_on_a_move_to_gpus_that_jobs_ahead_wait_for() -> None:
+    # The even-odds job of the test above, behind a shorter job that holds for the A100 (its
+    # T4 option is far slower): the A100 that frees goes to that job first, so no bet.
+    cluster = nodes({"t": ("T4", 4, [0, 1, 2, 3]), "a": ("A100-80GB", 8, [])})
+    queue = [job("ahead", 0, option("T4", 4, 90_000.0), option("A100-80GB", 1, 5_000.0)),
+             job("x", 0, option("T4", 1, 13_000.0), option("A100-80GB", 1, 10_000.0))]
+    placed = HasPolicy(HasConfig(launch_overhead_s=0)).schedule(
+        queue, cluster, 10.0, _a100_busy_until(2010.0))
+    assert [p.job_id for p in placed if p.kind == "place"] == []

@@ -634,8 +634,11 @@ class HasPolicy:
             reservation = reservations.get(gpu_type) if reservations else None
             if have >= gpus and (reservation is None or now_s + duration_s <= reservation.shadow_s
                                  or gpus <= reservation.spare_gpus):
-                if cost > hold_value and not _worth_starting_now(
-                        duration_s, entries[hold_rank][3], hold_wait_s, move_s):
+                # A slower start beyond the plain rule is a bet on a later move; not when jobs
+                # ahead already wait for the faster type (they get its GPUs first)
+                if cost > hold_value and (claimed.get(entries[hold_rank][1]) or
+                                          not _worth_starting_now(duration_s, entries[hold_rank][3],
+                                                                  hold_wait_s, move_s)):
                     break  # slower still from here on: hold
                 assignments = index.best_fit(gpu_type, gpus, tp)
                 if assignments is not None:
