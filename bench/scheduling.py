@@ -58,15 +58,22 @@ console = Console(stderr=True)
 
 
 def window_runs(trace: list, groups: list[NodeGroup], starts: tuple[int, ...], load: float,
-                policies: list[str], config: SimConfig) -> list[dict[str, Any]]:
+                policies: list[str], config: SimConfig,
+                kept: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """`kept`: saved windows of an earlier run whose policies not in `policies` are copied
+    (`--rerun has` after a change to has alone; the others' runs are deterministic)."""
     runs = []
-    for start_index in starts:
+    for position, start_index in enumerate(starts):
         start_s = trace[start_index].submit_time_s
         jobs = prepare_jobs(trace, groups, start_s=start_s, count=WINDOW_JOBS, load=load, seed=0)
         parity = parity_menu(jobs)
         window = {"start_index": start_index, "start_s": start_s,
                   "span_h": (jobs[-1].submit_time_s - jobs[0].submit_time_s) / 3600,
                   "policies": {}}
+        if kept:
+            assert kept[position]["start_index"] == start_index, "saved windows differ"
+            window["policies"] = {name: metrics for name, metrics in
+                                  kept[position]["policies"].items() if name not in policies}
         for name in policies:
             base, _, ablation = name.partition("@")
             tick = time.perf_counter()
@@ -223,6 +230,9 @@ def main() -> None:
                         help="keep the window results already in --out; run the rest")
     parser.add_argument("--only", choices=("windows", "sweep", "whole-trace"),
                         help="run one section; keep the others' results already in --out")
+    parser.add_argument("--rerun", default="",
+                        help="windows: run only these policies (comma-separated), keep the "
+                             "others' window results already in --out")
     args = parser.parse_args()
     sections = {args.only} if args.only else {"windows", "sweep", "whole-trace"}
     if args.skip_windows:
@@ -252,13 +262,17 @@ def main() -> None:
                     for metrics in window["policies"].values():
                         for key in CURVE_KEYS:
                             metrics.pop(key, None)
+    saved_clusters = results["clusters"]
+    results["clusters"] = {} if "windows" in sections else saved_clusters
+    rerun = [name for name in args.rerun.split(",") if name]
     for cluster_name, path in CLUSTERS.items() if "windows" in sections else ():
         groups = load_cluster_file(path)
         results["clusters"][cluster_name] = {}
         for load in LOADS:
-            runs = window_runs(trace, groups, starts, load, policies, config)
-            summary = summarize_cluster(runs, policies)
             label = "trace" if load == 0 else f"load {load}"
+            kept = saved_clusters[cluster_name][label]["windows"] if rerun else None
+            runs = window_runs(trace, groups, starts, load, rerun or policies, config, kept)
+            summary = summarize_cluster(runs, policies)
             results["clusters"][cluster_name][label] = {"windows": runs, "summary": summary}
             Console().print(cluster_table(
                 f"{cluster_name}, {label}: {len(starts)} windows x {WINDOW_JOBS} Philly jobs, "
