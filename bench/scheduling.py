@@ -53,25 +53,33 @@ SUMMARY_KEYS = ("avg_jct_s", "p50_jct_s", "p99_jct_s", "avg_queue_s", "p99_queue
                 "utilization", "utilization_arrivals", "gpu_hours", "restarts", "decision_p50_s",
                 "decision_p99_s", "decision_total_s", "unschedulable", "sim_wall_s")
 
+CURVE_KEYS = ("utilization_over_time", "utilization_over_time_by_type")  # not saved
 console = Console(stderr=True)
 
 
 def window_runs(trace: list, groups: list[NodeGroup], starts: tuple[int, ...], load: float,
-                policies: list[str], config: SimConfig) -> list[dict[str, Any]]:
+                policies: list[str], config: SimConfig,
+                kept: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """`kept`: saved windows of an earlier run whose policies not in `policies` are copied
+    (`--rerun has` after a change to has alone; the others' runs are deterministic)."""
     runs = []
-    for start_index in starts:
+    for position, start_index in enumerate(starts):
         start_s = trace[start_index].submit_time_s
         jobs = prepare_jobs(trace, groups, start_s=start_s, count=WINDOW_JOBS, load=load, seed=0)
         parity = parity_menu(jobs)
         window = {"start_index": start_index, "start_s": start_s,
                   "span_h": (jobs[-1].submit_time_s - jobs[0].submit_time_s) / 3600,
                   "policies": {}}
+        if kept:
+            assert kept[position]["start_index"] == start_index, "saved windows differ"
+            window["policies"] = {name: metrics for name, metrics in
+                                  kept[position]["policies"].items() if name not in policies}
         for name in policies:
             base, _, ablation = name.partition("@")
             tick = time.perf_counter()
             metrics = run_policy(base, parity if ablation else jobs, groups, config=config)
-            if name not in ("has", "sia"):  # keep the JSON small: the curve for the two leaders
-                metrics.pop("utilization_over_time", None)
+            for key in CURVE_KEYS:  # keep the JSON small (the curves made it 4.5 MB)
+                metrics.pop(key, None)
             window["policies"][name] = metrics
             console.log(f"load {load} window {start_index} {name}: avg JCT "
                         f"{metrics['avg_jct_s'] / 3600:.2f} h ({time.perf_counter() - tick:.1f} s)")
@@ -222,6 +230,9 @@ def main() -> None:
                         help="keep the window results already in --out; run the rest")
     parser.add_argument("--only", choices=("windows", "sweep", "whole-trace"),
                         help="run one section; keep the others' results already in --out")
+    parser.add_argument("--rerun", default="",
+                        help="windows: run only these policies (comma-separated), keep the "
+                             "others' window results already in --out")
     args = parser.parse_args()
     sections = {args.only} if args.only else {"windows", "sweep", "whole-trace"}
     if args.skip_windows:
@@ -245,13 +256,23 @@ def main() -> None:
         for key in ("clusters", "overhead_sweep", "whole_trace"):
             if key in saved:
                 results[key] = saved[key]
+        for runs in results["clusters"].values():  # results saved before the curves were dropped
+            for setting in runs.values():
+                for window in setting["windows"]:
+                    for metrics in window["policies"].values():
+                        for key in CURVE_KEYS:
+                            metrics.pop(key, None)
+    saved_clusters = results["clusters"]
+    results["clusters"] = {} if "windows" in sections else saved_clusters
+    rerun = [name for name in args.rerun.split(",") if name]
     for cluster_name, path in CLUSTERS.items() if "windows" in sections else ():
         groups = load_cluster_file(path)
         results["clusters"][cluster_name] = {}
         for load in LOADS:
-            runs = window_runs(trace, groups, starts, load, policies, config)
-            summary = summarize_cluster(runs, policies)
             label = "trace" if load == 0 else f"load {load}"
+            kept = saved_clusters[cluster_name][label]["windows"] if rerun else None
+            runs = window_runs(trace, groups, starts, load, rerun or policies, config, kept)
+            summary = summarize_cluster(runs, policies)
             results["clusters"][cluster_name][label] = {"windows": runs, "summary": summary}
             Console().print(cluster_table(
                 f"{cluster_name}, {label}: {len(starts)} windows x {WINDOW_JOBS} Philly jobs, "
@@ -279,8 +300,8 @@ def whole_trace(trace: list, config: SimConfig) -> dict[str, Any]:
     tick, tick_cpu = time.perf_counter(), time.process_time()
     metrics = run_policy("has", jobs, groups, config=config)
     wall_s, cpu_s = time.perf_counter() - tick, time.process_time() - tick_cpu  # + summary
-    metrics.pop("utilization_over_time", None)
-    metrics.pop("utilization_over_time_by_type", None)
+    for key in CURVE_KEYS:
+        metrics.pop(key, None)
     Console().print(f"whole Philly trace ({len(jobs)} jobs, {metrics['completed']} completed) on "
                     f"frenzy-288 under has, trace arrivals, realism defaults: simulation "
                     f"{wall_s:.1f} s wall, {cpu_s:.1f} s CPU ({metrics['decisions']} decisions, "

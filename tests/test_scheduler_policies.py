@@ -356,3 +356,45 @@ def test_has_grows_the_job_that_saves_most_per_gpu_added() -> None:
     assert (grown.job_id, grown.kind, grown.option.num_gpus) == ("scales", "resize", 4)
     [grown] = HasPolicy(HasConfig(grow_per_gpu=False)).schedule([], cluster, now_s, running)
     assert grown.job_id == "flat"
+
+
+def _a100_busy_until(end_s: float) -> list[RunningJob]:
+    return [RunningJob("r", option("A100-80GB", 8, 100.0), (("a", tuple(range(8))),), 0.0, end_s)]
+
+
+def test_has_starts_now_on_slower_gpus_only_at_even_odds() -> None:
+    # The whole-trace regression (docs/has.md): start-now put long jobs on GPUs many times
+    # slower, betting on a move to the fast ones that a busy cluster never made. The A100
+    # frees in 2,000 s. A job 8x slower on the free T4 (80,000 s against 10,000) would gain at
+    # most 70 s from the bet and lose 68,000 s without the move: it holds. A job 1.3x slower
+    # (13,000 s) gains up to 1,743 s and loses at most 500 s: it starts now on the T4.
+    cluster = nodes({"t": ("T4", 4, [0, 1, 2, 3]), "a": ("A100-80GB", 8, [])})
+    running = _a100_busy_until(2010.0)
+    long_job = [job("x", 0, option("T4", 1, 80_000.0), option("A100-80GB", 1, 10_000.0))]
+    assert HasPolicy(HasConfig(launch_overhead_s=0)).schedule(long_job, cluster, 10.0, running) == []
+    close = [job("x", 0, option("T4", 1, 13_000.0), option("A100-80GB", 1, 10_000.0))]
+    placed = HasPolicy(HasConfig(launch_overhead_s=0)).schedule(close, cluster, 10.0, running)
+    assert [(p.job_id, p.option.gpu_type) for p in placed] == [("x", "T4")]
+
+
+def test_has_does_not_start_now_under_queue_pressure() -> None:
+    # The same even-odds job, but a queue that wants more GPUs than are free: the A100 that
+    # frees will go to the queue, not to a move, so start-now's bet does not apply and the
+    # plain rule (hold: 2,000 s + 10,000 s beats 13,000 s on the T4 at the GPU-time weight) decides.
+    cluster = nodes({"t": ("T4", 4, [0, 1, 2, 3]), "a": ("A100-80GB", 8, [])})
+    queue = [job("x", 0, option("T4", 1, 13_000.0), option("A100-80GB", 1, 10_000.0)),
+             job("y", 0, option("A100-80GB", 8, 50_000.0))]
+    placed = HasPolicy(HasConfig(launch_overhead_s=0)).schedule(
+        queue, cluster, 10.0, _a100_busy_until(2010.0))
+    assert [p.job_id for p in placed if p.kind == "place"] == []
+
+
+def test_has_does_not_bet_on_a_move_to_gpus_that_jobs_ahead_wait_for() -> None:
+    # The even-odds job of the test above, behind a shorter job that holds for the A100 (its
+    # T4 option is far slower): the A100 that frees goes to that job first, so no bet.
+    cluster = nodes({"t": ("T4", 4, [0, 1, 2, 3]), "a": ("A100-80GB", 8, [])})
+    queue = [job("ahead", 0, option("T4", 4, 90_000.0), option("A100-80GB", 1, 5_000.0)),
+             job("x", 0, option("T4", 1, 13_000.0), option("A100-80GB", 1, 10_000.0))]
+    placed = HasPolicy(HasConfig(launch_overhead_s=0)).schedule(
+        queue, cluster, 10.0, _a100_busy_until(2010.0))
+    assert [p.job_id for p in placed if p.kind == "place"] == []

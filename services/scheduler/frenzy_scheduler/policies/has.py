@@ -68,7 +68,8 @@ class HasConfig:
     # it only if they end before the job's expected start), so the wait it counted on holds.
     binding_holds: bool = True
     # Elastic: a job that can start now does, on the best option free now, instead of holding
-    # for faster GPUs (growth migrates it there later, for one restart instead of the wait).
+    # for faster GPUs (growth migrates it there later, for one restart instead of the wait);
+    # only while the queue fits in the free GPUs, and at even odds (`_worth_starting_now`).
     start_now: bool = True
     # What HAS expects a start to cost: launch_overhead_s x (1 + log2(nodes)). A property of
     # the cluster (measured live); the simulator charges every policy the same default.
@@ -245,6 +246,18 @@ class _Pass:
         return True
 
 
+def _worth_starting_now(slow_s: float, fast_s: float, wait_s: float, move_s: float) -> bool:
+    """Start now on a slower option rather than hold `wait_s` for a faster one, betting on a
+    move there when it frees up? Only at even odds: the gain if the move happens (the faster
+    GPUs' share of the wait, less the move's restart) must cover the loss if it never does
+    (the slow run to the end against holding). A long job on GPUs many times slower fails
+    this: the move may never come (the queue takes the fast GPUs first) and its loss is the
+    whole slow run; a short wait's start on slightly slower GPUs passes."""
+    gain_s = fast_s * min(1.0, wait_s / slow_s) - move_s
+    loss_s = slow_s - (wait_s + fast_s)
+    return gain_s >= loss_s
+
+
 class HasPolicy:
     name = "has"
     round_s = 0.0
@@ -291,9 +304,12 @@ class HasPolicy:
         if total_free == 0:
             return moves + admitted
         pressure = min(1.0, max(0.0, demand / max(1, total_free) - 1.0))
+        # Start now on slower GPUs only while the queue fits in the free GPUs: the move to the
+        # faster ones later needs them free after the pass, which under pressure they are not
+        # (the queue takes them), so the job would run its whole slow option to the end.
         state = _Pass(index, _ReleaseProfile(running, now_s), now_s,
                       max(self.config.min_cost_exponent, pressure * self.config.gpu_cost_weight),
-                      elastic and self.config.start_now,
+                      elastic and self.config.start_now and pressure == 0.0,
                       self.config.restart_floor_s + self.config.launch_s(1))
         placements: list[Placement] = []
         reserve_after_s = self.config.reserve_after_s
@@ -618,6 +634,12 @@ class HasPolicy:
             reservation = reservations.get(gpu_type) if reservations else None
             if have >= gpus and (reservation is None or now_s + duration_s <= reservation.shadow_s
                                  or gpus <= reservation.spare_gpus):
+                # A slower start beyond the plain rule is a bet on a later move; not when jobs
+                # ahead already wait for the faster type (they get its GPUs first)
+                if cost > hold_value and (claimed.get(entries[hold_rank][1]) or
+                                          not _worth_starting_now(duration_s, entries[hold_rank][3],
+                                                                  hold_wait_s, move_s)):
+                    break  # slower still from here on: hold
                 assignments = index.best_fit(gpu_type, gpus, tp)
                 if assignments is not None:
                     return option, assignments
