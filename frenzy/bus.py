@@ -19,7 +19,7 @@ from google.protobuf.message import Message
 from opentelemetry import context as otel_context
 from opentelemetry.trace import SpanKind
 
-from frenzy import events, topics, tracing
+from frenzy import events, offsetgaps, topics, tracing
 from frenzy.config import BusSettings, bootstrap
 from frenzy.logs import get_logger
 from frenzy.security.kafka import kafka_client_options
@@ -31,6 +31,7 @@ Handler = Callable[[events_pb2.Envelope, str], Awaitable[None]]
 # SKIP: not for this consumer, not bad either (left to the consumer that judges it).
 Verifier = Callable[[object, events_pb2.Envelope, str], str]
 SKIP = "skip"
+HOLE_REFETCH_PAUSE_S = 0.005  # between fetches while waiting for a hole to fill (offsetgaps.py)
 TOPIC_EXISTS = 36
 
 
@@ -231,6 +232,8 @@ class Bus:
         refuses is dead-lettered with its reason.
         """
         deduper = Deduper(self.settings.dedupe_window)
+        gaps = offsetgaps.OffsetGaps(self.settings.offset_hole_wait_s)
+        compacted = {t.name for t in topics.ALL_TOPICS if t.compacted}  # holes are normal there
         json_payloads = json_payloads or {}
         if not started:
             await consumer.start()
@@ -240,12 +243,20 @@ class Bus:
                 ready.set()
             while True:
                 batch = await consumer.getmany(timeout_ms=200, max_records=500)
+                refetching = False
                 for tp, records in batch.items():
                     for record in records:
                         logical_topic = record.topic.removeprefix(self.prefix)
+                        if logical_topic not in compacted and await self._hole_before(
+                                consumer, gaps, tp, record.offset, group):
+                            refetching = True
+                            break  # this partition's later records come again after the seek
                         await self._handle_record(record, group, handlers, deduper,
                                                   json_payloads.get(logical_topic, ""),
                                                   verify, logical_topic)
+                        gaps.handled(tp, record.offset)
+                if refetching:
+                    await asyncio.sleep(HOLE_REFETCH_PAUSE_S)
                 if batch:
                     if before_commit is not None:
                         await before_commit()
@@ -257,6 +268,24 @@ class Bus:
                                     consumer=group, error=str(err))
         finally:
             await consumer.stop()
+
+    async def _hole_before(self, consumer: AIOKafkaConsumer, gaps: offsetgaps.OffsetGaps,
+                           tp: TopicPartition, offset: int, group: str) -> bool:
+        """Whether `offset` skips records not yet seen here; if so, seek back to fetch them
+        (frenzy/offsetgaps.py says why the embedded broker can skip one)."""
+        verdict = gaps.check(tp, offset, asyncio.get_running_loop().time())
+        if verdict == offsetgaps.NEW_HOLE:
+            committed = await consumer.committed(tp)
+            if committed is not None and committed > gaps.expected[tp]:
+                gaps.forget(tp)  # another member handled them (a rebalance)
+                return False
+        if verdict in (offsetgaps.NEW_HOLE, offsetgaps.REFETCH):
+            consumer.seek(tp, gaps.expected[tp])
+            return True
+        if verdict == offsetgaps.ACCEPT:
+            log.warning("offset hole accepted", consumer=group, topic=tp.topic,
+                        partition=tp.partition, missing_from=gaps.expected[tp], next_offset=offset)
+        return False
 
     async def _handle_record(self, record, group: str, handlers: dict[str, Handler],
                              deduper: Deduper, json_payload: str,

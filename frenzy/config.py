@@ -29,6 +29,9 @@ class BusSettings(BaseSettings):
     # flush before the sender runs, so it leaves as one request per partition anyway, while a
     # delay is paid by every acknowledged publish on the event path (bench/e2e_latency.py).
     linger_ms: int = Field(0, description="producer batching delay; raise it for bulk producers")
+    offset_hole_wait_s: float = Field(
+        2.0, description="how long a consumer waits for a skipped offset to appear before taking "
+        "the hole as real (frenzy/offsetgaps.py: the embedded broker can store a later batch first)")
     dedupe_window: int = Field(100_000, description="event ids remembered per consumer")
     # Kafka's default message.max.bytes is 1,048,588; a record is checked before it is produced,
     # so an oversized one fails with its topic and key named, not as a broker error later. The

@@ -43,7 +43,7 @@ class FuzzReport:
     codes: Counter = field(default_factory=Counter)
     bad_answers: list[str] = field(default_factory=list)  # INTERNAL / UNKNOWN, with the request
     records: Counter = field(default_factory=Counter)  # topic -> records produced
-    undecodable: dict[bytes, str] = field(default_factory=dict)  # value -> topic
+    undecodable: dict[bytes, str] = field(default_factory=dict)  # value -> "topic[partition]@offset"
     dead_lettered: int = 0
     missing_dead_letters: list[str] = field(default_factory=list)
     dead_processes: list[str] = field(default_factory=list)
@@ -246,18 +246,16 @@ def produce_fuzz(cluster, report: FuzzReport, per_topic: int, seed: int = 0) -> 
                                     linger_ms=5)
         await producer.start()
         try:
-            pending = []
+            sends: list[tuple[str, bytes, bool, asyncio.Future]] = []
             for topic in FUZZED_TOPICS:
                 for key, value, headers in fuzz_records(rng, topic, per_topic, cluster.node_ids):
-                    pending.append(await producer.send(cluster.topic_name(topic), value, key=key,
-                                                       headers=headers))
+                    sent = await producer.send(cluster.topic_name(topic), value, key=key, headers=headers)
+                    sends.append((topic.name, value, _undecodable(value, headers), sent))
                     report.records[topic.name] += 1
-                    if _undecodable(value, headers):
-                        report.undecodable[value] = topic.name
-                if len(pending) > 200:
-                    await asyncio.gather(*pending)
-                    pending = []
-            await asyncio.gather(*pending)
+            for name, value, undecodable, sent in sends:
+                metadata = await sent  # raises if the broker refused the record
+                if undecodable:  # where it landed, to name a missing dead letter
+                    report.undecodable[value] = f"{name}[{metadata.partition}]@{metadata.offset}"
         finally:
             await producer.stop()
 
