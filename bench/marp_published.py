@@ -104,7 +104,8 @@ def predict(row: dict) -> dict[str, float]:
                           microbatch_group=row.get("microbatch_group_size"),
                           fused_loss=row.get("cross_entropy_fusion", False),
                           reduce_bucket_elements=row.get("reduce_bucket_size"),
-                          sub_group_elements=row.get("sub_group_size"))
+                          sub_group_elements=row.get("sub_group_size"),
+                          saved_weight_views=row.get("zero_init") is False)
     ours = est.peak_allocated_bytes if row["metric"] == "allocated" else est.peak_reserved_bytes
     before = estimate_memory(arch, recipe, plan, seq_len, grad_accum=accum)
     return {"ours": ours, "frenzy": before.peak_tensor_bytes, **baselines(arch, plan, seq_len)}
