@@ -145,8 +145,10 @@ def run() -> dict:
                 for s in sorted({r["stack"] for r in counted})}
     by_stack_all = {s: summarise([r for r in rows if r["stack"] == s])
                     for s in sorted({r["stack"] for r in rows})}
+    by_metric = {m: summarise([r for r in counted if r["metric"] == m])
+                 for m in sorted({r["metric"] for r in counted})}
     return {"rows": rows, "skipped": skipped, "counted": len(counted),
-            "summary": summarise(counted), "by_stack": by_stack,
+            "summary": summarise(counted), "by_stack": by_stack, "by_metric": by_metric,
             "summary_clean": summarise([r for r in rows if r["mapping"] == "clean"]),
             "summary_all": summarise(rows), "by_stack_all": by_stack_all,
             "goals": GOALS}
@@ -185,6 +187,10 @@ def main() -> None:
         print(f"{r['id'][:78]:78s} not predicted: {r['reason']}")
     print_summary(f"like-for-like: {result['counted']} rows graded clean or approximate",
                   result["summary"], result["by_stack"])
+    for metric, per_metric in result["by_metric"].items():
+        s = per_metric["ours"]
+        print(f"  ours, {metric:9s} rows ({s['rows']}): mean {s['mean_abs_pct']:.2f}%  "
+              f"max {s['max_abs_pct']:.2f}%  worst under {s['worst_under_pct']:+.2f}%")
     s = result["summary_clean"]["ours"]
     print(f"  ours on the {s['rows']} clean rows: mean {s['mean_abs_pct']:.2f}%  "
           f"max {s['max_abs_pct']:.2f}%  worst under {s['worst_under_pct']:+.2f}%")
