@@ -357,6 +357,7 @@ def deepspeed_saved_weight_view_bytes(arch: ModelArch, recipe: Recipe, plan: Par
     - full recompute (the layers run forward under no_grad): only the layer running backward
       keeps its recomputed forward's copy beside the re-gather;
     - one rank: nothing is gathered (partition_parameters.py, `_no_gather_coalesced`).
+    Selective recompute (not an HF Trainer mode) is counted as none, the larger.
     The embedding's backward saves no weight; the output layer's copy is in the gathering terms
     (the root's weights, gathered through backward). Norm weights are left in (a few KiB).
     """
