@@ -3,8 +3,9 @@
     .venv/bin/python bench/marp_published.py
 
 Reads bench/data/marp_published.yaml (collected first hand: Megatron-LM's functional-test golden
-values, torchtitan's benchmark tables, DeepSpeed's examples and a DeepSpeed ZeRO-2/3 table; see
-the file's header and bench/marp_published_collect.py).
+values, torchtitan's benchmark tables, DeepSpeed's examples and a DeepSpeed ZeRO-2/3 table, and
+HF Trainer runs whose scripts and per-run CSVs are public; see the file's header and
+bench/marp_published_collect.py).
 For each row: the measured peak, MARP with the stack's recipe profile (`ours`), MARP with the
 reference trainer's profile as it was before profiles (`frenzy`), and the three formulas of
 bench/marp_accuracy.py (Frenzy paper, Korthikanti, DeepSpeed's estimator). `ours` is compared
@@ -62,14 +63,19 @@ def row_arch(row: dict) -> ModelArch:
 def row_job(row: dict) -> tuple[ModelArch, Recipe, ParallelPlan, int, int]:
     """(arch, recipe, plan, seq_len, grad_accum) as the row's stack ran it."""
     arch = row_arch(row)
-    recipe = Recipe(dropout=row.get("dropout", 0.0), attention=row.get("attention", "flash"),
-                    grad_dtype=row.get("grad_dtype", "fp32"))
+    recipe = Recipe(precision=row.get("precision", "bf16"), dropout=row.get("dropout", 0.0),
+                    attention=row.get("attention", "flash"), grad_dtype=row.get("grad_dtype", "fp32"))
     if row["stack"] == "megatron":
         zero = 1 if row.get("distributed_optimizer") else 0
     else:
         zero = row["zero"]
     cp, dp = row.get("cp", 1), row["dp"]
-    plan = ParallelPlan(dp=dp, tp=row["tp"], pp=row["pp"], zero=zero if dp * cp > 1 else 0,
+    # DeepSpeed's ZeRO optimizers (and the HF Trainer handing a ZeRO config to them) build their
+    # partitions, 16-bit gradient buffer and reduce bucket on a single rank too (stage3.py with a
+    # world size of 1); elsewhere sharding over one rank is no sharding.
+    if dp * cp == 1 and row["stack"] not in ("deepspeed", "hf"):
+        zero = 0
+    plan = ParallelPlan(dp=dp, tp=row["tp"], pp=row["pp"], zero=zero,
                         micro_batch=row["micro_batch"], recompute=row["recompute"],
                         sequence_parallel=row.get("sequence_parallel", False), cp=cp,
                         ep=row.get("ep", 1))
@@ -98,7 +104,8 @@ def predict(row: dict) -> dict[str, float]:
                           microbatch_group=row.get("microbatch_group_size"),
                           fused_loss=row.get("cross_entropy_fusion", False),
                           reduce_bucket_elements=row.get("reduce_bucket_size"),
-                          sub_group_elements=row.get("sub_group_size"))
+                          sub_group_elements=row.get("sub_group_size"),
+                          saved_weight_views=row.get("zero_init") is False)
     ours = est.peak_allocated_bytes if row["metric"] == "allocated" else est.peak_reserved_bytes
     before = estimate_memory(arch, recipe, plan, seq_len, grad_accum=accum)
     return {"ours": ours, "frenzy": before.peak_tensor_bytes, **baselines(arch, plan, seq_len)}
@@ -138,8 +145,10 @@ def run() -> dict:
                 for s in sorted({r["stack"] for r in counted})}
     by_stack_all = {s: summarise([r for r in rows if r["stack"] == s])
                     for s in sorted({r["stack"] for r in rows})}
+    by_metric = {m: summarise([r for r in counted if r["metric"] == m])
+                 for m in sorted({r["metric"] for r in counted})}
     return {"rows": rows, "skipped": skipped, "counted": len(counted),
-            "summary": summarise(counted), "by_stack": by_stack,
+            "summary": summarise(counted), "by_stack": by_stack, "by_metric": by_metric,
             "summary_clean": summarise([r for r in rows if r["mapping"] == "clean"]),
             "summary_all": summarise(rows), "by_stack_all": by_stack_all,
             "goals": GOALS}
@@ -178,6 +187,10 @@ def main() -> None:
         print(f"{r['id'][:78]:78s} not predicted: {r['reason']}")
     print_summary(f"like-for-like: {result['counted']} rows graded clean or approximate",
                   result["summary"], result["by_stack"])
+    for metric, per_metric in result["by_metric"].items():
+        s = per_metric["ours"]
+        print(f"  ours, {metric:9s} rows ({s['rows']}): mean {s['mean_abs_pct']:.2f}%  "
+              f"max {s['max_abs_pct']:.2f}%  worst under {s['worst_under_pct']:+.2f}%")
     s = result["summary_clean"]["ours"]
     print(f"  ours on the {s['rows']} clean rows: mean {s['mean_abs_pct']:.2f}%  "
           f"max {s['max_abs_pct']:.2f}%  worst under {s['worst_under_pct']:+.2f}%")

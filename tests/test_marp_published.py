@@ -40,3 +40,20 @@ def test_a_row_not_like_for_like_needs_its_reason():
     check_grade({**row, "grade_reason": "no script"})
     with pytest.raises(ValueError, match="mapping"):
         check_grade({"id": "x/y", "mapping": "roughly"})
+
+
+def test_hf_rows_keep_deepspeeds_zero_on_one_gpu():
+    """The HF Trainer rows on one GPU ran DeepSpeed ZeRO-3 (fp16): its partitions, 16-bit gradient
+    buffer and reduce bucket exist with a world size of 1, so the plan keeps zero 3 there, where
+    other stacks' single-rank rows drop to zero 0."""
+    hf = [r for r in ROWS if r["stack"] == "hf"]
+    assert hf, "no HF Trainer rows"
+    for row in hf:
+        assert "/blob/" in row["source"] and row["source"].endswith(".csv"), row["id"]
+        _, recipe, plan, _, accum = row_job(row)
+        assert plan.zero == row["zero"] == 3 and recipe.precision == "fp16", row["id"]
+        assert accum == 1, row["id"]
+    one_gpu = [r for r in hf if r["dp"] == 1]
+    assert one_gpu
+    megatron_like = {**one_gpu[0], "id": "x/one-gpu", "stack": "torchtitan"}
+    assert row_job(megatron_like)[2].zero == 0

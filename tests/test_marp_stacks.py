@@ -446,3 +446,42 @@ def test_megatron_cp_attention_keeps_the_ring_kv_chunk_and_a_second_output_copy(
     tt_dp = estimate_memory(LLAMA3_8B, R, ParallelPlan(dp=2, zero=3), 4096, grad_accum=1,
                             framework="torchtitan")
     assert tt.peak_allocated_bytes == tt_dp.peak_allocated_bytes
+
+
+def test_zero3_saved_weight_views_hold_gathered_layers_until_their_backward():
+    """Without DeepSpeed's memory-efficient linear, torch's linear saves a transposed view of each
+    gathered weight: without recompute every layer's copy lives from its forward to its backward
+    (at the loss all but the last layer's, which the gathering terms count; while block i runs
+    backward, blocks 0..i); under full recompute only the recomputed layer's; one rank gathers
+    nothing."""
+    layer = 2 * LLAMA3_8B.layer_params()  # 16-bit, one layer
+    plan = ParallelPlan(dp=8, zero=3, micro_batch=1, recompute="none")
+    held = stacks.deepspeed_saved_weight_view_bytes
+    assert held(LLAMA3_8B, R, plan, None) == pytest.approx(31 * layer, rel=1e-6)
+    assert held(LLAMA3_8B, R, plan, 31) == pytest.approx(32 * layer, rel=1e-6)
+    assert held(LLAMA3_8B, R, plan, 0) == pytest.approx(layer, rel=1e-6)
+    full = replace(plan, recompute="full")
+    assert held(LLAMA3_8B, R, full, None) == 0
+    assert held(LLAMA3_8B, R, full, 31) == pytest.approx(layer, rel=1e-6)
+    for other in (replace(plan, dp=1), replace(plan, zero=2)):
+        assert held(LLAMA3_8B, R, other, None) == held(LLAMA3_8B, R, other, 31) == 0
+
+
+@pytest.mark.parametrize("framework", ["deepspeed", "hf"])
+def test_saved_weight_views_add_to_the_backward_peak_of_zero3_only(framework):
+    recipe = Recipe(precision="fp16", grad_dtype="16bit")
+    plan = ParallelPlan(dp=8, zero=3, micro_batch=1, recompute="none")
+    base = estimate_memory(LLAMA3_8B, recipe, plan, 2048, grad_accum=1, framework=framework)
+    views = estimate_memory(LLAMA3_8B, recipe, plan, 2048, grad_accum=1, framework=framework,
+                            saved_weight_views=True)
+    assert base.peak_phase == views.peak_phase == "backward"
+    extra = views.peak_allocated_bytes - base.peak_allocated_bytes
+    assert extra == views.breakdown["saved_weight_views"] == \
+        stacks.deepspeed_saved_weight_view_bytes(LLAMA3_8B, recipe, plan, None)
+    one_rank = replace(plan, dp=1)
+    assert estimate_memory(LLAMA3_8B, recipe, one_rank, 2048, grad_accum=1, framework=framework,
+                           saved_weight_views=True).peak_allocated_bytes == \
+        estimate_memory(LLAMA3_8B, recipe, one_rank, 2048, grad_accum=1,
+                        framework=framework).peak_allocated_bytes
+    with pytest.raises(ValueError, match="saved_weight_views"):
+        estimate_memory(LLAMA3_8B, recipe, plan, 2048, framework="megatron", saved_weight_views=True)

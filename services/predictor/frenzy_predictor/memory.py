@@ -659,6 +659,10 @@ class RecipeProfile:
     # Pipelines hold no gradients until the step's first backward (FSDP's no-sync accumulation
     # under torch.distributed.pipelining), when stage 0 has the most micro-batches in flight.
     pipeline_grads_after_first_backward: bool = False
+    # (arch, recipe, plan, block) -> gathered 16-bit weights autograd's saved views keep alive
+    # at the loss (block None) or while `block` runs backward, for a model built outside the
+    # stack's memory-efficient linear (DeepSpeed ZeRO-3 without zero.Init); None: no such case.
+    saved_weight_views: Callable[..., int] | None = None
 
 
 def _memoised(memo: dict | None, key: tuple, term, *args):
@@ -710,7 +714,8 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
                     microbatch_group: int | None = None,
                     fused_loss: bool = False,
                     reduce_bucket_elements: int | None = None,
-                    sub_group_elements: int | None = None) -> MemoryEstimate:
+                    sub_group_elements: int | None = None,
+                    saved_weight_views: bool = False) -> MemoryEstimate:
     """Per-rank peak memory of one training step of the reference recipe, or of another
     stack's recipe profile (`framework`, default recipe.framework; see frenzy_predictor.stacks).
 
@@ -723,6 +728,10 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
     config sets one; None: the stack's default (DeepSpeed's 5e8, the HF Trainer's hidden²).
     sub_group_elements: the job's DeepSpeed sub_group_size (ZeRO-3 steps one sub-group at a time);
     None: DeepSpeed's default, 1e9.
+    saved_weight_views: the model was built outside the stack's memory-efficient linear
+    (DeepSpeed ZeRO-3 without deepspeed.zero.Init, as when an HF model is loaded before the
+    Trainer's arguments name the DeepSpeed config), so autograd's saved weight views keep
+    gathered weights alive until their backward (stacks.deepspeed_saved_weight_view_bytes).
     defer_output_wgrad: the output layer's
     weight gradient waits for the pipeline flush (Megatron's --defer-embedding-wgrad-compute),
     so the last stage keeps every micro-batch's buffers through backward.
@@ -736,7 +745,8 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
     """
     framework = framework or recipe.framework
     profile = recipe_profile(framework)
-    job = (arch, recipe, seq_len, framework, reduce_bucket_elements, sub_group_elements)
+    job = (arch, recipe, seq_len, framework, reduce_bucket_elements, sub_group_elements,
+           saved_weight_views)
     job_valid = memo is not None and "job" in memo  # an earlier call validated the memo's job
     if job_valid and memo["job"] != job:
         raise ValueError("memo: kept for another job (model, recipe, seq_len or framework)")
@@ -758,6 +768,9 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
         model_states = partial(profile.model_states, sub_group_elements=sub_group_elements)
     if fused_loss and profile.fused_logits_loss is None:
         raise ValueError(f"fused_loss: {framework} has no fused loss option")
+    if saved_weight_views and profile.saved_weight_views is None:
+        raise ValueError(f"saved_weight_views: {framework} gathers no weights that way "
+                         f"(deepspeed and hf do, under ZeRO-3)")
     loss_term = profile.fused_logits_loss if fused_loss else profile.logits_loss
     if defer_output_wgrad and (profile.deferred_output_wgrad is None or plan.pp == 1):
         raise ValueError(f"defer_output_wgrad: needs a pipeline (pp > 1) and a stack that "
@@ -889,6 +902,13 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
                 layer_bwd["parameters"] = own_params + layer_weights
                 if accum == 1:
                     layer_bwd["gradients"] = (layers - 1 - peak_block) * block_shard
+            if saved_weight_views:  # grows toward the last layer, the block picked above
+                held = profile.saved_weight_views(arch, recipe, plan, None)
+                if held:
+                    backward["saved_weight_views"] = held
+                held = profile.saved_weight_views(arch, recipe, plan, peak_block)
+                if held:
+                    layer_bwd["saved_weight_views"] = held
             backward_phases += [("backward", backward), (layer_phase, layer_bwd)]
 
         # FSDP, end of backward (large vocabularies, short sequences): every block's sharded

@@ -16,7 +16,7 @@ from frenzy.domain import OPTIMIZER_MOMENT_BYTES, ParallelPlan, Recipe
 from frenzy_predictor.memory import (FP32_BYTES, MIB, RecipeProfile, _act_bytes, _r,
                                      korthikanti_layer_activation_bytes, layer_backward_transient_bytes,
                                      layer_bytes, logits_loss_bytes, mlp_saved_bytes,
-                                     model_state_bytes)
+                                     model_state_bytes, rank_layer_params)
 
 # torchtitan's run_train.sh sets PYTORCH_ALLOC_CONF=expandable_segments:True: the allocator maps
 # 2 MiB pages into one growing segment per stream instead of caching whole blocks, so reserved
@@ -337,6 +337,39 @@ def hf_reduce_bucket_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
                                          bucket_elements or arch.hidden_size * arch.hidden_size)
 
 
+def deepspeed_saved_weight_view_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
+                                      block: int | None) -> int:
+    """Gathered 16-bit weights that autograd keeps alive under ZeRO-3 when DeepSpeed's
+    memory-efficient linear is not in place, beyond what the FSDP-style gathering terms count.
+
+    deepspeed.zero.Init installs LinearFunctionForZeroStage3 as torch.nn.functional.linear when
+    its context is entered (zero/partition_parameters.py, __enter__ -> patch_init_and_builtins);
+    it saves the weight Parameter itself, so free_param (`param.data = torch.empty(0)`) releases
+    the all-gather buffer (zero/linear.py: "Allowing us to retrieve the variable without creating
+    pointer to it"). A model built outside that context (the HF Trainer's: from_pretrained before
+    TrainingArguments names the DeepSpeed config, so is_deepspeed_zero3_enabled() is still
+    False) runs torch's linear, whose backward saves the transposed weight: a view that keeps the
+    gathered buffer alive after free_param, until that linear's backward. So:
+
+    - no recompute: every layer's gathered weights stay from its forward to its backward. At the
+      loss (block None) all but the last layer's, which the gathering terms count; while block
+      `block` runs backward, blocks 0..block still hold theirs, block's beside its re-gather;
+    - full recompute (the layers run forward under no_grad): only the layer running backward
+      keeps its recomputed forward's copy beside the re-gather;
+    - one rank: nothing is gathered (partition_parameters.py, `_no_gather_coalesced`).
+    Selective recompute (not an HF Trainer mode) is counted as none, the larger.
+    The embedding's backward saves no weight; the output layer's copy is in the gathering terms
+    (the root's weights, gathered through backward). Norm weights are left in (a few KiB).
+    """
+    if plan.zero != 3 or plan.dp == 1:
+        return 0
+    layer = _r(-(-rank_layer_params(arch, plan) // plan.tp) * _act_bytes(recipe))
+    if plan.recompute == "full":
+        return 0 if block is None else layer
+    layers = arch.num_layers // plan.pp
+    return (layers - 1) * layer if block is None else (block + 1) * layer
+
+
 # ZeRO-3 fetches each module's partitioned parameters before it runs and releases them after,
 # with prefetching (partitioned_param_coordinator.py): modelled as FSDP's ZeRO-3 gathering.
 # The fp32 gradient copy is made inside the step and freed there (stage_1_and_2.py `step`:
@@ -345,7 +378,8 @@ def hf_reduce_bucket_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
 DEEPSPEED = RecipeProfile("deepspeed", model_states=deepspeed_model_state_bytes,
                           layer=hf_layer_bytes, logits_loss=hf_logits_loss_bytes, fsdp_stages=(3,),
                           reduce_buckets=deepspeed_reduce_bucket_bytes,
-                          workspace_bytes=TORCH_CUBLAS_WORKSPACE_BYTES, step_only_grads=True)
+                          workspace_bytes=TORCH_CUBLAS_WORKSPACE_BYTES, step_only_grads=True,
+                          saved_weight_views=deepspeed_saved_weight_view_bytes)
 
 
 # ---------------------------------------------------------------- HF Trainer (AMP + DDP)
@@ -373,6 +407,6 @@ def hf_model_state_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, pa
 HF = RecipeProfile("hf", model_states=hf_model_state_bytes, layer=hf_layer_bytes,
                    logits_loss=hf_logits_loss_bytes, fsdp_stages=(3,),
                    reduce_buckets=hf_reduce_bucket_bytes, workspace_bytes=TORCH_CUBLAS_WORKSPACE_BYTES,
-                   step_only_grads=True)
+                   step_only_grads=True, saved_weight_views=deepspeed_saved_weight_view_bytes)
 
 PROFILES: dict[str, RecipeProfile] = {p.name: p for p in (MEGATRON, TORCHTITAN, DEEPSPEED, HF)}
