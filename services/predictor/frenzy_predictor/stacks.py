@@ -370,6 +370,96 @@ def deepspeed_saved_weight_view_bytes(arch: ModelArch, recipe: Recipe, plan: Par
     return (layers - 1) * layer if block is None else (block + 1) * layer
 
 
+def deepspeed_grad_numels(arch: ModelArch, plan: ParallelPlan) -> list[int]:
+    """The parameter tensors of one tp rank of a (single-stage) transformers model, in the order
+    their gradients reach ZeRO-3's reduce hook in backward: the untied head and the final norm,
+    then each layer from the last (MLP projections, post-attention norm, attention output,
+    v, k, q and their biases, input norm), the embedding last (a tied one's hook fires after its
+    second use, the embedding's backward). GPT-2: its fused c_attn and biased MLP.
+    Mixture-of-experts layers: each routed expert's three projections (over ep), the router."""
+    h, f, t = arch.hidden_size, arch.ffn_hidden_size, plan.tp
+    q, kv = arch.q_dim, arch.kv_dim
+    if arch.family == "gpt2":
+        layer = [f * h, h, h * f, f, 2 * h, q * h, h, h * (q + 2 * kv), q + 2 * kv, 2 * h]
+    else:
+        if arch.is_moe:
+            mlp = [arch.moe_ffn_hidden_size * h] * (3 * (arch.num_experts // plan.ep)) \
+                + [h * arch.num_experts]
+            shared = arch.shared_expert_ffn_hidden_size
+            mlp += [shared * h] * 3 + [h] if shared else []
+        else:
+            mlp = [f * h] * 3
+        bias = [kv, kv, q] if arch.qkv_bias else []
+        qk_norm = [arch.head_dim, arch.head_dim] if arch.qk_norm else []
+        layer = [*mlp, h, q * h, kv * h, kv * h, h * q, *bias, *qk_norm, h]
+    head = [] if arch.tied_embeddings else [arch.vocab_size * h]
+    final_norm = [h, h] if arch.family == "gpt2" else [h]
+    embedding = [arch.vocab_size * h] + ([arch.max_position_embeddings * h]
+                                         if arch.family == "gpt2" else [])
+    numels = [*head, *final_norm, *layer * (arch.num_layers // plan.pp), *embedding]
+    return [-(-n // t) for n in numels]
+
+
+def deepspeed_reduce_scatter_copy_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
+                                        bucket_elements: int | None = None) -> tuple[int, int]:
+    """ZeRO-3's padded copies of its gradient buckets for the reduce-scatter: (the largest made
+    while the layers run backward, the largest at all, the end of backward's included).
+
+    stage3.py `reduce_independent_p_g_buckets_and_remove_grads` adds each gradient to the ipg
+    bucket and first reduces the bucket when this gradient would take it past reduce_bucket_size
+    elements (a gradient larger than the bucket still joins it, uncopied);
+    `independent_gradient_partition_epilogue` reduces the last bucket after backward. With
+    reduce_scatter on (zero/config.py default) `__reduce_and_partition_ipg_grads` takes
+    `__avg_scatter_grads` -> comm/coalesced_collectives.py `reduce_scatter_coalesced`, which
+    interleaves every gradient's rank chunks, padded to dp, into one new buffer (`torch.cat`)
+    unless the bucket is one gradient that dp divides: a 16-bit copy of the bucket, live while
+    it is reduced and partitioned (stage3.py `partition_grads` copies out of it), allocated on
+    `reduce_and_partition_stream` (overlap_comm, on by default at stage 3), so freed into that
+    stream's pool. On one rank too (world size 1 still concatenates)."""
+    bucket = bucket_elements or DEEPSPEED_REDUCE_BUCKET_ELEMENTS
+    dp, e = plan.dp, _act_bytes(recipe)
+
+    def copy(grads: list[int]) -> int:
+        if len(grads) == 1 and grads[0] % dp == 0:
+            return 0
+        return _r(sum(-(-n // dp) * dp for n in grads) * e)
+
+    in_backward, grads, elements = 0, [], 0
+    for n in deepspeed_grad_numels(arch, plan):
+        if elements + n > bucket and elements > 0:
+            in_backward = max(in_backward, copy(grads))
+            grads, elements = [], 0
+        grads.append(n)
+        elements += n
+    return in_backward, max(in_backward, copy(grads))
+
+
+def deepspeed_stream_pool_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
+                                gathered_at_peak: int, gathered_max: int, copy_at_peak: int,
+                                bucket_elements: int | None = None) -> int:
+    """What the caching allocator keeps reserved in ZeRO-3's side-stream pools beyond what the
+    peak phase holds in them; the same cause as FSDP2's pools (memory.fsdp_stream_pool_bytes):
+    a freed block is reused only for the stream that allocated it
+    (c10/cuda/CUDACachingAllocator.cpp), so each pool stays reserved at its own high water.
+
+    - all-gather stream: partitioned_param_coordinator.py `__all_gather_params_` runs
+      `all_gather_coalesced` under `with get_accelerator().stream(self.__allgather_stream)`,
+      which allocates each gathered 16-bit buffer there (partition_parameters.py, `param_buffer =
+      torch.empty(...)`, `_all_gather_dtype`); `free_param` returns it to that pool. Its high
+      water is the most weights gathered at once over the step (`gathered_max`, the largest of
+      the phases' gathered weights, saved views included); none on one rank
+      (`_no_gather_coalesced`);
+    - reduce-and-partition stream: the largest bucket copy of reduce_scatter_coalesced
+      (deepspeed_reduce_scatter_copy_bytes), on one rank too.
+    The ipg bucket itself and the gradient partitions are allocated at start-up on the compute
+    stream (stage3.py `_setup_for_real_optimizer`) and count in the allocated peak."""
+    if plan.zero != 3:
+        return 0
+    _, copy_max = deepspeed_reduce_scatter_copy_bytes(arch, recipe, plan, bucket_elements)
+    all_gather = max(0, gathered_max - gathered_at_peak) if plan.dp > 1 else 0
+    return all_gather + max(0, copy_max - copy_at_peak)
+
+
 # ZeRO-3 fetches each module's partitioned parameters before it runs and releases them after,
 # with prefetching (partitioned_param_coordinator.py): modelled as FSDP's ZeRO-3 gathering.
 # The fp32 gradient copy is made inside the step and freed there (stage_1_and_2.py `step`:
@@ -379,7 +469,9 @@ DEEPSPEED = RecipeProfile("deepspeed", model_states=deepspeed_model_state_bytes,
                           layer=hf_layer_bytes, logits_loss=hf_logits_loss_bytes, fsdp_stages=(3,),
                           reduce_buckets=deepspeed_reduce_bucket_bytes,
                           workspace_bytes=TORCH_CUBLAS_WORKSPACE_BYTES, step_only_grads=True,
-                          saved_weight_views=deepspeed_saved_weight_view_bytes)
+                          saved_weight_views=deepspeed_saved_weight_view_bytes,
+                          reduce_scatter_copies=deepspeed_reduce_scatter_copy_bytes,
+                          stream_pools=deepspeed_stream_pool_bytes)
 
 
 # ---------------------------------------------------------------- HF Trainer (AMP + DDP)
@@ -403,10 +495,28 @@ def hf_model_state_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, pa
             "optimizer_states": (moments // 4) * _r(params * 4)}
 
 
+def hf_reduce_scatter_copy_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
+                                 bucket_elements: int | None = None) -> tuple[int, int]:
+    """DeepSpeed's bucket copies with the Trainer's bucket size (hf_reduce_bucket_bytes)."""
+    return deepspeed_reduce_scatter_copy_bytes(arch, recipe, plan, bucket_elements
+                                               or arch.hidden_size * arch.hidden_size)
+
+
+def hf_stream_pool_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
+                         gathered_at_peak: int, gathered_max: int, copy_at_peak: int,
+                         bucket_elements: int | None = None) -> int:
+    """DeepSpeed's side-stream pools with the Trainer's bucket size (hf_reduce_bucket_bytes)."""
+    return deepspeed_stream_pool_bytes(arch, recipe, plan, gathered_at_peak, gathered_max,
+                                       copy_at_peak, bucket_elements
+                                       or arch.hidden_size * arch.hidden_size)
+
+
 # AMP + DDP keeps its fp32 grads whatever grads_live says; with ZeRO, DeepSpeed's step-only copy.
 HF = RecipeProfile("hf", model_states=hf_model_state_bytes, layer=hf_layer_bytes,
                    logits_loss=hf_logits_loss_bytes, fsdp_stages=(3,),
                    reduce_buckets=hf_reduce_bucket_bytes, workspace_bytes=TORCH_CUBLAS_WORKSPACE_BYTES,
-                   step_only_grads=True, saved_weight_views=deepspeed_saved_weight_view_bytes)
+                   step_only_grads=True, saved_weight_views=deepspeed_saved_weight_view_bytes,
+                   reduce_scatter_copies=hf_reduce_scatter_copy_bytes,
+                   stream_pools=hf_stream_pool_bytes)
 
 PROFILES: dict[str, RecipeProfile] = {p.name: p for p in (MEGATRON, TORCHTITAN, DEEPSPEED, HF)}
