@@ -667,9 +667,10 @@ class RecipeProfile:
     # made while the layers run backward, the largest at all): DeepSpeed ZeRO-3's
     # reduce_scatter_coalesced copies (stacks.deepspeed_reduce_scatter_copy_bytes); None: none.
     reduce_scatter_copies: Callable[..., tuple[int, int]] | None = None
-    # (arch, recipe, plan, gathered_at_peak, gathered_max, copy_at_peak, bucket_elements=None)
-    # -> bytes the stack's side-stream pools keep reserved beyond what the peak phase holds in
-    # them (DeepSpeed ZeRO-3: stacks.deepspeed_stream_pool_bytes); None: none modelled this way.
+    # (plan, gathered_max, copy_max) -> bytes the stack's side-stream pools keep reserved, from
+    # the most 16-bit weights gathered at once and the largest bucket copy
+    # (reduce_scatter_copies); estimate_memory adds them to the compute stream's own high water
+    # (DeepSpeed ZeRO-3: stacks.deepspeed_stream_pool_bytes); None: none modelled this way.
     stream_pools: Callable[..., int] | None = None
 
 
@@ -854,8 +855,14 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
         layer_weights = loss_weights if peak_block == layers - 1 else \
             _memoised(memo, ("gathered", plan.ep, plan.tp, peak_blocks),
                       fsdp_gathered_bytes, arch, recipe, plan, peak_blocks)
-    best: tuple[int, dict[str, int], str, int, int] | None = None
-    gathered_max = 0
+    best: tuple[int, dict[str, int], str, int] | None = None
+    gathered_max = compute_max = 0  # side-stream pools: see the reserved peak below
+    copies = (0, 0)  # bucket copies: (the largest in a layer's backward, the largest at all)
+    if fsdp and profile.reduce_scatter_copies is not None:
+        copies = _memoised(memo, ("reduce_scatter_copies", plan.ep, plan.tp, plan.pp, plan.dp,
+                                  states_plan.zero),
+                           profile.reduce_scatter_copies, arch, recipe, states_plan,
+                           reduce_bucket_elements)
     stages = sorted({0, plan.pp - 1}) if stage is None else [stage]  # middle ones: below the first
     for stage in stages:
         first, last = stage == 0, stage == plan.pp - 1
@@ -911,12 +918,8 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
                 layer_bwd["parameters"] = own_params + layer_weights
                 if accum == 1:
                     layer_bwd["gradients"] = (layers - 1 - peak_block) * block_shard
-            if fsdp and profile.reduce_scatter_copies is not None:
-                # a bucket fills every few layers: its copy is made during a layer's backward
-                copy = profile.reduce_scatter_copies(arch, recipe, states_plan,
-                                                     bucket_elements=reduce_bucket_elements)[0]
-                if copy:
-                    layer_bwd["reduce_scatter_copy"] = copy
+            if copies[0]:  # a bucket fills every few layers: copied in a layer's backward
+                layer_bwd["reduce_scatter_copy"] = copies[0]
             if saved_weight_views:  # grows toward the last layer, the block picked above
                 held = profile.saved_weight_views(arch, recipe, plan, None)
                 if held:
@@ -967,20 +970,24 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
             if profile.workspace_bytes:
                 terms["workspaces"] = profile.workspace_bytes
             total = sum(terms.values())
-            # 16-bit weights gathered in this phase (the side-stream pools' high water)
-            gathered = terms["parameters"] - own_params + terms.get("saved_weight_views", 0)
+            # what this phase holds in side-stream pools: the 16-bit weights gathered (beyond
+            # one rank) and a bucket copy; the rest is the compute stream's
+            gathered = terms["parameters"] - own_params + terms.get("saved_weight_views", 0) \
+                if plan.dp > 1 else 0
             gathered_max = max(gathered_max, gathered)
+            compute_max = max(compute_max, total - gathered - terms.get("reduce_scatter_copy", 0))
             if best is None or total > best[0]:
-                best = (total, terms, phase, stage, gathered)
-    peak, terms, phase, stage, gathered = best
-    reserved = peak + allocator_slack_bytes(peak, profile.allocator_slack_fraction)
+                best = (total, terms, phase, stage)
+    peak, terms, phase, stage = best
+    slack = profile.allocator_slack_fraction
+    reserved = peak + allocator_slack_bytes(peak, slack)
     if fsdp and profile.fsdp_stream_pools and plan.dp > 1:
         reserved += fsdp_stream_pool_bytes(arch, recipe, plan, phase, layers,
                                            terms.get("gradients", 0))
     if fsdp and profile.stream_pools is not None:
-        reserved += profile.stream_pools(arch, recipe, states_plan, gathered, gathered_max,
-                                         terms.get("reduce_scatter_copy", 0),
-                                         bucket_elements=reduce_bucket_elements)
+        # each pool stays reserved at its own high water, whichever phase reached it
+        pools = profile.stream_pools(states_plan, gathered_max, copies[1])
+        reserved = max(reserved, compute_max + allocator_slack_bytes(compute_max, slack) + pools)
     device = reserved + device_overhead_bytes(gpus_plan) - profile.workspace_bytes  # counted once
     breakdown = {**terms, "framework_overhead": device - peak}
     return MemoryEstimate(peak, reserved, device, breakdown, phase, stage, framework)

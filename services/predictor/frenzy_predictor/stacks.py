@@ -434,30 +434,26 @@ def deepspeed_reduce_scatter_copy_bytes(arch: ModelArch, recipe: Recipe, plan: P
     return in_backward, max(in_backward, copy(grads))
 
 
-def deepspeed_stream_pool_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
-                                gathered_at_peak: int, gathered_max: int, copy_at_peak: int,
-                                bucket_elements: int | None = None) -> int:
-    """What the caching allocator keeps reserved in ZeRO-3's side-stream pools beyond what the
-    peak phase holds in them; the same cause as FSDP2's pools (memory.fsdp_stream_pool_bytes):
-    a freed block is reused only for the stream that allocated it
-    (c10/cuda/CUDACachingAllocator.cpp), so each pool stays reserved at its own high water.
+def deepspeed_stream_pool_bytes(plan: ParallelPlan, gathered_max: int, copy_max: int) -> int:
+    """What the caching allocator keeps reserved in ZeRO-3's side-stream pools: each pool's
+    high water over the step, whichever phase reached it, since a freed block is reused only for
+    the stream that allocated it (c10/cuda/CUDACachingAllocator.cpp); the same cause as FSDP2's
+    pools (memory.fsdp_stream_pool_bytes). estimate_memory adds them to the compute stream's own
+    high water (each phase less what it holds in these pools).
 
     - all-gather stream: partitioned_param_coordinator.py `__all_gather_params_` runs
       `all_gather_coalesced` under `with get_accelerator().stream(self.__allgather_stream)`,
       which allocates each gathered 16-bit buffer there (partition_parameters.py, `param_buffer =
       torch.empty(...)`, `_all_gather_dtype`); `free_param` returns it to that pool. Its high
-      water is the most weights gathered at once over the step (`gathered_max`, the largest of
-      the phases' gathered weights, saved views included); none on one rank
-      (`_no_gather_coalesced`);
+      water is the most weights gathered at once (`gathered_max`, the largest of the phases'
+      gathered weights, saved views included); none on one rank (`_no_gather_coalesced`);
     - reduce-and-partition stream: the largest bucket copy of reduce_scatter_coalesced
-      (deepspeed_reduce_scatter_copy_bytes), on one rank too.
+      (`copy_max`, deepspeed_reduce_scatter_copy_bytes's second value), on one rank too.
     The ipg bucket itself and the gradient partitions are allocated at start-up on the compute
     stream (stage3.py `_setup_for_real_optimizer`) and count in the allocated peak."""
     if plan.zero != 3:
         return 0
-    _, copy_max = deepspeed_reduce_scatter_copy_bytes(arch, recipe, plan, bucket_elements)
-    all_gather = max(0, gathered_max - gathered_at_peak) if plan.dp > 1 else 0
-    return all_gather + max(0, copy_max - copy_at_peak)
+    return (gathered_max if plan.dp > 1 else 0) + copy_max
 
 
 # ZeRO-3 fetches each module's partitioned parameters before it runs and releases them after,
@@ -502,21 +498,12 @@ def hf_reduce_scatter_copy_bytes(arch: ModelArch, recipe: Recipe, plan: Parallel
                                                or arch.hidden_size * arch.hidden_size)
 
 
-def hf_stream_pool_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
-                         gathered_at_peak: int, gathered_max: int, copy_at_peak: int,
-                         bucket_elements: int | None = None) -> int:
-    """DeepSpeed's side-stream pools with the Trainer's bucket size (hf_reduce_bucket_bytes)."""
-    return deepspeed_stream_pool_bytes(arch, recipe, plan, gathered_at_peak, gathered_max,
-                                       copy_at_peak, bucket_elements
-                                       or arch.hidden_size * arch.hidden_size)
-
-
 # AMP + DDP keeps its fp32 grads whatever grads_live says; with ZeRO, DeepSpeed's step-only copy.
 HF = RecipeProfile("hf", model_states=hf_model_state_bytes, layer=hf_layer_bytes,
                    logits_loss=hf_logits_loss_bytes, fsdp_stages=(3,),
                    reduce_buckets=hf_reduce_bucket_bytes, workspace_bytes=TORCH_CUBLAS_WORKSPACE_BYTES,
                    step_only_grads=True, saved_weight_views=deepspeed_saved_weight_view_bytes,
                    reduce_scatter_copies=hf_reduce_scatter_copy_bytes,
-                   stream_pools=hf_stream_pool_bytes)
+                   stream_pools=deepspeed_stream_pool_bytes)
 
 PROFILES: dict[str, RecipeProfile] = {p.name: p for p in (MEGATRON, TORCHTITAN, DEEPSPEED, HF)}
