@@ -555,3 +555,20 @@ def test_zero3_side_stream_terms_in_the_estimate(framework):
     for other in ("torchtitan", "frenzy"):
         e = estimate_memory(LLAMA3_8B, recipe, plan, 2048, grad_accum=1, framework=other)
         assert "reduce_scatter_copy" not in e.breakdown
+
+
+@pytest.mark.parametrize("framework", ["deepspeed", "hf"])
+@pytest.mark.parametrize("name", ["tinyllama-1.1b", "llama3-8b"])
+def test_zero3_stream_pools_keep_memory_monotone_for_the_plan_search(framework, name):
+    """The plan search prunes on memory never shrinking with the micro-batch nor growing with dp.
+    A pool counted only beyond the peak phase broke that (tinyllama, ZeRO-3, dp 2: micro-batch
+    1 peaks at the step, which holds no pool, and reserved more than micro-batch 2, whose
+    layer phase holds them); each pool at its own high water keeps it."""
+    arch, recipe = model_catalog()[name], Recipe(precision="fp16", grad_dtype="16bit",
+                                                 framework=framework)
+    for rc in ("none", "full"):
+        def peak(dp: int, mb: int) -> int:
+            return estimate_memory(arch, recipe, ParallelPlan(dp, 1, 1, 3, mb, rc), 512).peak_bytes
+        for dp in (2, 4, 8):
+            for mb in (1, 2, 4):
+                assert peak(2 * dp, mb) <= peak(dp, mb) <= peak(dp, 2 * mb), (rc, dp, mb)
