@@ -4,7 +4,9 @@ the policy's decision record (and ReshapeJob, when FRENZY_RESHAPE_JOBS is on).
 Event-driven: the policy runs after every fetched batch of events that can change a decision,
 never on a timer. Once per batch, not once per event: in a burst a batch holds hundreds of status
 events, and running the policy after each one kept a freed node's availability waiting behind
-all of them (bench/e2e_latency.py, docs/architecture.md "Reaction latency").
+all of them (bench/e2e_latency.py, docs/architecture.md "Reaction latency"). GPU availability is
+urgent: it is handled ahead of the status events fetched with it, and the policy runs at once on
+it, also when it arrives while a long batch is being handled (`Bus.run_consumer`'s `urgent`).
 """
 from __future__ import annotations
 
@@ -138,7 +140,8 @@ class SchedulerService:
                 "job_planned": self.on_planned, "job_status_changed": self.on_status,
                 "gpu_availability_changed": self.on_availability},
                 before_commit=self.schedule_if_changed,
-                verify=scheduler_verifier(self.bus.settings)))  # orchestrator-signed state only
+                verify=scheduler_verifier(self.bus.settings),  # orchestrator-signed state only
+                urgent=(topics.CLUSTER_EVENTS,)))
             log.info("scheduler started", policy=self.state.policy.name)
             await run_until_stopped(stop, task)
         finally:
