@@ -117,10 +117,12 @@ class Records:
                     self.agent_succeeded.setdefault(s.job_id, at)
 
 
-def reaction_hops(jobs: list[types_pb2.Job], rec: Records) -> tuple[dict[str, list[float]], int]:
+def reaction_hops(jobs: list[types_pb2.Job], rec: Records,
+                  slowest: list[dict] | None = None) -> tuple[dict[str, list[float]], int]:
     """Per hop, the seconds each woken job spent there; and how many could not be split (a
     record missing, or the scheduler decided before the release's availability was out: some
-    other event placed the job)."""
+    other event placed the job). `slowest` collects each split job's hops, for the JSON's
+    slowest few (their job ids and decision reasons lead to the scheduler's and agents' logs)."""
     hops: dict[str, list[float]] = {h: [] for h in ("agent_exit_report_to_release", *REACTION_HOPS)}
     unsplit = 0
     for job, freed_by, freed_s, launched_s in _woken(jobs):
@@ -138,6 +140,12 @@ def reaction_hops(jobs: list[types_pb2.Job], rec: Records) -> tuple[dict[str, li
             continue
         for name, (a, b) in zip(REACTION_HOPS, zip(stamps, stamps[1:])):
             hops[name].append(b - a)
+        if slowest is not None:
+            slowest.append({"job_id": job.id, "freed_by": freed_by,
+                            "total_ms": round((launched_s - freed_s) * 1e3, 1),
+                            "reason": placed.job_placed.decision.reason,
+                            **{name: round((b - a) * 1e3, 1)
+                               for name, (a, b) in zip(REACTION_HOPS, zip(stamps, stamps[1:]))}})
         if freed_by in rec.agent_succeeded:
             hops["agent_exit_report_to_release"].append(freed_s - rec.agent_succeeded[freed_by])
     return hops, unsplit
@@ -295,7 +303,8 @@ def main() -> None:
     arrivals = [j for j in jobs if j.id in arrival_set]
     placed = [seconds(j.placed_at) - seconds(j.submitted_at) for j in burst if j.placed_at.seconds]
     on_arrival = [seconds(j.placed_at) - seconds(j.submitted_at) for j in arrivals if j.placed_at.seconds]
-    hops, unsplit = reaction_hops(burst, records)
+    split: list[dict] = []
+    hops, unsplit = reaction_hops(burst, records, split)
     result = {
         "label": args.label, "jobs": len(burst), "arrivals": len(arrivals), "policy": args.policy,
         "wall_s": round(wall_s, 1), "settings": bus_settings,
@@ -305,6 +314,7 @@ def main() -> None:
         "submit_to_placed_no_wait": percentiles(on_arrival),
         "gpu_freed_to_next_launched": percentiles(reaction_latencies(burst)),
         "reaction_hops": summarise(hops), "reaction_unsplit": unsplit,
+        "slowest_reactions": sorted(split, key=lambda r: r["total_ms"])[-5:],
         "arrival_hops": summarise(arrival_hops(arrivals, records)),
         "cpu_percent_idle_before": idle_before, "cpu_percent_idle_after": idle_after,
         "cpu_percent_during_burst": run_cpu,
@@ -323,6 +333,8 @@ def main() -> None:
     print(f"  idle CPU % of a core before {idle_before}")
     print(f"  idle CPU % of a core after  {idle_after}")
     print(f"  CPU % of a core during the burst {run_cpu}")
+    print(f"  slowest reactions (ms): {result['slowest_reactions']}")
+    print(f"  services' logs: {workdir / 'logs'}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
     print(f"saved {args.out}")

@@ -751,3 +751,36 @@ def test_deletes_go_only_to_jobs_that_ended_for_good_and_stop_once_acknowledged(
     for t in (now + 1, now + 1000, now + 10_000):
         core.on_heartbeat(heartbeat("n1"), t)
         assert deletes(core.retry_cleanup(t)) == []
+
+
+def test_a_heartbeat_older_than_the_jobs_end_report_does_not_fence_the_freed_gpus():
+    """Heartbeats come through their own, slower consumer: one the agent sent while the job still
+    ran often arrives after the job's SUCCEEDED. It must not take the freed GPUs back (they were
+    fenced until the next heartbeat, a second later) nor send a stop; a heartbeat of a node
+    whose agent has not reported the end still fences."""
+    core = queued_core("a", "b")
+    core.on_placed(placed("a", "n1", [0, 1]), 1)
+    core.on_placed(placed("b", "n2", [0, 1]), 1)
+    for job, node in (("a", "n1"), ("b", "n2")):
+        core.on_agent_status(agent_status(job, RUNNING, node), 2)
+    core.on_agent_status(agent_status("a", SUCCEEDED), 3)
+    assert core.nodes["n1"].free_gpus == [0, 1, 2, 3]
+    out = core.on_heartbeat(busy_heartbeat("n1", {0: ("a", 0), 1: ("a", 0)}), 3.1)  # sent at 2.9
+    assert core.nodes["n1"].free_gpus == [0, 1, 2, 3] and stops(out) == []
+    assert not [o for o in out if o.topic == topics.CLUSTER_EVENTS]  # nothing changed
+    core.on_heartbeat(heartbeat("n1"), 4)  # the agent's next heartbeat: the entry is forgotten
+    assert core.nodes["n1"].reported_ended == set()
+
+    core.cancel("b", 5)  # no end report: the agent is told to stop; until then it is fenced
+    out = core.on_heartbeat(busy_heartbeat("n2", {0: ("b", 0), 1: ("b", 0)}), 5.1)
+    assert stops(out) == [("n2", "b", 0)] and core.nodes["n2"].free_gpus == [2, 3]
+
+
+def test_an_end_report_of_one_attempt_does_not_unfence_another_attempt_of_the_job():
+    core = queued_core("a")
+    core.on_placed(placed("a", "n1", [0, 1]), 1)
+    core.on_agent_status(agent_status("a", RUNNING), 2)
+    core.on_agent_status(agent_status("a", FAILED, reason="x"), 3)  # attempt 0 ends for good
+    # The agent says attempt 0 ended, yet its heartbeat shows a later attempt it was never given.
+    out = core.on_heartbeat(busy_heartbeat("n1", {0: ("a", 0), 1: ("a", 7)}), 3.1)
+    assert stops(out) == [("n1", "a", 7)] and core.nodes["n1"].free_gpus == [2, 3]

@@ -104,8 +104,14 @@ class SchedulerService:
             self.tenants[job.id] = job.tenant
 
     async def on_availability(self, env: events_pb2.Envelope, key: str) -> None:
-        self.state.on_availability(env.gpu_availability_changed)
+        event = env.gpu_availability_changed
+        self.state.on_availability(event)
         self._changed = True
+        # lag_s: produced to handled; with the placement's decision time it tells a late
+        # wake-up from a policy that chose to keep a job waiting (docs/architecture.md).
+        log.info("availability", node_id=event.node_id, free=len(event.free_gpu_indices),
+                 version=event.version, cause=event.cause[:120],
+                 lag_s=round(time.time() - env.produced_at.ToNanoseconds() / 1e9, 4))
 
     async def recover(self) -> None:
         """A restarted scheduler has lost its view, and its consumer resumes after the events
