@@ -151,6 +151,44 @@ def reaction_hops(jobs: list[types_pb2.Job], rec: Records,
     return hops, unsplit
 
 
+def availability_handled(scheduler_log: Path) -> dict[str, float]:
+    """Job -> when the scheduler handled the last availability its release caused (its
+    `availability` log lines)."""
+    handled: dict[str, float] = {}
+    try:
+        lines = scheduler_log.read_text().splitlines()
+    except OSError:
+        return handled
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        cause = entry.get("cause", "") if entry.get("msg") == "availability" else ""
+        if cause.startswith("job ") and cause.endswith(" finished"):
+            handled[cause[4:-9]] = max(entry["ts"], handled.get(cause[4:-9], 0.0))
+    return handled
+
+
+def scheduler_hop_split(jobs: list[types_pb2.Job], rec: Records,
+                        handled: dict[str, float]) -> dict[str, list[float]]:
+    """`availability_to_scheduler_decision` in two: the wake-up (the release's availability
+    produced -> handled by the scheduler: broker hop and what the scheduler did first) and the
+    policy (handled -> the decision that placed the job: the policy's own wait, e.g. HAS
+    keeping GPUs for a reservation, plus its run). Millisecond log stamps."""
+    split: dict[str, list[float]] = {"wake_up": [], "policy": []}
+    for job, freed_by, _, _ in _woken(jobs):
+        placed = rec.placed.get(job.id)
+        if placed is None or freed_by not in rec.released or freed_by not in handled:
+            continue
+        decided_s = seconds(placed.job_placed.decision.decided_at)
+        if decided_s < rec.released[freed_by]:
+            continue
+        split["wake_up"].append(max(0.0, handled[freed_by] - rec.released[freed_by]))
+        split["policy"].append(max(0.0, decided_s - handled[freed_by]))
+    return split
+
+
 def arrival_hops(jobs: list[types_pb2.Job], rec: Records) -> dict[str, list[float]]:
     hops: dict[str, list[float]] = {h: [] for h in ARRIVAL_HOPS}
     for job in jobs:
@@ -314,6 +352,8 @@ def main() -> None:
         "submit_to_placed_no_wait": percentiles(on_arrival),
         "gpu_freed_to_next_launched": percentiles(reaction_latencies(burst)),
         "reaction_hops": summarise(hops), "reaction_unsplit": unsplit,
+        "scheduler_hop_split": summarise(scheduler_hop_split(
+            burst, records, availability_handled(workdir / "logs" / "scheduler.log"))),
         "slowest_reactions": sorted(split, key=lambda r: r["total_ms"])[-5:],
         "arrival_hops": summarise(arrival_hops(arrivals, records)),
         "cpu_percent_idle_before": idle_before, "cpu_percent_idle_after": idle_after,
@@ -325,7 +365,9 @@ def main() -> None:
     for key in ("submit_to_placed_no_wait", "submit_to_placed_all", "gpu_freed_to_next_launched"):
         r = result[key]
         print(f"  {key:<38} n={r.get('n', 0):<4} p50={r.get('p50_ms', '-')} ms  p99={r.get('p99_ms', '-')} ms")
-    for title, table in (("reaction hops", result["reaction_hops"]), ("arrival hops", result["arrival_hops"])):
+    for title, table in (("reaction hops", result["reaction_hops"]),
+                         ("availability_to_scheduler_decision, split", result["scheduler_hop_split"]),
+                         ("arrival hops", result["arrival_hops"])):
         print(f"  {title}:")
         for name, r in table.items():
             print(f"    {name:<40} n={r.get('n', 0):<4} p50={r.get('p50_ms', '-')} ms  "
