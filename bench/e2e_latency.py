@@ -13,6 +13,10 @@ sum is the end-to-end figure of the same job.
 Two phases: a burst (~20 submissions/s, most jobs queue; the reaction to freed GPUs) and an
 arrival phase (one job at a time on an otherwise idle cluster: submit to placed with no queueing).
 
+The scheduler's hop is split with its `availability` log lines (wake-up: produced -> handled;
+policy: handled -> the decision that placed the job), and the five slowest reactions are kept
+with their job ids and hops, which lead to the services' logs (printed at the end).
+
     .venv/bin/python bench/e2e_latency.py [--jobs 200] [--arrivals 50] [--policy has] [--label x]
 """
 from __future__ import annotations
