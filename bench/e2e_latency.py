@@ -13,6 +13,10 @@ sum is the end-to-end figure of the same job.
 Two phases: a burst (~20 submissions/s, most jobs queue; the reaction to freed GPUs) and an
 arrival phase (one job at a time on an otherwise idle cluster: submit to placed with no queueing).
 
+The scheduler's hop is split with its `availability` log lines (wake-up: produced -> handled;
+policy: handled -> the decision that placed the job), and the five slowest reactions are kept
+with their job ids and hops, which lead to the services' logs (printed at the end).
+
     .venv/bin/python bench/e2e_latency.py [--jobs 200] [--arrivals 50] [--policy has] [--label x]
 """
 from __future__ import annotations
@@ -117,10 +121,12 @@ class Records:
                     self.agent_succeeded.setdefault(s.job_id, at)
 
 
-def reaction_hops(jobs: list[types_pb2.Job], rec: Records) -> tuple[dict[str, list[float]], int]:
+def reaction_hops(jobs: list[types_pb2.Job], rec: Records,
+                  slowest: list[dict] | None = None) -> tuple[dict[str, list[float]], int]:
     """Per hop, the seconds each woken job spent there; and how many could not be split (a
     record missing, or the scheduler decided before the release's availability was out: some
-    other event placed the job)."""
+    other event placed the job). `slowest` collects each split job's hops, for the JSON's
+    slowest few (their job ids and decision reasons lead to the scheduler's and agents' logs)."""
     hops: dict[str, list[float]] = {h: [] for h in ("agent_exit_report_to_release", *REACTION_HOPS)}
     unsplit = 0
     for job, freed_by, freed_s, launched_s in _woken(jobs):
@@ -138,9 +144,53 @@ def reaction_hops(jobs: list[types_pb2.Job], rec: Records) -> tuple[dict[str, li
             continue
         for name, (a, b) in zip(REACTION_HOPS, zip(stamps, stamps[1:])):
             hops[name].append(b - a)
+        if slowest is not None:
+            slowest.append({"job_id": job.id, "freed_by": freed_by,
+                            "total_ms": round((launched_s - freed_s) * 1e3, 1),
+                            "reason": placed.job_placed.decision.reason,
+                            **{name: round((b - a) * 1e3, 1)
+                               for name, (a, b) in zip(REACTION_HOPS, zip(stamps, stamps[1:]))}})
         if freed_by in rec.agent_succeeded:
             hops["agent_exit_report_to_release"].append(freed_s - rec.agent_succeeded[freed_by])
     return hops, unsplit
+
+
+def availability_handled(scheduler_log: Path) -> dict[str, float]:
+    """Job -> when the scheduler handled the last availability its release caused (its
+    `availability` log lines)."""
+    handled: dict[str, float] = {}
+    try:
+        lines = scheduler_log.read_text().splitlines()
+    except OSError:
+        return handled
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        cause = entry.get("cause", "") if entry.get("msg") == "availability" else ""
+        if cause.startswith("job ") and cause.endswith(" finished"):
+            handled[cause[4:-9]] = max(entry["ts"], handled.get(cause[4:-9], 0.0))
+    return handled
+
+
+def scheduler_hop_split(jobs: list[types_pb2.Job], rec: Records,
+                        handled: dict[str, float]) -> dict[str, list[float]]:
+    """`availability_to_scheduler_decision` in two: the wake-up (the release's availability
+    produced -> handled by the scheduler: broker hop and what the scheduler did first) and the
+    policy (handled -> the decision that placed the job: the policy's own wait, e.g. HAS
+    keeping GPUs for a reservation, plus its run). Millisecond log stamps."""
+    split: dict[str, list[float]] = {"wake_up": [], "policy": []}
+    for job, freed_by, _, _ in _woken(jobs):
+        placed = rec.placed.get(job.id)
+        if placed is None or freed_by not in rec.released or freed_by not in handled:
+            continue
+        decided_s = seconds(placed.job_placed.decision.decided_at)
+        if decided_s < rec.released[freed_by]:
+            continue
+        split["wake_up"].append(max(0.0, handled[freed_by] - rec.released[freed_by]))
+        split["policy"].append(max(0.0, decided_s - handled[freed_by]))
+    return split
 
 
 def arrival_hops(jobs: list[types_pb2.Job], rec: Records) -> dict[str, list[float]]:
@@ -295,7 +345,8 @@ def main() -> None:
     arrivals = [j for j in jobs if j.id in arrival_set]
     placed = [seconds(j.placed_at) - seconds(j.submitted_at) for j in burst if j.placed_at.seconds]
     on_arrival = [seconds(j.placed_at) - seconds(j.submitted_at) for j in arrivals if j.placed_at.seconds]
-    hops, unsplit = reaction_hops(burst, records)
+    split: list[dict] = []
+    hops, unsplit = reaction_hops(burst, records, split)
     result = {
         "label": args.label, "jobs": len(burst), "arrivals": len(arrivals), "policy": args.policy,
         "wall_s": round(wall_s, 1), "settings": bus_settings,
@@ -305,6 +356,9 @@ def main() -> None:
         "submit_to_placed_no_wait": percentiles(on_arrival),
         "gpu_freed_to_next_launched": percentiles(reaction_latencies(burst)),
         "reaction_hops": summarise(hops), "reaction_unsplit": unsplit,
+        "scheduler_hop_split": summarise(scheduler_hop_split(
+            burst, records, availability_handled(workdir / "logs" / "scheduler.log"))),
+        "slowest_reactions": sorted(split, key=lambda r: r["total_ms"])[-5:],
         "arrival_hops": summarise(arrival_hops(arrivals, records)),
         "cpu_percent_idle_before": idle_before, "cpu_percent_idle_after": idle_after,
         "cpu_percent_during_burst": run_cpu,
@@ -315,7 +369,9 @@ def main() -> None:
     for key in ("submit_to_placed_no_wait", "submit_to_placed_all", "gpu_freed_to_next_launched"):
         r = result[key]
         print(f"  {key:<38} n={r.get('n', 0):<4} p50={r.get('p50_ms', '-')} ms  p99={r.get('p99_ms', '-')} ms")
-    for title, table in (("reaction hops", result["reaction_hops"]), ("arrival hops", result["arrival_hops"])):
+    for title, table in (("reaction hops", result["reaction_hops"]),
+                         ("availability_to_scheduler_decision, split", result["scheduler_hop_split"]),
+                         ("arrival hops", result["arrival_hops"])):
         print(f"  {title}:")
         for name, r in table.items():
             print(f"    {name:<40} n={r.get('n', 0):<4} p50={r.get('p50_ms', '-')} ms  "
@@ -323,6 +379,8 @@ def main() -> None:
     print(f"  idle CPU % of a core before {idle_before}")
     print(f"  idle CPU % of a core after  {idle_after}")
     print(f"  CPU % of a core during the burst {run_cpu}")
+    print(f"  slowest reactions (ms): {result['slowest_reactions']}")
+    print(f"  services' logs: {workdir / 'logs'}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
     print(f"saved {args.out}")

@@ -33,6 +33,10 @@ Verifier = Callable[[object, events_pb2.Envelope, str], str]
 SKIP = "skip"
 HOLE_REFETCH_PAUSE_S = 0.005  # between fetches while waiting for a hole to fill (offsetgaps.py)
 TOPIC_EXISTS = 36
+# With urgent topics, how many other records are handled between two looks for urgent ones: a
+# look costs microseconds (the fetcher's buffer), a record 0.2-0.5 ms (decode, signature check,
+# handler; more on a loaded machine), so an urgent record waits for at most a few of them.
+URGENT_CHECK_EVERY = 4
 
 
 class RecordTooLarge(ValueError):
@@ -219,7 +223,8 @@ class Bus:
                            ready: asyncio.Event | None = None,
                            started: bool = False,
                            before_commit: Callable[[], Awaitable[None]] | None = None,
-                           verify: Verifier | None = None) -> None:
+                           verify: Verifier | None = None,
+                           urgent: Iterable[topics.Topic] = ()) -> None:
         """Consume until cancelled. handlers maps payload type (e.g. "job_planned") to a coroutine.
 
         before_commit runs after each batch and before its offsets are committed: a service that
@@ -230,6 +235,14 @@ class Bus:
 
         verify checks a decoded record before its handler sees it (signatures); a record it
         refuses is dead-lettered with its reason.
+
+        urgent: topics whose records must not wait behind a burst of others (the scheduler's GPU
+        availability). They are handled ahead of the rest of their batch, and between every
+        URGENT_CHECK_EVERY records of the rest the consumer takes any that arrived meanwhile;
+        before_commit runs right after them, so the service reacts at once (the offsets are
+        still committed only after the whole batch). Safe for any consumer of several topics:
+        Kafka orders records only within a partition, so the interleaving of topics is never
+        given, and per partition the order stays as fetched.
         """
         deduper = Deduper(self.settings.dedupe_window)
         gaps = offsetgaps.OffsetGaps(self.settings.offset_hole_wait_s)
@@ -241,21 +254,38 @@ class Bus:
             if ready is not None:
                 await _wait_assigned(consumer)
                 ready.set()
+            urgent_names = {self.topic_name(t) for t in urgent}
+
+            holes: set[TopicPartition] = set()  # partitions sought back to a hole this batch
+
+            async def handle(records: list) -> None:
+                for record in records:
+                    logical_topic = record.topic.removeprefix(self.prefix)
+                    tp = TopicPartition(record.topic, record.partition)
+                    if logical_topic not in compacted and await self._hole_before(
+                            consumer, gaps, tp, record.offset, group):
+                        holes.add(tp)  # its later records come again after the seek
+                        continue
+                    await self._handle_record(record, group, handlers, deduper,
+                                              json_payloads.get(logical_topic, ""),
+                                              verify, logical_topic)
+                    gaps.handled(tp, record.offset)
+
+            async def handle_urgent(records: list) -> None:
+                await handle(records)
+                if records and before_commit is not None:
+                    await before_commit()
+
             while True:
                 batch = await consumer.getmany(timeout_ms=200, max_records=500)
-                refetching = False
-                for tp, records in batch.items():
-                    for record in records:
-                        logical_topic = record.topic.removeprefix(self.prefix)
-                        if logical_topic not in compacted and await self._hole_before(
-                                consumer, gaps, tp, record.offset, group):
-                            refetching = True
-                            break  # this partition's later records come again after the seek
-                        await self._handle_record(record, group, handlers, deduper,
-                                                  json_payloads.get(logical_topic, ""),
-                                                  verify, logical_topic)
-                        gaps.handled(tp, record.offset)
-                if refetching:
+                holes.clear()
+                first, rest = split_urgent(batch, urgent_names)
+                await handle_urgent(first)
+                for start in range(0, len(rest), URGENT_CHECK_EVERY):
+                    await handle(rest[start:start + URGENT_CHECK_EVERY])
+                    if urgent_names and start + URGENT_CHECK_EVERY < len(rest):
+                        await handle_urgent(await _fetched_urgent(consumer, urgent_names))
+                if holes:
                     await asyncio.sleep(HOLE_REFETCH_PAUSE_S)
                 if batch:
                     if before_commit is not None:
@@ -333,6 +363,23 @@ class Bus:
             await self.dead_letter(record, f"handler error in {group}: {type(err).__name__}: {err}", group)
 
 
+def split_urgent(batch: dict[TopicPartition, list], urgent_topics: set[str]) -> tuple[list, list]:
+    """A fetched batch as two lists: the records of the urgent topics, then the others, each
+    partition's records in their order."""
+    first, rest = [], []
+    for tp, records in batch.items():
+        (first if tp.topic in urgent_topics else rest).extend(records)
+    return first, rest
+
+
+async def _fetched_urgent(consumer: AIOKafkaConsumer, urgent_topics: set[str]) -> list:
+    """Records of the urgent topics already fetched in the background, without waiting."""
+    mine = [tp for tp in consumer.assignment() if tp.topic in urgent_topics]
+    if not mine:  # getmany() with no partitions would return every partition's records
+        return []
+    return split_urgent(await consumer.getmany(*mine, timeout_ms=0), urgent_topics)[0]
+
+
 async def _wait_assigned(consumer: AIOKafkaConsumer, timeout_s: float = 30.0) -> None:
     """Block until the group has assigned partitions, so callers know consumption has begun."""
     deadline = asyncio.get_running_loop().time() + timeout_s
@@ -351,4 +398,5 @@ def partition_for_key(key: str, num_partitions: int) -> int:
     return (murmur2(key.encode()) & 0x7FFFFFFF) % num_partitions
 
 
-__all__ = ["Bus", "Deduper", "RecordTooLarge", "ensure_topics", "partition_for_key", "TopicPartition"]
+__all__ = ["Bus", "Deduper", "RecordTooLarge", "ensure_topics", "partition_for_key", "split_urgent",
+           "TopicPartition"]

@@ -453,3 +453,65 @@ def test_an_exit_watch_on_a_process_already_gone_falls_back_to_polling(tmp_path)
             return watch._fds
 
     assert asyncio.run(scenario()) == []
+
+
+def test_a_multi_rank_launch_starts_every_rank_in_the_jobs_process_group_in_rank_order(tmp_path):
+    """Ranks after the first start in parallel: each still joins the first one's process group
+    (stop and checkpoint-now reach the whole job), gets its own rank and log, and `pids` stays
+    in rank order (exit files and status files are read by it)."""
+    import time
+
+    from frenzy_agent.executor import _alive, launch
+
+    program = ("import os\n"
+               "print('rank', os.environ['LOCAL_RANK'])\n"
+               "open('rank-' + os.environ['LOCAL_RANK'], 'w').write(f'{os.getppid()} {os.getpgid(0)}')\n")
+    ranks = 6
+    cmd = events_pb2.LaunchJob(job_id="j", attempt=0, gpu_indices=list(range(ranks)), world_size=ranks,
+                               spec=types_pb2.JobSpec(entrypoint=[sys.executable, "-c", program]))
+    job = launch(cmd, tmp_path, 1.0, "", checkpoint_root=tmp_path / "ckpt")
+    deadline = time.monotonic() + 60
+    while any(_alive(pid) for pid in job.pids) and time.monotonic() < deadline:
+        time.sleep(0.02)  # _alive reaps (subprocess may have reaped some already)
+    assert len(set(job.pids)) == ranks and job.pgid == job.pids[0]
+    for rank, pid in enumerate(job.pids):
+        wrapper, group = map(int, (job.workdir / f"rank-{rank}").read_text().split())
+        assert wrapper == pid and group == job.pgid  # the wrapper of rank r is pids[r]
+        assert (job.workdir / f"rank{rank}.log").read_text().strip() == f"rank {rank}"
+        assert (job.workdir / f"exit.{rank}").read_text().strip() == "0"
+
+
+def test_a_launch_that_fails_midway_leaves_no_rank_running(tmp_path, monkeypatch):
+    """A rank that cannot start ends the ranks already started: a job never half-runs."""
+    import os
+    import time
+
+    from frenzy_agent import executor
+
+    real = executor.job_environment
+
+    def breaks_on_rank_2(launch, local_rank, *args, **kwargs):
+        if local_rank == 2:
+            raise OSError("no such device")
+        return real(launch, local_rank, *args, **kwargs)
+
+    monkeypatch.setattr(executor, "job_environment", breaks_on_rank_2)
+    killed: list[int] = []
+    kill_group = executor._kill_group
+    monkeypatch.setattr(executor, "_kill_group", lambda pgid: (killed.append(pgid), kill_group(pgid)))
+    program = "import time; open('started', 'a').write('x'); time.sleep(60)"
+    cmd = events_pb2.LaunchJob(job_id="j", attempt=0, gpu_indices=[0, 1, 2, 3], world_size=4,
+                               spec=types_pb2.JobSpec(entrypoint=[sys.executable, "-c", program]))
+    started_s = time.monotonic()
+    with pytest.raises(OSError, match="no such device"):
+        executor.launch(cmd, tmp_path, 1.0, "", checkpoint_root=tmp_path / "ckpt")
+    (workdir,) = tmp_path.glob("j-*.0")
+    [pgid] = killed
+    while executor.group_alive(pgid) and time.monotonic() - started_s < 30:  # not their 60 s
+        try:
+            os.waitpid(-pgid, os.WNOHANG)  # SIGKILLed ranks linger as zombies until reaped
+        except ChildProcessError:
+            pass
+        time.sleep(0.01)
+    assert not executor.group_alive(pgid)
+    assert not (workdir / "state.json").exists()

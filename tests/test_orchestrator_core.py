@@ -1,7 +1,7 @@
 """The orchestrator's pure core: lifecycle legality, optimistic placement, liveness, OOM re-plan."""
 from __future__ import annotations
 
-from hypothesis import given, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from frenzy import topics
 from frenzy.v1 import events_pb2, types_pb2
@@ -751,3 +751,112 @@ def test_deletes_go_only_to_jobs_that_ended_for_good_and_stop_once_acknowledged(
     for t in (now + 1, now + 1000, now + 10_000):
         core.on_heartbeat(heartbeat("n1"), t)
         assert deletes(core.retry_cleanup(t)) == []
+
+
+def test_a_heartbeat_older_than_the_jobs_end_report_does_not_fence_the_freed_gpus():
+    """Heartbeats come through their own, slower consumer: one the agent sent while the job still
+    ran often arrives after the job's SUCCEEDED. It must not take the freed GPUs back (they were
+    fenced until the next heartbeat, a second later) nor send a stop; a heartbeat of a node
+    whose agent has not reported the end still fences."""
+    core = queued_core("a", "b")
+    core.on_placed(placed("a", "n1", [0, 1]), 1)
+    core.on_placed(placed("b", "n2", [0, 1]), 1)
+    for job, node in (("a", "n1"), ("b", "n2")):
+        core.on_agent_status(agent_status(job, RUNNING, node), 2)
+    core.on_agent_status(agent_status("a", SUCCEEDED), 3)
+    assert core.nodes["n1"].free_gpus == [0, 1, 2, 3]
+    out = core.on_heartbeat(busy_heartbeat("n1", {0: ("a", 0), 1: ("a", 0)}), 3.1)  # sent at 2.9
+    assert core.nodes["n1"].free_gpus == [0, 1, 2, 3] and stops(out) == []
+    assert not [o for o in out if o.topic == topics.CLUSTER_EVENTS]  # nothing changed
+    core.on_heartbeat(heartbeat("n1"), 4)  # the agent's next heartbeat: the entry is forgotten
+    assert core.nodes["n1"].reported_ended == set()
+
+    core.cancel("b", 5)  # no end report: the agent is told to stop; until then it is fenced
+    out = core.on_heartbeat(busy_heartbeat("n2", {0: ("b", 0), 1: ("b", 0)}), 5.1)
+    assert stops(out) == [("n2", "b", 0)] and core.nodes["n2"].free_gpus == [2, 3]
+
+
+def test_an_end_report_of_one_attempt_does_not_unfence_another_attempt_of_the_job():
+    core = queued_core("a")
+    core.on_placed(placed("a", "n1", [0, 1]), 1)
+    core.on_agent_status(agent_status("a", RUNNING), 2)
+    core.on_agent_status(agent_status("a", FAILED, reason="x"), 3)  # attempt 0 ends for good
+    # The agent says attempt 0 ended, yet its heartbeat shows a later attempt it was never given.
+    out = core.on_heartbeat(busy_heartbeat("n1", {0: ("a", 0), 1: ("a", 7)}), 3.1)
+    assert stops(out) == [("n1", "a", 7)] and core.nodes["n1"].free_gpus == [2, 3]
+
+
+AGENT_OPS = st.lists(st.sampled_from(["place", "end_ok", "end_fail", "end_rendezvous", "cancel",
+                                      "hb_send", "hb_deliver", "status_deliver", "stop_deliver"]),
+                     max_size=60)
+
+
+@settings(max_examples=400, deadline=None)
+@given(AGENT_OPS)
+@example(["place", "status_deliver", "cancel", "hb_send", "hb_deliver"])  # a stop still on its way
+@example(["place", "status_deliver", "hb_send", "end_ok", "status_deliver", "hb_deliver"])  # late hb
+@example(["place", "status_deliver", "hb_send", "end_rendezvous", "status_deliver", "place",
+          "hb_deliver", "hb_send", "hb_deliver"])  # the next attempt on the freed GPUs
+def test_no_gpu_is_free_while_the_latest_heartbeat_shows_an_unreported_attempt_on_it(ops):
+    """An agent that behaves as ours does (it reports an attempt's end only once its processes
+    are gone, stops a cancelled one silently, and sends heartbeats that arrive late, in order,
+    on their own consumer), statuses and heartbeats in any interleaving: once a heartbeat is
+    handled, no GPU it shows a truly running process on is free. (Between heartbeats a release
+    frees GPUs at once, and the next heartbeat fences those a process still holds, as before.)
+    So skipping the fence for attempts whose end the agent reported frees nothing in use."""
+    from frenzy.outcomes import RENDEZVOUS_REASON
+
+    core = queued_core("a", "b")
+    running: dict[tuple[str, int], list[int]] = {}  # what the agent truly runs: attempt -> GPUs
+    heartbeats: list[events_pb2.NodeHeartbeat] = []  # sent, not yet delivered
+    statuses: list[events_pb2.JobStatusChanged] = []
+    stops_pending: list[tuple[str, int]] = []
+    last_delivered = heartbeat("n1")
+    now = 1.0
+
+    def deliver(out) -> None:
+        for o in out:
+            if isinstance(o.payload, events_pb2.StopJob) and o.payload.node_id == "n1":
+                stops_pending.append((o.payload.job_id, o.payload.attempt))
+            elif isinstance(o.payload, events_pb2.LaunchJob) and o.payload.node_id == "n1":
+                running[(o.payload.job_id, o.payload.attempt)] = list(o.payload.gpu_indices)
+                statuses.append(agent_status(o.payload.job_id, RUNNING, attempt=o.payload.attempt))
+
+    for op in ops:
+        now += 0.1
+        if op == "place":
+            free = core.nodes["n1"].free_gpus
+            waiting = [r for r in core.jobs.values() if r.job.state == QUEUED]
+            if waiting and len(free) >= 2:
+                rec = waiting[0]
+                deliver(core.on_placed(placed(rec.id, "n1", free[:2], attempt=rec.job.attempt), now))
+        elif op.startswith("end_") and running:
+            job_id, attempt = sorted(running)[0]
+            del running[(job_id, attempt)]  # the processes are gone, then the agent reports
+            state, reason = {"end_ok": (SUCCEEDED, ""), "end_fail": (FAILED, "exit code 1"),
+                             "end_rendezvous": (FAILED, f"{RENDEZVOUS_REASON}: timeout")}[op]
+            statuses.append(agent_status(job_id, state, attempt=attempt, reason=reason))
+        elif op == "cancel":
+            live = [r for r in core.jobs.values() if r.job.state in (LAUNCHING, RUNNING)]
+            if live:
+                deliver(core.cancel(live[0].id, now))
+        elif op == "hb_send":
+            heartbeats.append(busy_heartbeat("n1", {g: key for key, gpus in running.items()
+                                                    for g in gpus}))
+        elif op == "hb_deliver" and heartbeats:
+            last_delivered = heartbeats.pop(0)
+            deliver(core.on_heartbeat(last_delivered, now))
+        elif op == "status_deliver" and statuses:
+            deliver(core.on_agent_status(statuses.pop(0), now))
+        elif op == "stop_deliver" and stops_pending:
+            running.pop(stops_pending.pop(0), None)  # stopped: no report
+        if op != "hb_deliver":
+            continue
+        shown = {(g.index, f"{g.job_id}:{a}") for g in last_delivered.gpus
+                 for e in last_delivered.running_jobs
+                 if g.job_id and e.rpartition(":")[0] == g.job_id
+                 for a in [e.rpartition(":")[2]]}
+        for gpu in core.nodes["n1"].free_gpus:
+            for (job_id, attempt), gpus in running.items():
+                if gpu in gpus:
+                    assert (gpu, f"{job_id}:{attempt}") not in shown, (op, gpu, job_id, attempt)

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -176,24 +177,43 @@ def launch(launch_cmd: events_pb2.LaunchJob, jobs_dir: Path, time_scale: float,
     if launch_cmd.spec.model_config_json:
         (workdir / MODEL_CONFIG_FILE).write_text(launch_cmd.spec.model_config_json)
     command = ["/bin/sh", "-c", _RECORD_EXIT, "sh", *job_command(launch_cmd)]
-    pids: list[int] = []
-    pgid = 0
-    for local_rank in range(len(launch_cmd.gpu_indices)):
-        log = open(workdir / f"rank{local_rank}.log", "ab")
-        group = {"process_group": pgid}  # 0: a new group led by the first process
-        # Plain Popen, not asyncio's: the agent reaps its children itself (see _alive), which
-        # also works for processes it adopts after a restart.
-        proc = subprocess.Popen(
-            command, env=job_environment(launch_cmd, local_rank, workdir, time_scale, visible_devices,
-                                         checkpoint_root),
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=workdir, **group)
-        log.close()
-        pgid = pgid or proc.pid
-        pids.append(proc.pid)
+
+    def start(local_rank: int, pgid: int) -> int:
+        with open(workdir / f"rank{local_rank}.log", "ab") as log:
+            # Plain Popen, not asyncio's: the agent reaps its children itself (see _alive),
+            # which also works for processes it adopts after a restart. pgid 0: a new group.
+            return subprocess.Popen(
+                command, env=job_environment(launch_cmd, local_rank, workdir, time_scale,
+                                             visible_devices, checkpoint_root),
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=workdir,
+                process_group=pgid).pid
+
+    ranks = len(launch_cmd.gpu_indices)
+    pgid = start(0, 0) if ranks else 0  # the first rank leads the job's process group
+    pids = [pgid] if ranks else []
+    if ranks > 1:
+        # The other ranks at once, each from its own thread: a start returns only once its
+        # child has exec'd, and on a busy node each child waits for a core, so one after the
+        # other the waits add up (an 8-rank job: 0.25 s p50 at load 10 on 2 cores); in
+        # parallel they overlap.
+        with ThreadPoolExecutor(max_workers=ranks - 1) as pool:
+            futures = [pool.submit(start, rank, pgid) for rank in range(1, ranks)]
+        try:
+            pids += [f.result() for f in futures]
+        except BaseException:
+            _kill_group(pgid)  # a job never half-runs
+            raise
     job = RunningJob(launch_cmd.job_id, launch_cmd.attempt, workdir, pgid, pids,
                      launch_cmd.option.peak_bytes_per_gpu, list(launch_cmd.gpu_indices), cluster_id)
     job.save()
     return job
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _alive(pid: int) -> bool:

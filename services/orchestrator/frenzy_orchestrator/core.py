@@ -55,6 +55,11 @@ class NodeRecord:
     fenced_gpus: set[int] = field(default_factory=set)
     # "job:attempt" the agent's last heartbeat runs or has seen end (its status may lag).
     known_attempts: set[str] = field(default_factory=set)
+    # "job:attempt" whose end this node's agent has reported (its final status): a heartbeat
+    # that still lists one as running was sent before that report (the agent drops an attempt
+    # from its running list before reporting its end, and never runs it again), so its GPUs
+    # are not fenced and no stop is sent for it. Kept while heartbeats still list it.
+    reported_ended: set[str] = field(default_factory=set)
     stops_sent_s: dict[str, float] = field(default_factory=dict)  # "job:attempt" -> last StopJob
 
     @property
@@ -412,6 +417,9 @@ class OrchestratorCore:
         return out
 
     def on_agent_status(self, status: events_pb2.JobStatusChanged, now_s: float) -> list[Outgoing]:
+        node = self.nodes.get(status.node_id)
+        if node is not None and status.state in (SUCCEEDED, FAILED):
+            node.reported_ended.add(f"{status.job_id}:{status.attempt}")
         rec = self.jobs.get(status.job_id)
         if rec is None or rec.job.state in lifecycle.TERMINAL or status.attempt != rec.job.attempt:
             return []
@@ -599,7 +607,10 @@ class OrchestratorCore:
         """Compare what the agent runs with what these records say runs there.
 
         A process of an attempt that is not current is stopped (again every STOP_RESEND_S while
-        it shows), and the GPUs it holds are fenced. A confirmed running attempt that the agent
+        it shows), and the GPUs it holds are fenced; not so for an attempt whose end this agent
+        has already reported: the heartbeat is older than that report (heartbeats come through
+        their own, slower consumer), and fencing on it held freed GPUs for a heartbeat interval
+        (docs/architecture.md, "Reaction latency"). A confirmed running attempt that the agent
         lists neither as running nor as ended for a node timeout is lost: it is retried like a
         job on a lost node. (Heartbeats and job statuses travel on different topics and
         consumers, so an ended attempt's status can arrive many seconds after the heartbeat
@@ -607,11 +618,17 @@ class OrchestratorCore:
         """
         out: list[Outgoing] = []
         node.known_attempts = set(hb.running_jobs) | set(hb.ended_jobs)
+        node.reported_ended &= set(hb.running_jobs)  # the later heartbeats will not list them
+        # Jobs whose GPUs this heartbeat shows only from before their end was reported.
+        stale_claims = {e.rpartition(":")[0] for e in hb.running_jobs if e in node.reported_ended} \
+            - {e.rpartition(":")[0] for e in hb.running_jobs if e not in node.reported_ended}
         for entry in hb.running_jobs:
             job_id, _, attempt_text = entry.rpartition(":")
             try:
                 attempt = int(attempt_text)
             except ValueError:
+                continue
+            if entry in node.reported_ended:
                 continue
             if self._current_here(job_id, attempt, node.node_id):
                 node.stops_sent_s.pop(entry, None)
@@ -621,8 +638,8 @@ class OrchestratorCore:
                 out.append(Outgoing(topics.AGENT_COMMANDS, node.node_id, events_pb2.StopJob(
                     job_id=job_id, node_id=node.node_id, attempt=attempt,
                     reason=f"attempt {attempt} is not current (reconciliation)")))
-        node.fenced_gpus = {g.index for g in hb.gpus
-                            if g.job_id and node.allocations.get(g.index) != g.job_id}
+        node.fenced_gpus = {g.index for g in hb.gpus if g.job_id and g.job_id not in stale_claims
+                            and node.allocations.get(g.index) != g.job_id}
         for job_id in sorted(set(node.allocations.values())):
             rec = self.jobs[job_id]
             if rec.job.state != RUNNING or rec.node_outcomes.get(node.node_id) != RUNNING:

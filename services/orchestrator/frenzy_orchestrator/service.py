@@ -203,6 +203,8 @@ class OrchestratorService:
         try:
             # Job events and heartbeats have separate consumers: a flood of heartbeats never
             # queues ahead of a placement, and heartbeats are fetched in larger, rarer batches.
+            # Placements are urgent: handled ahead of the status reports fetched with them, and
+            # their LaunchJobs flushed at once (docs/architecture.md, "Reaction latency").
             jobs = self.bus.consumer(GROUP, topics.JOBS_SUBMITTED, topics.JOBS_PLANNED,
                                      topics.JOBS_PLACED, topics.JOBS_STATUS)
             handlers = {"job_submitted": self.on_submitted, "job_planned": self.on_planned,
@@ -211,7 +213,7 @@ class OrchestratorService:
             consume_jobs = asyncio.create_task(self.bus.run_consumer(
                 jobs, GROUP, handlers,
                 json_payloads={topics.JOBS_SUBMITTED.name: "job_submitted"},
-                before_commit=self.flush, verify=verify))
+                before_commit=self.flush, verify=verify, urgent=(topics.JOBS_PLACED,)))
             heartbeats = self.bus.consumer(
                 HEARTBEAT_GROUP, topics.NODES_HEARTBEATS,
                 fetch_max_wait_ms=self.settings.heartbeat_fetch_max_wait_ms,

@@ -4,7 +4,9 @@ the policy's decision record (and ReshapeJob, when FRENZY_RESHAPE_JOBS is on).
 Event-driven: the policy runs after every fetched batch of events that can change a decision,
 never on a timer. Once per batch, not once per event: in a burst a batch holds hundreds of status
 events, and running the policy after each one kept a freed node's availability waiting behind
-all of them (bench/e2e_latency.py, docs/architecture.md "Reaction latency").
+all of them (bench/e2e_latency.py, docs/architecture.md "Reaction latency"). GPU availability is
+urgent: it is handled ahead of the status events fetched with it, and the policy runs at once on
+it, also when it arrives while a long batch is being handled (`Bus.run_consumer`'s `urgent`).
 """
 from __future__ import annotations
 
@@ -102,8 +104,14 @@ class SchedulerService:
             self.tenants[job.id] = job.tenant
 
     async def on_availability(self, env: events_pb2.Envelope, key: str) -> None:
-        self.state.on_availability(env.gpu_availability_changed)
+        event = env.gpu_availability_changed
+        self.state.on_availability(event)
         self._changed = True
+        # lag_s: produced to handled; with the placement's decision time it tells a late
+        # wake-up from a policy that chose to keep a job waiting (docs/architecture.md).
+        log.info("availability", node_id=event.node_id, free=len(event.free_gpu_indices),
+                 version=event.version, cause=event.cause[:120],
+                 lag_s=round(time.time() - env.produced_at.ToNanoseconds() / 1e9, 4))
 
     async def recover(self) -> None:
         """A restarted scheduler has lost its view, and its consumer resumes after the events
@@ -138,7 +146,8 @@ class SchedulerService:
                 "job_planned": self.on_planned, "job_status_changed": self.on_status,
                 "gpu_availability_changed": self.on_availability},
                 before_commit=self.schedule_if_changed,
-                verify=scheduler_verifier(self.bus.settings)))  # orchestrator-signed state only
+                verify=scheduler_verifier(self.bus.settings),  # orchestrator-signed state only
+                urgent=(topics.CLUSTER_EVENTS,)))
             log.info("scheduler started", policy=self.state.policy.name)
             await run_until_stopped(stop, task)
         finally:
