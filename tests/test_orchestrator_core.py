@@ -460,7 +460,9 @@ def reshape(kind, attempt=0, node="n2", gpus=(0,)):
 def test_resize_checkpoints_releases_and_relaunches_on_the_new_gpus_surviving_a_restart():
     core = running_core()
     core.on_agent_status(checkpoint_status("a", 8), 3)
-    out = core.on_reshape(reshape(events_pb2.RESIZE), 4)
+    resize = reshape(events_pb2.RESIZE)
+    resize.decision.CopyFrom(types_pb2.DecisionRecord(policy="has", reason="resize: faster"))
+    out = core.on_reshape(resize, 4)
     stops = [o.payload for o in out if o.topic == topics.AGENT_COMMANDS]
     assert [(s.node_id, s.checkpoint_first) for s in stops] == [("n1", True)]
     # the job record says so (the scheduler moves it no further), and since when
@@ -481,6 +483,7 @@ def test_resize_checkpoints_releases_and_relaunches_on_the_new_gpus_surviving_a_
     assert [(l.node_id, l.resume_from_step) for l in launches] == [("n2", 11)]
     assert not core.nodes["n1"].allocations and core.nodes["n2"].allocations == {0: "a"}
     assert core.jobs["a"].pending_reshape is None and not job.reshaping
+    assert job.decision.reason == "resize: faster"  # the job record explains its new shape
     assert job.reshaped_at.ToNanoseconds() == 4 * 10**9
     assert core.on_agent_status(preempted, 8) == []  # a redelivered report of the old attempt
 

@@ -75,7 +75,8 @@ class _GrowAll:
 
     def schedule(self, queue, cluster, now_s, running=()):
         self.shown.append({r.job_id: r for r in running})
-        return [Placement(r.job_id, WIDE, (("n1", (2, 3)),), RESIZE) for r in running if r.options]
+        return [Placement(r.job_id, r.options[-1], (("n1", (2, 3)),), RESIZE)  # WIDE, as shown
+                for r in running if r.options]
 
 
 class _ResizeRegardless(_GrowAll):
@@ -104,6 +105,7 @@ def _running(version: int, step: int, *, attempt: int = 0, checkpoint: int | Non
                                training=types_pb2.TrainingConfig(checkpoint_every_steps=every_steps)),
         progress=types_pb2.Progress(step=step, steps=100), reshaping=reshaping,
         assignments=[types_pb2.GpuAssignment(node_id="n1", gpu_indices=[0])])
+    job.placed_at.FromSeconds(997)
     job.started_at.FromSeconds(1000)
     if checkpoint is not None:
         job.checkpoint_step = checkpoint
@@ -133,6 +135,7 @@ def test_a_published_reshape_blocks_further_ones_and_holds_its_gpus_until_carrie
     state.on_status(_running(2, 30), now_s=1030.0)
     [(resize, attempt)] = state.schedule(1030.0)
     assert resize.kind == RESIZE and attempt == 0
+    assert resize.option == WIDE  # as MARP planned it, not in the job's measured seconds
     assert state.effective_cluster().nodes["n1"].free_gpus == []  # GPUs 2, 3 wait for it
     state.on_status(_running(3, 32), now_s=1031.0)  # the orchestrator has not taken it yet
     assert state.schedule(1031.0) == []
@@ -150,7 +153,7 @@ def test_a_published_reshape_blocks_further_ones_and_holds_its_gpus_until_carrie
 def test_the_menu_is_put_in_the_jobs_measured_seconds_with_its_measured_restart():
     """MARP predicts 200 s for all the work on NARROW; the job does a step a second (100 s for
     all of it): every option of its menu is halved, and the restart a move would cost is what
-    its own start cost (launch and restore until its first step: 8 s)."""
+    its own start cost (from its placement, 3 s before it ran, to its first step: 11 s)."""
     state = _state(_GrowAll())
     state.on_status(_running(1, 2), now_s=1010.0)  # its first steps, 10 s after the start
     run = state.running["a"]
@@ -160,7 +163,7 @@ def test_the_menu_is_put_in_the_jobs_measured_seconds_with_its_measured_restart(
     assert math.isclose(run.fraction_per_s, 0.01)
     assert [o.duration_s for o in run.options] == [100.0, 50.0]
     assert math.isclose(run.option.duration_s, 100.0)  # fresh start: all its work
-    assert math.isclose(run.restart_s, 8.0)
+    assert math.isclose(run.restart_s, 11.0)
 
 
 def test_has_weighs_a_growth_against_the_restart_the_job_measured():

@@ -353,6 +353,8 @@ class OrchestratorCore:
                           for a in placed.assignments if a.node_id in self.nodes]
         job = rec.job
         job.option.CopyFrom(placed.option)
+        if placed.HasField("decision"):  # why this option (or this reshape): `frenzy explain`
+            job.decision.CopyFrom(placed.decision)
         del job.assignments[:]
         job.assignments.extend(placed.assignments)
         rec.node_outcomes = {a.node_id: LAUNCHING for a in placed.assignments}

@@ -22,7 +22,7 @@ option menu, which no policy reshapes, and a reshape of it is dropped whatever t
 menu of a job whose progress rate is measured is put in the job's own time: MARP's durations
 times the measured / predicted time of its current option (MARP's relative speeds, the job's
 absolute one), so that the gain of a move and its restart cost, measured as the time from the
-attempt's start to its first step, are in the same seconds. While a reshape this scheduler
+attempt's placement to its first step, are in the same seconds. While a reshape this scheduler
 published is under way, the GPUs it names stay taken in the view.
 
 Every action the policy returns is checked by the shared placement check
@@ -161,7 +161,9 @@ class LiveState:
             speed = 1.0 / (rate * full.duration_s)
             full = replace(full, duration_s=full.duration_s * speed)
             menu = tuple(replace(o, duration_s=o.duration_s * speed) for o in menu)
-            restart_s = max(0.0, productive_from_s - start_s)  # launch and restore, measured
+            # measured: from its placement (else its start) to its first step, launch and restore
+            placed_s = record.placed_at.ToNanoseconds() / 1e9 or start_s
+            restart_s = max(0.0, productive_from_s - min(placed_s, start_s))
         option = replace(full, duration_s=full.duration_s * fraction_at_start)
         assignments = tuple((a.node_id, tuple(a.gpu_indices)) for a in record.assignments)
         self.running[record.id] = RunningJob(
@@ -232,6 +234,16 @@ class LiveState:
             return "no record from the orchestrator yet"
         return reshape_veto(facts, now_s, self.rules)
 
+    def _marp_option(self, job_id: str, option: PlanOption) -> PlanOption:
+        """The job's option as MARP planned it (its menu here is in the job's own seconds):
+        what the reshape publishes and the job's record keeps."""
+        job = self.jobs.get(job_id)
+        for options in (job.options.values() if job else ()):
+            for planned in options:
+                if planned.gpu_type == option.gpu_type and planned.plan == option.plan:
+                    return planned
+        return option
+
     def schedule(self, now_s: float) -> list[tuple[Placement, int]]:
         """Run the policy; returns each checked action with the job attempt it is for."""
         queue = self.waiting()
@@ -255,6 +267,7 @@ class LiveState:
                 if p.job_id not in movable:
                     continue
                 attempt = self.attempts.get(p.job_id, 0)
+                p = replace(p, option=self._marp_option(p.job_id, p.option))
             else:
                 job = self.jobs.get(p.job_id)
                 if job is None or job.queued_attempt < 0:
