@@ -184,3 +184,19 @@ def test_has_weighs_a_growth_against_the_restart_the_job_measured():
     assert moves(10.0) == [RESIZE]
     assert moves(60.0) == []
     assert moves(0.0) == []
+
+
+def test_a_spec_pins_its_job_with_constraints_pinned():
+    from frenzy.jobspec import JobSpecModel
+
+    def spec(**constraints) -> types_pb2.JobSpec:
+        return JobSpecModel.model_validate({
+            "name": "p", "model": "tiny-gpt2", "entrypoint": "python -m frenzy_trainer",
+            "training": {"seq_len": 64, "global_batch_size": 8, "steps": 10, "checkpoint_every_steps": 5},
+            "constraints": constraints}).to_proto()
+
+    for pinned in (False, True):
+        record = types_pb2.Job(id="a", spec=spec(pinned=pinned), state=types_pb2.RUNNING,
+                               checkpoint_step=5)
+        veto = reshape_veto(reshape_facts(record, 0.0), 10.0, RULES)
+        assert (veto == "pinned by its spec") if pinned else veto is None
