@@ -253,7 +253,8 @@ class LiveState:
         # A job past its predicted end will end at some unknown time: no policy should hold
         # GPUs waiting for it, so it is shown as ending never. A job that may not be reshaped
         # comes without its menu (no policy reshapes a job without options).
-        running = [replace(r, expected_end_s=r.expected_end_s if r.expected_end_s > now_s else math.inf,
+        running = [r if r.expected_end_s > now_s and (r.job_id in movable or not r.options) else
+                   replace(r, expected_end_s=r.expected_end_s if r.expected_end_s > now_s else math.inf,
                            options=r.options if r.job_id in movable else ())
                    for r in self.running.values()]
         view = self.effective_cluster()
