@@ -15,9 +15,17 @@ same run: a job that restarts from step 0 (what Frenzy did before checkpoints).
    <= k; baseline: every step done so far) and time from the kill to training again.
 3. Resize latency: the same job resized DP2 -> DP1 -> DP2 ... by publishing ReshapeJob as the
    scheduler would; decision (publish) to training again (first step of the new attempt), p50/p99.
+4. Live resize latency (`live_resize`): resizes the scheduler decides itself, with the live
+   defaults (FRENZY_RESHAPE_JOBS on), on one 2-GPU node (tests/data/cluster_live_elastic.yaml):
+   a tiny-gpt2 job starts on one GPU while a blocker holds the other; the blocker is cancelled
+   and has grows the job to DP2. From the scheduler's decision (`decided_at` of the reshape's
+   decision record, the same machine's clock) to the job's first step on two GPUs, as the
+   client sees it; beside it, the restart the scheduler expected (its decision's reason) and
+   part 3's hand-published resizes of the same run. The minimum gain is lowered as in
+   tests/test_e2e_live_elastic.py (these jobs run for minutes, not hours).
 
     .venv/bin/python bench/checkpoint_resume.py [--trials 3] [--resizes 6] [--models tiny-gpt2,tiny-llama]
-        [--parts overhead,node_loss,resize]
+        [--parts overhead,node_loss,resize,live_resize]
 
 Saves bench/results/checkpoint_resume.json (a run of some parts keeps the others' last figures).
 """
@@ -28,6 +36,7 @@ import asyncio
 import json
 import os
 import platform
+import re
 import signal
 import statistics
 import subprocess
@@ -49,6 +58,7 @@ from frenzy.v1 import events_pb2, types_pb2
 
 REPO = Path(__file__).resolve().parents[1]
 CLUSTER = REPO / "tests" / "data" / "cluster_elastic.yaml"
+LIVE_CLUSTER = REPO / "tests" / "data" / "cluster_live_elastic.yaml"
 RESULTS = REPO / "bench" / "results" / "checkpoint_resume.json"
 
 
@@ -262,6 +272,50 @@ def resize_latency(cluster, resizes: int, every: int) -> list[dict]:
     return rows
 
 
+def live_resize_latency(cluster, resizes: int, every: int) -> list[dict]:
+    """Resizes the scheduler decides: a job started narrow, grown once the blocker is gone."""
+    rows = []
+    with FrenzyClient(cluster.grpc_address) as client:
+        wait_nodes_ready(client, 1)
+        for i in range(resizes):
+            blocker = client.submit(types_pb2.JobSpec(
+                name=f"bench-blocker-{i}", model="tiny-gpt2", entrypoint=["sleep", "900"],
+                constraints=types_pb2.Constraints(gpu_types=["P100-16GB"], max_gpus=1),
+                training=types_pb2.TrainingConfig(seq_len=64, global_batch_size=16, steps=10)))
+            watch_until(client, blocker, lambda j: j.state == types_pb2.RUNNING)
+            job_id = client.submit(types_pb2.JobSpec(
+                name=f"bench-live-resize-{i}", model="tiny-gpt2",
+                constraints=types_pb2.Constraints(gpu_types=["P100-16GB"], max_gpus=2),
+                entrypoint=[sys.executable, "-m", "frenzy_trainer"],
+                env={"FRENZY_LR": "3e-3", "FRENZY_DIST_TIMEOUT_S": "120"},
+                training=types_pb2.TrainingConfig(seq_len=64, global_batch_size=16, steps=100000,
+                                                  checkpoint_every_steps=every)))
+            narrow, _ = watch_until(client, job_id, lambda j: j.state == types_pb2.RUNNING
+                                    and j.HasField("checkpoint_step") and j.progress.step > every + 2,
+                                    timeout_s=300)
+            assert narrow.option.num_gpus == 1, narrow.option
+            client.cancel(blocker)
+            launched, _ = watch_until(client, job_id, lambda j: j.attempt == 1, timeout_s=300)
+            launched_s = time.time()
+            back, _ = watch_until(client, job_id, lambda j: j.attempt == 1 and j.state == types_pb2.RUNNING
+                                  and j.progress.step > j.resumed_from_step, timeout_s=300)
+            back_s = time.time()
+            decided_s = back.decision.decided_at.ToNanoseconds() / 1e9
+            expected = re.search(r"with the restart \(([0-9.]+) s\)", back.decision.reason)
+            row = {"to_gpus": back.option.num_gpus, "decision": back.decision.reason,
+                   "expected_restart_s": float(expected.group(1)) if expected else None,
+                   "resumed_from_step": back.resumed_from_step,
+                   "decision_to_relaunched_s": round(launched_s - decided_s, 3),
+                   "decision_to_training_s": round(back_s - decided_s, 3)}
+            rows.append(row)
+            print(f"  live resize {i}: -> {row['to_gpus']} GPUs: decision -> relaunched "
+                  f"{row['decision_to_relaunched_s']} s, -> training again {row['decision_to_training_s']} s "
+                  f"(the scheduler expected a {row['expected_restart_s']} s restart)", flush=True)
+            client.cancel(job_id)
+            watch_until(client, job_id, lambda j: j.state in TERMINAL)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--models", default="tiny-gpt2,tiny-llama")
@@ -270,7 +324,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--resizes", type=int, default=6)
     parser.add_argument("--node-timeout-s", type=float, default=4.0)
-    parser.add_argument("--parts", default="overhead,node_loss,resize")
+    parser.add_argument("--parts", default="overhead,node_loss,resize,live_resize")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs (shared), load {os.getloadavg()[0]:.1f}"
@@ -303,7 +357,27 @@ def main() -> None:
                         "decision_to_relaunched_s": pct([r["decision_to_relaunched_s"] for r in resize])}
             finally:
                 cluster.stop()
-    print(json.dumps({k: v for k, v in summary.items() if k in ("node_loss", "resize")}, indent=1)[:3000])
+    if "live_resize" in parts:
+        with tempfile.TemporaryDirectory() as tmp:
+            cluster = start_cluster(LIVE_CLUSTER, free_port(), Path(tmp), "has", namespace=f"benchlive{int(time.time())}",
+                                    extra_env={"FRENZY_RESHAPE_MIN_GAIN_S": "0",
+                                               "FRENZY_RESHAPE_MIN_GAIN_FRACTION": "0",
+                                               "FRENZY_CHECKPOINT_GRACE_S": "60"})
+            try:
+                load_before = os.getloadavg()[0]
+                print(f"4. live resize latency (has grows DP1 -> DP2 by itself, tiny-gpt2; load {load_before:.1f}):")
+                live = live_resize_latency(cluster, args.resizes, 5)
+                summary["live_resize"] = {
+                    "resizes": live, "load_before": round(load_before, 1),
+                    "load_after": round(os.getloadavg()[0], 1),
+                    "decision_to_training_s": pct([r["decision_to_training_s"] for r in live]),
+                    "decision_to_relaunched_s": pct([r["decision_to_relaunched_s"] for r in live]),
+                    "expected_restart_s": pct([r["expected_restart_s"] for r in live
+                                               if r["expected_restart_s"] is not None])}
+            finally:
+                cluster.stop()
+    print(json.dumps({k: v for k, v in summary.items() if k in ("node_loss", "resize", "live_resize")},
+                     indent=1)[:4000])
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(summary, indent=2))
     print(f"saved {RESULTS}")

@@ -61,8 +61,21 @@ class ServiceSettings(BusSettings):
     grpc_host: str = "127.0.0.1"
     grpc_port: int = 50051
     policy: str = Field("has", description="scheduling policy (frenzy_scheduler.policies)")
-    reshape_jobs: bool = Field(False, description="scheduler publishes ReshapeJob (resize, "
-                               "migrate, preempt); on once the orchestrator executes them")
+    # Live elasticity (docs/has.md, "Live"): the scheduler resizes, migrates and preempts running
+    # jobs that can resume, and the orchestrator carries it out. Off: no running job is moved.
+    reshape_jobs: bool = Field(True, description="scheduler publishes ReshapeJob (resize, "
+                               "migrate, preempt) for running jobs that can resume")
+    reshape_min_interval_s: float = Field(
+        600.0, description="a job is reshaped at most once per this long (from the orchestrator's "
+        "record of its latest reshape, so it holds across scheduler restarts)")
+    reshape_young_s: float = Field(
+        120.0, description="a job that has not committed a checkpoint yet may still be moved this "
+        "long after its start (it loses at most that much work)")
+    # The policy's thresholds for a move (has: HasConfig). Unset: the policy's own, the same as
+    # in the simulator; the e2e tests, whose jobs run for a minute, lower them.
+    reshape_min_gain_s: float | None = Field(None, description="a move saves at least this")
+    reshape_min_gain_fraction: float | None = Field(
+        None, description="... and at least this share of the job's predicted time left")
     log_dir: str = ".frenzy/logs"
     heartbeat_interval_s: float = 1.0
     node_timeout_s: float = 10.0

@@ -54,6 +54,7 @@ class ConstraintsModel(BaseModel):
     max_gpus: int = 0
     min_gpus: int = 0
     deadline: float | None = None  # epoch seconds
+    pinned: bool = False  # never resized, migrated or preempted by the scheduler
 
 
 class JobSpecModel(BaseModel):
@@ -86,7 +87,8 @@ class JobSpecModel(BaseModel):
                 checkpoint_uri=t.checkpoint_uri, keep_checkpoints=t.keep_checkpoints),
             constraints=types_pb2.Constraints(gpu_types=self.constraints.gpu_types,
                                               max_gpus=self.constraints.max_gpus,
-                                              min_gpus=self.constraints.min_gpus))
+                                              min_gpus=self.constraints.min_gpus,
+                                              pinned=self.constraints.pinned))
         if self.constraints.deadline:
             spec.constraints.deadline.FromNanoseconds(int(self.constraints.deadline * 1e9))
         return spec

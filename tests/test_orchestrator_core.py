@@ -460,11 +460,17 @@ def reshape(kind, attempt=0, node="n2", gpus=(0,)):
 def test_resize_checkpoints_releases_and_relaunches_on_the_new_gpus_surviving_a_restart():
     core = running_core()
     core.on_agent_status(checkpoint_status("a", 8), 3)
-    out = core.on_reshape(reshape(events_pb2.RESIZE), 4)
+    resize = reshape(events_pb2.RESIZE)
+    resize.decision.CopyFrom(types_pb2.DecisionRecord(policy="has", reason="resize: faster"))
+    out = core.on_reshape(resize, 4)
     stops = [o.payload for o in out if o.topic == topics.AGENT_COMMANDS]
     assert [(s.node_id, s.checkpoint_first) for s in stops] == [("n1", True)]
+    # the job record says so (the scheduler moves it no further), and since when
+    statuses = [o.payload for o in out if o.topic == topics.JOBS_STATUS]
+    assert statuses[-1].job.reshaping and statuses[-1].job.reshaped_at.ToNanoseconds() == 4 * 10**9
     assert core.on_reshape(reshape(events_pb2.RESIZE), 5) == []  # already under way: idempotent
     core = restarted(core, 6)  # the pending reshape is in the saved record
+    assert core.jobs["a"].job.reshaping
     core.on_heartbeat(heartbeat("n1"), 6)
     core.on_heartbeat(heartbeat("n2"), 6)
     preempted = agent_status("a", FAILED, reason="PREEMPTED: checkpoint at step 11")
@@ -476,7 +482,9 @@ def test_resize_checkpoints_releases_and_relaunches_on_the_new_gpus_surviving_a_
     launches = [o.payload for o in out if o.topic == topics.AGENT_COMMANDS]
     assert [(l.node_id, l.resume_from_step) for l in launches] == [("n2", 11)]
     assert not core.nodes["n1"].allocations and core.nodes["n2"].allocations == {0: "a"}
-    assert core.jobs["a"].pending_reshape is None
+    assert core.jobs["a"].pending_reshape is None and not job.reshaping
+    assert job.decision.reason == "resize: faster"  # the job record explains its new shape
+    assert job.reshaped_at.ToNanoseconds() == 4 * 10**9
     assert core.on_agent_status(preempted, 8) == []  # a redelivered report of the old attempt
 
 
@@ -487,6 +495,7 @@ def test_preempt_requeues_without_spending_a_retry_and_stale_reshapes_are_ignore
     core.on_agent_status(agent_status("a", FAILED, reason="PREEMPTED: checkpoint at step 5"), 4)
     rec = core.jobs["a"]
     assert rec.job.state == QUEUED and rec.job.attempt == 1 and rec.free_attempts == 1
+    assert not rec.job.reshaping
     assert not core.nodes["n1"].allocations
     # max_retries=2 still allows two failures' worth of retries after the preemption
     core.on_placed(placed("a", "n1", [0, 1], attempt=1), 5)

@@ -111,16 +111,18 @@ class TrainingConfig(_message.Message):
     def __init__(self, seq_len: _Optional[int] = ..., global_batch_size: _Optional[int] = ..., tokens: _Optional[int] = ..., steps: _Optional[int] = ..., precision: _Optional[str] = ..., optimizer: _Optional[str] = ..., grad_dtype: _Optional[str] = ..., attention: _Optional[str] = ..., dropout: _Optional[float] = ..., framework: _Optional[str] = ..., checkpoint_every_steps: _Optional[int] = ..., checkpoint_every_s: _Optional[float] = ..., checkpoint_keep: _Optional[int] = ..., checkpoint_uri: _Optional[str] = ..., keep_checkpoints: _Optional[bool] = ...) -> None: ...
 
 class Constraints(_message.Message):
-    __slots__ = ("gpu_types", "max_gpus", "deadline", "min_gpus")
+    __slots__ = ("gpu_types", "max_gpus", "deadline", "min_gpus", "pinned")
     GPU_TYPES_FIELD_NUMBER: _ClassVar[int]
     MAX_GPUS_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
     MIN_GPUS_FIELD_NUMBER: _ClassVar[int]
+    PINNED_FIELD_NUMBER: _ClassVar[int]
     gpu_types: _containers.RepeatedScalarFieldContainer[str]
     max_gpus: int
     deadline: _timestamp_pb2.Timestamp
     min_gpus: int
-    def __init__(self, gpu_types: _Optional[_Iterable[str]] = ..., max_gpus: _Optional[int] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., min_gpus: _Optional[int] = ...) -> None: ...
+    pinned: bool
+    def __init__(self, gpu_types: _Optional[_Iterable[str]] = ..., max_gpus: _Optional[int] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., min_gpus: _Optional[int] = ..., pinned: _Optional[bool] = ...) -> None: ...
 
 class ParallelPlan(_message.Message):
     __slots__ = ("dp", "tp", "pp", "zero", "micro_batch", "recompute", "sequence_parallel", "cp", "ep")
@@ -221,7 +223,7 @@ class GpuAssignment(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., gpu_indices: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "spec", "state", "reason", "attempt", "option", "assignments", "progress", "submitted_at", "placed_at", "started_at", "finished_at", "exit_code", "version", "checkpoint_step", "resumed_from_step", "decision", "tenant")
+    __slots__ = ("id", "spec", "state", "reason", "attempt", "option", "assignments", "progress", "submitted_at", "placed_at", "started_at", "finished_at", "exit_code", "version", "checkpoint_step", "resumed_from_step", "decision", "tenant", "reshaping", "reshaped_at")
     ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -240,6 +242,8 @@ class Job(_message.Message):
     RESUMED_FROM_STEP_FIELD_NUMBER: _ClassVar[int]
     DECISION_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
+    RESHAPING_FIELD_NUMBER: _ClassVar[int]
+    RESHAPED_AT_FIELD_NUMBER: _ClassVar[int]
     id: str
     spec: JobSpec
     state: JobState
@@ -258,7 +262,9 @@ class Job(_message.Message):
     resumed_from_step: int
     decision: DecisionRecord
     tenant: str
-    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., reason: _Optional[str] = ..., attempt: _Optional[int] = ..., option: _Optional[_Union[PlanOption, _Mapping]] = ..., assignments: _Optional[_Iterable[_Union[GpuAssignment, _Mapping]]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ..., submitted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., placed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., exit_code: _Optional[int] = ..., version: _Optional[int] = ..., checkpoint_step: _Optional[int] = ..., resumed_from_step: _Optional[int] = ..., decision: _Optional[_Union[DecisionRecord, _Mapping]] = ..., tenant: _Optional[str] = ...) -> None: ...
+    reshaping: bool
+    reshaped_at: _timestamp_pb2.Timestamp
+    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., reason: _Optional[str] = ..., attempt: _Optional[int] = ..., option: _Optional[_Union[PlanOption, _Mapping]] = ..., assignments: _Optional[_Iterable[_Union[GpuAssignment, _Mapping]]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ..., submitted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., placed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., exit_code: _Optional[int] = ..., version: _Optional[int] = ..., checkpoint_step: _Optional[int] = ..., resumed_from_step: _Optional[int] = ..., decision: _Optional[_Union[DecisionRecord, _Mapping]] = ..., tenant: _Optional[str] = ..., reshaping: _Optional[bool] = ..., reshaped_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class LogChunk(_message.Message):
     __slots__ = ("job_id", "attempt", "rank", "node_id", "offset", "data")

@@ -221,6 +221,7 @@ class OrchestratorCore:
         out: list[Outgoing] = []
         if target in lifecycle.TERMINAL:
             job.finished_at.FromNanoseconds(int(now_s * 1e9))
+            self._end_reshape(rec)  # e.g. it finished its last step before saving
             out = self._delete_checkpoints(rec, now_s)
         rec.history.append((target, reason))
         rec.since_s = now_s
@@ -357,6 +358,8 @@ class OrchestratorCore:
                           for a in placed.assignments if a.node_id in self.nodes]
         job = rec.job
         job.option.CopyFrom(placed.option)
+        if placed.HasField("decision"):  # why this option (or this reshape): `frenzy explain`
+            job.decision.CopyFrom(placed.decision)
         del job.assignments[:]
         job.assignments.extend(placed.assignments)
         rec.node_outcomes = {a.node_id: LAUNCHING for a in placed.assignments}
@@ -476,6 +479,10 @@ class OrchestratorCore:
             return []
         rec.pending_reshape = events_pb2.ReshapeJob()
         rec.pending_reshape.CopyFrom(reshape)
+        # In the job record, so the scheduler (also a restarted one) moves it no further until
+        # this is done, and keeps its minimum time between reshapes from here.
+        rec.job.reshaping = True
+        rec.job.reshaped_at.FromNanoseconds(int(now_s * 1e9))
         rec.job.reason = f"{kind}: checkpointing"
         self._dirty_jobs.add(rec.id)
         stops = [Outgoing(topics.AGENT_COMMANDS, a.node_id, events_pb2.StopJob(
@@ -493,7 +500,8 @@ class OrchestratorCore:
         if any(s in (LAUNCHING, RUNNING) for s in rec.node_outcomes.values()):
             return []  # other nodes are still saving
         job = rec.job
-        reshape, rec.pending_reshape = rec.pending_reshape, None
+        reshape = rec.pending_reshape
+        self._end_reshape(rec)
         out = self._release(rec, f"job {job.id} preempted")
         rec.free_attempts += 1
         cause = f"{status.reason} (node {status.node_id})"
@@ -506,6 +514,11 @@ class OrchestratorCore:
         if reshape.HasField("decision"):
             placed.decision.CopyFrom(reshape.decision)
         return out + self.on_placed(placed, now_s)  # rejected: it stays queued for HAS
+
+    @staticmethod
+    def _end_reshape(rec: JobRecord) -> None:
+        rec.pending_reshape = None
+        rec.job.reshaping = False
 
     def _record_memory_error(self, job: types_pb2.Job) -> None:
         """How far MARP's prediction for the plan was from the peak the job measured. Agents
@@ -722,7 +735,7 @@ class OrchestratorCore:
         rec.node_outcomes = {}
         # A reshape under way belonged to the attempt that ended (its node was lost, say): the
         # new attempt is placed afresh, and a later ReshapeJob for it is not taken as a duplicate.
-        rec.pending_reshape = None
+        self._end_reshape(rec)
         return self._transition(rec, QUEUED, f"{cause}; retry {job.attempt}", now_s)
 
     # ----- views ------------------------------------------------------------------------

@@ -111,6 +111,10 @@ class RunningJob:
     last_checkpoint_s: float = 0.0  # when the newest committed checkpoint was seen; 0: none this run
     checkpoint_interval_s: float = 0.0  # > 0: periodic checkpoints, last_checkpoint_s not kept current
     saves_on_request: bool = True
+    # What its latest start cost, launch and restore (live: from the attempt's placement to its
+    # first step); a move's restart is expected to cost as much. 0: unknown (the policy's own
+    # estimate; the simulator leaves it so, every policy pays its configured overheads).
+    restart_s: float = 0.0
 
     @cached_property
     def estimated_end_s(self) -> float:

@@ -16,11 +16,18 @@ attempt and the latest (startup excluded), and the checkpoint age: the newest co
 checkpoint and when it was seen, and whether the job saves on request (it has committed one, so
 it speaks the checkpoint contract; a job that never has is taken to lose its work on a move).
 
+Reshapes (resize, migrate, preempt; on by default, FRENZY_RESHAPE_JOBS) are for jobs that can
+resume (`frenzy_scheduler.reshapable`): any other running job reaches the policy without its
+option menu, which no policy reshapes, and a reshape of it is dropped whatever the policy. The
+menu of a job whose progress rate is measured is put in the job's own time: MARP's durations
+times the measured / predicted time of its current option (MARP's relative speeds, the job's
+absolute one), so that the gain of a move and its restart cost, measured as the time from the
+attempt's placement to its first step, are in the same seconds. While a reshape this scheduler
+published is under way, the GPUs it names stay taken in the view.
+
 Every action the policy returns is checked by the shared placement check
 (`frenzy.placement_check`, the one the orchestrator and the simulator use) against the free
-GPUs; a failing one is dropped, not published. Reshapes (resize, migrate, preempt) are kept
-only when `reshape_jobs` is on (FRENZY_RESHAPE_JOBS): the orchestrator executes ReshapeJob
-only then.
+GPUs; a failing one is dropped, not published.
 """
 from __future__ import annotations
 
@@ -36,6 +43,7 @@ from frenzy.placement_check import NodeFacts, placement_problem
 from frenzy.v1 import events_pb2, types_pb2
 from frenzy_scheduler.core import (PLACE, PREEMPT, ClusterView, NodeState, Placement, Policy,
                                   QueuedJob, RunningJob)
+from frenzy_scheduler.reshapable import ReshapeFacts, ReshapeRules, reshape_facts, reshape_veto
 
 log = get_logger("scheduler")
 
@@ -70,9 +78,13 @@ class LiveState:
     jobs: dict[str, _Job] = field(default_factory=dict)
     pending: dict[str, dict[str, tuple[int, ...]]] = field(default_factory=dict)  # job -> node -> GPUs
     running: dict[str, RunningJob] = field(default_factory=dict)  # jobs holding GPUs
-    reshape_jobs: bool = False  # publish the policy's reshapes (the orchestrator executes them)
+    rules: ReshapeRules | None = None  # None: publish no reshapes (FRENZY_RESHAPE_JOBS off)
     attempts: dict[str, int] = field(default_factory=dict)  # running job -> its attempt
     seen: dict[str, _Seen] = field(default_factory=dict)  # running job -> its progress seen
+    facts: dict[str, ReshapeFacts] = field(default_factory=dict)  # running job -> reshape rules' input
+    # Reshapes this scheduler published and has not seen carried out: job -> (the attempt it
+    # changes, the GPUs it will take).
+    reshaping: dict[str, tuple[int, dict[str, tuple[int, ...]]]] = field(default_factory=dict)
 
     def on_planned(self, planned: events_pb2.JobPlanned) -> None:
         job = self.jobs.setdefault(planned.job_id, _Job(
@@ -93,6 +105,9 @@ class LiveState:
         if version and version <= job.version:
             return  # an older state, delivered late
         job.version = version
+        sent = self.reshaping.get(status.job_id)
+        if sent is not None and (status.attempt > sent[0] or status.state in TERMINAL):
+            del self.reshaping[status.job_id]  # carried out (or the job ended)
         if status.state in HOLDING:
             self.attempts[status.job_id] = status.attempt
             self._note_running(status.job, job, time.time() if now_s is None else now_s)
@@ -100,6 +115,7 @@ class LiveState:
             self.running.pop(status.job_id, None)
             self.attempts.pop(status.job_id, None)
             self.seen.pop(status.job_id, None)
+            self.facts.pop(status.job_id, None)
         if status.state in TERMINAL:
             self.jobs.pop(status.job_id, None)
             self.pending.pop(status.job_id, None)
@@ -138,14 +154,25 @@ class LiveState:
                 # when it would have begun producing at that rate: launch and restore excluded
                 productive_from_s = now_s - (step - resumed) / steps / rate
         full = option_from_proto(record.option)
+        menu = tuple(job.options.get(record.attempt) or job.options.get(max(job.options, default=-1), []))
+        restart_s = 0.0
+        if rate > 0 and full.duration_s > 0:
+            # In the job's own seconds: measured / predicted time of its current option.
+            speed = 1.0 / (rate * full.duration_s)
+            full = replace(full, duration_s=full.duration_s * speed)
+            menu = tuple(replace(o, duration_s=o.duration_s * speed) for o in menu)
+            # measured: from its placement (else its start) to its first step, launch and restore
+            placed_s = record.placed_at.ToNanoseconds() / 1e9 or start_s
+            restart_s = max(0.0, productive_from_s - min(placed_s, start_s))
         option = replace(full, duration_s=full.duration_s * fraction_at_start)
         assignments = tuple((a.node_id, tuple(a.gpu_indices)) for a in record.assignments)
-        menu = job.options.get(record.attempt) or job.options.get(max(job.options, default=-1), [])
         self.running[record.id] = RunningJob(
-            record.id, option, assignments, start_s, start_s + option.duration_s, tuple(menu),
+            record.id, option, assignments, start_s, start_s + option.duration_s, menu,
             fraction_at_start, productive_from_s, job.submit_time_s, job.deadline_s, rate,
-            step=step, steps=steps, checkpoint_step=record.checkpoint_step,
-            last_checkpoint_s=last_checkpoint_s, saves_on_request=has_checkpoint)
+            restarts=record.attempt, step=step, steps=steps,
+            checkpoint_step=record.checkpoint_step, last_checkpoint_s=last_checkpoint_s,
+            saves_on_request=has_checkpoint, restart_s=restart_s)
+        self.facts[record.id] = reshape_facts(record, start_s)
 
     def on_availability(self, event: events_pb2.GpuAvailabilityChanged) -> None:
         if event.version and event.version <= self.node_versions.get(event.node_id, 0):
@@ -189,34 +216,59 @@ class LiveState:
 
     def effective_cluster(self) -> ClusterView:
         view = self.cluster.copy()
-        for nodes in self.pending.values():
+        for nodes in [*self.pending.values(), *(gpus for _, gpus in self.reshaping.values())]:
             for node_id, gpus in nodes.items():
                 node = view.nodes.get(node_id)
                 if node is not None:
                     node.free_gpus = [g for g in node.free_gpus if g not in gpus]
         return view
 
+    def veto(self, job_id: str, now_s: float) -> str | None:
+        """Why a running job may not be reshaped now (`frenzy_scheduler.reshapable`), or None."""
+        if self.rules is None:
+            return "reshapes are off (FRENZY_RESHAPE_JOBS)"
+        if job_id in self.reshaping:
+            return "a reshape is in flight"
+        facts = self.facts.get(job_id)
+        if facts is None:
+            return "no record from the orchestrator yet"
+        return reshape_veto(facts, now_s, self.rules)
+
+    def _marp_option(self, job_id: str, option: PlanOption) -> PlanOption:
+        """The job's option as MARP planned it (its menu here is in the job's own seconds):
+        what the reshape publishes and the job's record keeps."""
+        job = self.jobs.get(job_id)
+        for options in (job.options.values() if job else ()):
+            for planned in options:
+                if planned.gpu_type == option.gpu_type and planned.plan == option.plan:
+                    return planned
+        return option
+
     def schedule(self, now_s: float) -> list[tuple[Placement, int]]:
         """Run the policy; returns each checked action with the job attempt it is for."""
         queue = self.waiting()
-        if not queue and not (self.reshape_jobs and self.running):
+        movable = {job_id for job_id in self.running if self.veto(job_id, now_s) is None}
+        if not queue and not movable:
             return []
         # A job past its predicted end will end at some unknown time: no policy should hold
-        # GPUs waiting for it, so it is shown as ending never.
-        running = [r if r.expected_end_s > now_s else replace(r, expected_end_s=math.inf)
+        # GPUs waiting for it, so it is shown as ending never. A job that may not be reshaped
+        # comes without its menu (no policy reshapes a job without options).
+        running = [r if r.expected_end_s > now_s and (r.job_id in movable or not r.options) else
+                   replace(r, expected_end_s=r.expected_end_s if r.expected_end_s > now_s else math.inf,
+                           options=r.options if r.job_id in movable else ())
                    for r in self.running.values()]
         view = self.effective_cluster()
         actions = self.policy.schedule(queue, view, now_s, running)
-        if self.reshape_jobs:
-            for action in actions:  # releases first, as the orchestrator executes them
-                if action.kind != PLACE and action.job_id in self.running:
-                    view.give_back(self.running[action.job_id].assignments)
+        for action in actions:  # releases first, as the orchestrator executes them
+            if action.kind != PLACE and action.job_id in movable:
+                view.give_back(self.running[action.job_id].assignments)
         placed = []
         for p in actions:
             if p.kind != PLACE:
-                if not self.reshape_jobs or p.job_id not in self.running:
+                if p.job_id not in movable:
                     continue
                 attempt = self.attempts.get(p.job_id, 0)
+                p = replace(p, option=self._marp_option(p.job_id, p.option))
             else:
                 job = self.jobs.get(p.job_id)
                 if job is None or job.queued_attempt < 0:
@@ -231,11 +283,15 @@ class LiveState:
                     log.warning("action dropped", job_id=p.job_id, kind=p.kind, reason=problem)
                     continue
                 view.take(p.assignments)
-                self.pending[p.job_id] = {node: gpus for node, gpus in p.assignments}
-                self.running[p.job_id] = RunningJob(p.job_id, p.option, p.assignments, now_s,
-                                                    now_s + p.option.duration_s)
+                gpus_by_node = {node: gpus for node, gpus in p.assignments}
+                if p.kind == PLACE:
+                    self.pending[p.job_id] = gpus_by_node
+                    self.running[p.job_id] = RunningJob(p.job_id, p.option, p.assignments, now_s,
+                                                        now_s + p.option.duration_s)
+                else:  # it keeps running as it is until the orchestrator carries this out
+                    self.reshaping[p.job_id] = (attempt, gpus_by_node)
             else:
-                self.running.pop(p.job_id, None)
+                self.reshaping[p.job_id] = (attempt, {})
             if p.kind == PLACE:
                 self.jobs[p.job_id].queued_attempt = -1
             placed.append((p, attempt))

@@ -1,5 +1,6 @@
 """Scheduler service: JobPlanned, job states and GPU availability in; JobPlaced out, each with
-the policy's decision record (and ReshapeJob, when FRENZY_RESHAPE_JOBS is on).
+the policy's decision record, and ReshapeJob for running jobs that can resume (on by default,
+FRENZY_RESHAPE_JOBS; the rules: frenzy_scheduler.reshapable, docs/has.md "Live").
 
 Event-driven: the policy runs after every fetched batch of events that can change a decision,
 never on a timer. Once per batch, not once per event: in a burst a batch holds hundreds of status
@@ -26,6 +27,7 @@ from frenzy.v1 import events_pb2, types_pb2
 from frenzy_scheduler.core import PLACE, PREEMPT, RESIZE, Decision, Placement
 from frenzy_scheduler.fairshare import FairSharePolicy, TenantShare
 from frenzy_scheduler.livestate import LiveState
+from frenzy_scheduler.reshapable import ReshapeRules
 from frenzy_scheduler.policies import get_policy
 
 GROUP = "frenzy-scheduler"
@@ -33,16 +35,22 @@ log = get_logger("scheduler")
 
 
 class SchedulerService:
-    def __init__(self, bus: Bus, policy_name: str, reshape_jobs: bool = False) -> None:
+    def __init__(self, bus: Bus, policy_name: str, settings: ServiceSettings | None = None) -> None:
+        """`settings` (default: from the environment) say whether running jobs are reshaped,
+        under which rules, and the policy's minimum gain of a move."""
         self.bus = bus
+        settings = settings or ServiceSettings()
         # Tenants share GPUs by weight, within their quotas (frenzy_scheduler.fairshare); each
         # job's tenant comes from the orchestrator's signed job records.
         self.tenants: dict[str, str] = {}
-        policies = tenant_policies(ServiceSettings())
+        policies = tenant_policies(settings)
         shares = lambda: {n: TenantShare(p.weight, p.max_gpus) for n, p in policies().items()}  # noqa: E731
-        self.state = LiveState(FairSharePolicy(get_policy(policy_name, elastic=reshape_jobs),
-                                               self._tenant_of, shares),
-                               reshape_jobs=reshape_jobs)
+        policy = get_policy(policy_name, elastic=settings.reshape_jobs,
+                            min_gain_s=settings.reshape_min_gain_s,
+                            min_gain_fraction=settings.reshape_min_gain_fraction)
+        rules = ReshapeRules(settings.reshape_min_interval_s, settings.reshape_young_s) \
+            if settings.reshape_jobs else None
+        self.state = LiveState(FairSharePolicy(policy, self._tenant_of, shares), rules=rules)
         self._changed = False  # an event since the policy last ran
 
     def _tenant_of(self, job_id: str) -> str:
@@ -176,4 +184,4 @@ def decision_to_proto(decision: Decision | None, policy: str, now_s: float,
 def main() -> None:
     settings = ServiceSettings()
     run_service(lambda stop: SchedulerService(Bus("scheduler", settings), settings.policy,
-                                              settings.reshape_jobs).run(stop))
+                                              settings).run(stop))

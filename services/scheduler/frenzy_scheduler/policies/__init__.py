@@ -1,6 +1,7 @@
 """Policy registry: every policy is reachable by name from the service, the simulator and the CLI."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 from frenzy_scheduler.core import Policy
@@ -25,13 +26,20 @@ def policy_names() -> list[str]:
     return list(_POLICIES)
 
 
-def get_policy(name: str, elastic: bool = True) -> Policy:
+def get_policy(name: str, elastic: bool = True, min_gain_s: float | None = None,
+               min_gain_fraction: float | None = None) -> Policy:
     """A fresh policy instance (policies may cache per-job derived data, so never share one).
 
-    `elastic=False` turns off has's moves of running jobs (a live scheduler whose orchestrator
-    does not execute ReshapeJob); other policies' reshapes are then dropped by the caller."""
+    `elastic=False` turns off has's moves of running jobs (a live scheduler with
+    FRENZY_RESHAPE_JOBS off); other policies' reshapes are then dropped by the caller. The
+    minimum gain of a move (has), when given, replaces the policy's own."""
     if name not in _POLICIES:
         raise ValueError(f"policy: unknown {name!r}; known: {', '.join(_POLICIES)}")
-    if name == "has" and not elastic:
-        return HasPolicy(HasConfig(elastic=False))
+    if name == "has":
+        config = replace(HasConfig(), elastic=elastic)
+        if min_gain_s is not None:
+            config = replace(config, min_gain_s=min_gain_s)
+        if min_gain_fraction is not None:
+            config = replace(config, min_gain_fraction=min_gain_fraction)
+        return HasPolicy(config)
     return _POLICIES[name]()

@@ -196,8 +196,9 @@ def grow(runs: Sequence[RunningJob], index: FreeIndex, blocked_types: set[str], 
             if gpus > room or current_s - left * duration_s < floor_gain_s:
                 continue  # no room, or no gain even before the restart
             nodes = -(-gpus // max(1, index.node_size.get(gpu_type, 1)))
-            # restore, a new launch, and the work since the last checkpoint if it is lost
-            restart_s = restart_floor_s + launch_s(nodes) + run.redo_s(now_s)
+            # restore and a new launch (as its last start cost, when measured), and the work
+            # since the last checkpoint if it is lost
+            restart_s = (run.restart_s or restart_floor_s + launch_s(nodes)) + run.redo_s(now_s)
             new_s = restart_s + left * duration_s
             if current_s - new_s < floor_gain_s:
                 continue

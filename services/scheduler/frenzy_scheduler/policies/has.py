@@ -53,8 +53,7 @@ class HasConfig:
     gpu_cost_weight: float = 1.0  # under queue pressure, weight of extra GPU-seconds an option burns
     # ... and without pressure: GPUs taken now are GPUs the next arrivals cannot have
     min_cost_exponent: float = 0.0
-    # Elastic moves (policies/elastic.py). Off for a live scheduler whose orchestrator does
-    # not execute ReshapeJob yet (FRENZY_RESHAPE_JOBS).
+    # Elastic moves (policies/elastic.py). Off for a live scheduler with FRENZY_RESHAPE_JOBS off.
     elastic: bool = True
     min_gain_fraction: float = 0.3  # a move saves >= this share of the predicted time left ...
     min_gain_s: float = 600.0  # ... and at least this, after its restart cost
