@@ -63,6 +63,9 @@ class HasConfig:
     grow_per_gpu: bool = True  # idle GPUs go where they save most per GPU (else: most work left)
     grow_cost_limit: float = 2.0  # grow only to options at least 50 % as GPU-efficient as its cheapest
     shrink_after_s: float = 0.0  # a blocked job may be admitted by shrinking after this wait
+    # ... or by displacing a running job whole to GPUs of another type that are free now
+    # (elastic.shrink_plan): slow types idle while the fast ones queue is what this uses
+    displace: bool = True
     max_moves: int = 4  # elastic moves per decision (keeps a decision sub-millisecond)
     # A job that holds for a faster type reserves it at once (EASY backfill: later jobs may use
     # it only if they end before the job's expected start), so the wait it counted on holds.
@@ -402,7 +405,7 @@ class HasPolicy:
                 if end_s < baseline_s:
                     baseline_s, baseline = end_s, entry
             if victims is None:
-                victims = victims_by_type(running, now_s, self._menus)
+                victims = victims_by_type(running, now_s, self._menus, cfg.displace)
                 spare = spare_gpus(victims)
             best: tuple[float, _Entry, ShrinkPlan] | None = None
             for entry in facts.entries:  # fastest first
@@ -414,7 +417,8 @@ class HasPolicy:
                 deficit = gpus - free.get(gpu_type, 0)
                 if deficit <= 0 or deficit > spare.get(gpu_type, 0):
                     continue
-                plan = shrink_plan(victims, gpu_type, deficit, total_s, restart_s, now_s, acted)
+                plan = shrink_plan(victims, gpu_type, deficit, total_s, restart_s, now_s, acted,
+                                   self._displace_room(free, claimed) if cfg.displace else None)
                 if plan is None:
                     continue
                 net_s = baseline_s - total_s - (1.0 + cfg.min_gain_fraction) * plan[0]
@@ -437,13 +441,20 @@ class HasPolicy:
             moves += shrinks
             acted.update(a.job_id for a in shrinks)
             for shrunk_run, narrower in plan:  # what they can still give is less now
-                spare[gpu_type] -= shrunk_run.num_gpus - narrower.num_gpus
+                spare[gpu_type] -= shrunk_run.num_gpus - (
+                    narrower.num_gpus if narrower.gpu_type == gpu_type else 0)
             placed.append(Placement(job.job_id, option, assignments, decision=Decision(
                 self.name, f"admitted by shrinking running jobs: {reason}",
                 (Alternative(option, 0.0, total_s, "chosen"),
                  Alternative(baseline[0], baseline_s - baseline[3], baseline_s,
                              "best without shrinking (start now, or wait for releases)")))))
         return moves, placed
+
+    @staticmethod
+    def _displace_room(free: dict[str, int], claimed: dict[str, int]) -> dict[str, int]:
+        """GPUs a displaced job may take, per type: free now, less what the jobs ahead in the
+        admission order wait for there."""
+        return {t: n - claimed.get(t, 0) for t, n in free.items() if n > claimed.get(t, 0)}
 
     # -- sort ------------------------------------------------------------------------------
 
