@@ -36,7 +36,7 @@ from frenzy_scheduler.placement import Assignments, FreeIndex
 class Menu:
     """What a running job's option menu implies, derived once per menu (`Menus`)."""
 
-    __slots__ = ("entries", "cheapest_gpu_s", "cheapest_by_type")
+    __slots__ = ("entries", "cheapest_gpu_s", "cheapest_by_type", "others")
 
     def __init__(self, options: Sequence[PlanOption]) -> None:
         # (option, type, GPUs, duration s, GPU-seconds), read without property calls
@@ -48,6 +48,7 @@ class Menu:
             if gpu_type not in cheapest or (gpu_s, gpus) < cheapest[gpu_type][:2]:
                 cheapest[gpu_type] = (gpu_s, gpus, option)
         self.cheapest_by_type = {t: c[2] for t, c in cheapest.items()}
+        self.others: dict[str, list] = {}  # other_types by the job's own type, derived once
 
 
 class Menus:
@@ -266,11 +267,16 @@ Victims = dict[str, list[tuple[RunningJob, float, list[tuple[int, float, PlanOpt
 def other_types(run: RunningJob, menu: Menu) -> list[tuple[str, list[tuple[float, int, PlanOption]]]]:
     """The job's options on the other GPU types, per type fastest first (where a displacement
     could send it)."""
+    cached = menu.others.get(run.option.gpu_type)
+    if cached is not None:
+        return cached
     per_type: dict[str, list[tuple[float, int, PlanOption]]] = {}
     for option, gpu_type, gpus, duration_s, _ in menu.entries:
         if gpu_type != run.option.gpu_type:
             per_type.setdefault(gpu_type, []).append((duration_s, gpus, option))
-    return [(t, sorted(per_type[t], key=lambda e: (e[0], e[1]))) for t in sorted(per_type)]
+    out = menu.others[run.option.gpu_type] = [
+        (t, sorted(per_type[t], key=lambda e: (e[0], e[1]))) for t in sorted(per_type)]
+    return out
 
 
 def victims_by_type(runs: Sequence[RunningJob], now_s: float, menus: Menus,
@@ -300,7 +306,9 @@ def spare_gpus(victims: Victims) -> dict[str, int]:
 
 def shrink_plan(victims: Victims, gpu_type: str, deficit: int, horizon_s: float,
                 restart_s: float, now_s: float, skip: set[str] = frozenset(),
-                free: dict[str, int] | None = None) -> ShrinkPlan | None:
+                free: dict[str, int] | None = None,
+                moves: dict[str, tuple[int, float, PlanOption] | None] | None = None
+                ) -> ShrinkPlan | None:
     """Free `deficit` GPUs of a type by shrinking running jobs where it costs least: greedy on
     the loss per GPU freed (`shrink_loss_s` over the newcomer's `horizon_s`, plus two restarts
     the first time a job is touched: the shrink, and the growth back when the GPUs free up).
@@ -311,34 +319,46 @@ def shrink_plan(victims: Victims, gpu_type: str, deficit: int, horizon_s: float,
     plus two restarts: a move back needs the fast GPUs free after the queue's pass, which
     under a queue they are not (the sustained-load lesson of start-now, docs/has.md), so the
     return is not counted on. Returns (total loss s, [(job, its new option)]) or None when the
-    type's running jobs cannot give enough. Pure: nothing is taken or released."""
+    type's running jobs cannot give enough. `moves`: the caller's memo of each job's
+    displacement for this `free` (it does not depend on the newcomer). Pure: nothing is taken
+    or released."""
     state = {run.job_id: (run, current_s, run.num_gpus, 0, None)
              for run, current_s, _, _ in victims.get(gpu_type, ()) if run.job_id not in skip}
     steps_of = {run.job_id: steps for run, _, steps, _ in victims.get(gpu_type, ())}
     others_of = {run.job_id: others for run, _, _, others in victims.get(gpu_type, ())}
     free_left = dict(free) if free is not None else {}
+    memo = moves  # valid while free_left is the caller's `free`
+
+    def candidate(job_id: str) -> tuple[float, str, float, tuple[int, float, PlanOption] | None] | None:
+        """The job's cheapest next give-up per GPU: its next narrower step, or (untouched)
+        its displacement. Changes only when the job steps, or a displacement takes GPUs."""
+        run, current_s, gpus, taken, chosen = state[job_id]
+        best = None
+        steps = steps_of[job_id]
+        if taken < len(steps):
+            step_gpus, step_s, _ = steps[taken]
+            loss_s = shrink_loss_s(run, step_s, current_s, horizon_s, now_s)
+            if chosen is None:
+                loss_s += 2 * restart_s
+            best = (loss_s / (gpus - step_gpus), job_id, loss_s, None)
+        if chosen is None and free is not None:
+            if memo is not None:
+                move = memo.get(job_id, memo)
+                if move is memo:
+                    move = memo[job_id] = displacement(others_of[job_id], free_left)
+            else:
+                move = displacement(others_of[job_id], free_left)
+            if move is not None:
+                # to its end: no return is counted on (see the docstring)
+                loss_s = shrink_loss_s(run, move[1], current_s, math.inf, now_s) + 2 * restart_s
+                if best is None or (loss_s / gpus, job_id) < best[:2]:
+                    best = (loss_s / gpus, job_id, loss_s, move)
+        return best
+
+    candidates = {job_id: candidate(job_id) for job_id in state}
     freed, loss_total_s = 0, 0.0
     while freed < deficit:
-        best: tuple[float, str, float, tuple[int, float, PlanOption] | None] | None = None
-        for job_id, (run, current_s, gpus, taken, chosen) in state.items():
-            steps = steps_of[job_id]
-            if taken < len(steps):
-                step_gpus, step_s, _ = steps[taken]
-                loss_s = shrink_loss_s(run, step_s, current_s, horizon_s, now_s)
-                if chosen is None:
-                    loss_s += 2 * restart_s
-                per_gpu = loss_s / (gpus - step_gpus)
-                if best is None or (per_gpu, job_id) < best[:2]:
-                    best = (per_gpu, job_id, loss_s, None)
-            if chosen is None and free is not None:
-                move = displacement(others_of[job_id], free_left)
-                if move is not None:
-                    # to its end: no return is counted on (see the docstring)
-                    loss_s = shrink_loss_s(run, move[1], current_s, math.inf, now_s) + \
-                        2 * restart_s
-                    per_gpu = loss_s / gpus
-                    if best is None or (per_gpu, job_id) < best[:2]:
-                        best = (per_gpu, job_id, loss_s, move)
+        best = min((c for c in candidates.values() if c is not None), default=None)
         if best is None:
             return None
         _, job_id, loss_s, move = best
@@ -349,10 +369,13 @@ def shrink_plan(victims: Victims, gpu_type: str, deficit: int, horizon_s: float,
             state[job_id] = (run, move_s, 0, len(steps_of[job_id]) + 1, option)
             steps_of[job_id] = []
             freed += gpus
+            memo = None  # the free GPUs changed
+            candidates = {j: candidate(j) for j in state}
         else:
             step_gpus, step_s, option = steps_of[job_id][taken]
             state[job_id] = (run, step_s, step_gpus, taken + 1, option)
             freed += gpus - step_gpus
+            candidates[job_id] = candidate(job_id)
         loss_total_s += loss_s
     return loss_total_s, [(s[0], s[4]) for s in state.values() if s[4] is not None]
 

@@ -299,7 +299,10 @@ class HasPolicy:
         if queue:
             ordered, demand = self._sort(queue, index, now_s)
             if elastic:
-                moves, admitted = self._admit(ordered, running, index, now_s)
+                # Displace only while the queue fits in the free GPUs: under pressure the
+                # queue's pass takes the idle GPUs a displaced job would run on
+                moves, admitted = self._admit(ordered, running, index, now_s,
+                                              demand <= index.total_free())
                 if admitted:  # the pass skips them
                     taken = {p.job_id for p in admitted}
                     ordered = [f for f in ordered if f.job.job_id not in taken]
@@ -352,7 +355,7 @@ class HasPolicy:
         return moves + admitted + placements
 
     def _admit(self, ordered: list[_JobFacts], running: Sequence[RunningJob], index: FreeIndex,
-               now_s: float) -> tuple[list[Placement], list[Placement]]:
+               now_s: float, displace: bool = True) -> tuple[list[Placement], list[Placement]]:
         """Before the pass, admission by shrinking: a job at the head of the order whose best
         completion (start now, or wait for GPUs to free) is later than it would be on GPUs that
         running jobs can spare, takes them when its gain beats their loss. The loss is each
@@ -362,6 +365,7 @@ class HasPolicy:
         few GPUs rather than falling to one. An urgent deadline job may also preempt
         (`reclaim`). Returns (reshapes, placements of the admitted jobs)."""
         cfg = self.config
+        displace = displace and cfg.displace
         free = index.free_by_type
         releases = _ReleaseProfile(running, now_s)
         moves: list[Placement] = []
@@ -372,6 +376,8 @@ class HasPolicy:
         claimed: dict[str, int] = {}
         victims: Victims | None = None  # built once, on the first job that needs it
         spare: dict[str, int] = {}
+        displaced_room: dict[str, int] | None = None  # the free GPUs the memo below is for
+        displaced: dict = {}  # job id -> its displacement there (elastic.shrink_plan's memo)
         for facts in ordered[:16]:  # the head of the priority order
             if len(moves) >= cfg.max_moves:
                 break
@@ -405,9 +411,12 @@ class HasPolicy:
                 if end_s < baseline_s:
                     baseline_s, baseline = end_s, entry
             if victims is None:
-                victims = victims_by_type(running, now_s, self._menus, cfg.displace)
+                victims = victims_by_type(running, now_s, self._menus, displace)
                 spare = spare_gpus(victims)
             best: tuple[float, _Entry, ShrinkPlan] | None = None
+            room = self._displace_room(free, claimed) if displace else None
+            if room is not None and room != displaced_room:  # displacements depend on it alone
+                displaced, displaced_room = {}, room
             for entry in facts.entries:  # fastest first
                 _, gpu_type, gpus, total_s, _, _ = entry
                 # Every plan costs at least two restarts: nothing slower can net more.
@@ -418,7 +427,7 @@ class HasPolicy:
                 if deficit <= 0 or deficit > spare.get(gpu_type, 0):
                     continue
                 plan = shrink_plan(victims, gpu_type, deficit, total_s, restart_s, now_s, acted,
-                                   self._displace_room(free, claimed) if cfg.displace else None)
+                                   room, displaced)
                 if plan is None:
                     continue
                 net_s = baseline_s - total_s - (1.0 + cfg.min_gain_fraction) * plan[0]
