@@ -296,18 +296,22 @@ def test_has_admits_a_waiting_job_by_displacing_a_running_one_to_idle_slower_gpu
     # its end, not only over the newcomer's run (the return is not counted on).
     now_s = 1000.0
 
-    def actions(slow_s: float) -> dict[str, tuple[str, str]]:
+    def actions(slow_s: float, *more: QueuedJob) -> dict[str, tuple[str, str]]:
         cluster = nodes({"a": ("A100-80GB", 4, []), "r": ("RTX-3090", 4, [0, 1, 2, 3])})
         menu = (option("A100-80GB", 4, 10_000.0), option("RTX-3090", 4, slow_s))
         running = [RunningJob("long", menu[0], (("a", (0, 1, 2, 3)),), 0.0, now_s + 9000.0,
                               menu)]
         queue = [job("new", now_s, option("A100-80GB", 4, 1000.0),
-                     option("RTX-3090", 4, 20_000.0))]
+                     option("RTX-3090", 4, 20_000.0)), *more]
         return {a.job_id: (a.kind, a.option.gpu_type)
                 for a in HasPolicy().schedule(queue, cluster, now_s, running)}
 
     assert actions(12_000.0) == {"long": ("migrate", "RTX-3090"), "new": ("place", "A100-80GB")}
     assert actions(30_000.0) == {}
+    # Under queue pressure (a second job wants the 3090s too: 8 GPUs asked, 4 free) the
+    # pass takes the idle GPUs, so nobody is displaced onto them; the 3090 job starts there.
+    assert actions(12_000.0, job("other", now_s, option("RTX-3090", 4, 3000.0))) == {
+        "other": ("place", "RTX-3090")}
     assert HasPolicy(HasConfig(displace=False)).schedule(
         [job("new", now_s, option("A100-80GB", 4, 1000.0))],
         nodes({"a": ("A100-80GB", 4, []), "r": ("RTX-3090", 4, [0, 1, 2, 3])}), now_s,
