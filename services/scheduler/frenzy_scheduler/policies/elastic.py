@@ -6,7 +6,9 @@ own predicted gain, so a decision stays fast. What keeps it stable:
 * a waiting job is admitted by shrinking running jobs only when its predicted saving beats
   their loss (the slowdown over its run, plus two restarts each: the shrink and the growth
   back) by `min_gain_fraction`; victims step down their own options where the loss per GPU
-  freed is least, so a wide job gives a few GPUs rather than falling to one;
+  freed is least, so a wide job gives a few GPUs rather than falling to one; while the queue
+  fits in the free GPUs, a job may instead be displaced whole to idle GPUs of another type,
+  charged its slowdown there to its own end (its return is not counted on);
 * growth and migration must save at least `min_gain_fraction` of the job's predicted time
   left *and* `min_gain_s`, after the restart: a 30 % predicted saving survives a one-sigma
   prediction error (the simulator's default sigma is 0.3); idle GPUs go where they save the
