@@ -286,6 +286,40 @@ def test_has_does_not_shrink_when_the_gain_is_below_the_threshold() -> None:
     assert HasPolicy().schedule(queue, cluster, now_s, running) == []
 
 
+def test_has_admits_a_waiting_job_by_displacing_a_running_one_to_idle_slower_gpus() -> None:
+    # An A100 node is full with 'long' (4 GPUs, 9000 s left, nothing narrower to shrink to);
+    # a 3090 node is idle. The newcomer runs 1000 s on the A100s and 20000 s on the 3090s,
+    # so it would wait 9000 s. Displacing 'long' to the 3090s (12000 s for all its work: 1.2x
+    # slower) costs it 1800 s to its end plus two restarts, far less than the newcomer's
+    # 9000 s: it migrates, and the newcomer takes its A100s. If the 3090s were 3x slower for
+    # 'long' (18000 s lost to its end), nothing moves: a displaced job's loss is counted to
+    # its end, not only over the newcomer's run (the return is not counted on).
+    now_s = 1000.0
+
+    def actions(slow_s: float, *more: QueuedJob) -> dict[str, tuple[str, str]]:
+        cluster = nodes({"a": ("A100-80GB", 4, []), "r": ("RTX-3090", 4, [0, 1, 2, 3])})
+        menu = (option("A100-80GB", 4, 10_000.0), option("RTX-3090", 4, slow_s))
+        running = [RunningJob("long", menu[0], (("a", (0, 1, 2, 3)),), 0.0, now_s + 9000.0,
+                              menu)]
+        queue = [job("new", now_s, option("A100-80GB", 4, 1000.0),
+                     option("RTX-3090", 4, 20_000.0)), *more]
+        return {a.job_id: (a.kind, a.option.gpu_type)
+                for a in HasPolicy().schedule(queue, cluster, now_s, running)}
+
+    assert actions(12_000.0) == {"long": ("migrate", "RTX-3090"), "new": ("place", "A100-80GB")}
+    assert actions(30_000.0) == {}
+    # Under queue pressure (a second job wants the 3090s too: 8 GPUs asked, 4 free) the
+    # pass takes the idle GPUs, so nobody is displaced onto them; the 3090 job starts there.
+    assert actions(12_000.0, job("other", now_s, option("RTX-3090", 4, 3000.0))) == {
+        "other": ("place", "RTX-3090")}
+    assert HasPolicy(HasConfig(displace=False)).schedule(
+        [job("new", now_s, option("A100-80GB", 4, 1000.0))],
+        nodes({"a": ("A100-80GB", 4, []), "r": ("RTX-3090", 4, [0, 1, 2, 3])}), now_s,
+        [RunningJob("long", option("A100-80GB", 4, 10_000.0), (("a", (0, 1, 2, 3)),), 0.0,
+                    now_s + 9000.0, (option("A100-80GB", 4, 10_000.0),
+                                     option("RTX-3090", 4, 12_000.0)))]) == []
+
+
 @st.composite
 def busy_scenarios(draw: st.DrawFn) -> tuple[list[QueuedJob], ClusterView, list[RunningJob]]:
     """Full or nearly full nodes held by elastic running jobs, and a queue of newcomers."""

@@ -6,7 +6,9 @@ own predicted gain, so a decision stays fast. What keeps it stable:
 * a waiting job is admitted by shrinking running jobs only when its predicted saving beats
   their loss (the slowdown over its run, plus two restarts each: the shrink and the growth
   back) by `min_gain_fraction`; victims step down their own options where the loss per GPU
-  freed is least, so a wide job gives a few GPUs rather than falling to one;
+  freed is least, so a wide job gives a few GPUs rather than falling to one; while the queue
+  fits in the free GPUs, a job may instead be displaced whole to idle GPUs of another type,
+  charged its slowdown there to its own end (its return is not counted on);
 * growth and migration must save at least `min_gain_fraction` of the job's predicted time
   left *and* `min_gain_s`, after the restart: a 30 % predicted saving survives a one-sigma
   prediction error (the simulator's default sigma is 0.3); idle GPUs go where they save the
@@ -36,7 +38,7 @@ from frenzy_scheduler.placement import Assignments, FreeIndex
 class Menu:
     """What a running job's option menu implies, derived once per menu (`Menus`)."""
 
-    __slots__ = ("entries", "cheapest_gpu_s", "cheapest_by_type")
+    __slots__ = ("entries", "cheapest_gpu_s", "cheapest_by_type", "others")
 
     def __init__(self, options: Sequence[PlanOption]) -> None:
         # (option, type, GPUs, duration s, GPU-seconds), read without property calls
@@ -48,6 +50,7 @@ class Menu:
             if gpu_type not in cheapest or (gpu_s, gpus) < cheapest[gpu_type][:2]:
                 cheapest[gpu_type] = (gpu_s, gpus, option)
         self.cheapest_by_type = {t: c[2] for t, c in cheapest.items()}
+        self.others: dict[str, list] = {}  # other_types by the job's own type, derived once
 
 
 class Menus:
@@ -257,81 +260,176 @@ def narrower_steps(run: RunningJob, menu: Menu) -> list[tuple[int, float, PlanOp
 
 
 ShrinkPlan = tuple[float, list[tuple[RunningJob, PlanOption]]]
-# Per GPU type, the running jobs that could shrink: (job, full-work duration s now, its steps).
-Victims = dict[str, list[tuple[RunningJob, float, list[tuple[int, float, PlanOption]]]]]
+# Per GPU type, the running jobs that could give GPUs up: (job, full-work duration s now, its
+# narrower steps on its type, its fastest option per other type as (type, [(s, GPUs, option)],
+# fastest first)).
+Victims = dict[str, list[tuple[RunningJob, float, list[tuple[int, float, PlanOption]],
+                               list[tuple[str, list[tuple[float, int, PlanOption]]]]]]]
 
 
-def victims_by_type(runs: Sequence[RunningJob], now_s: float, menus: Menus) -> Victims:
-    """The jobs a newcomer may shrink, per type: known menu, a narrower option on their type,
-    not restoring (Sia pins those too) and no deadline."""
+def other_types(run: RunningJob, menu: Menu) -> list[tuple[str, list[tuple[float, int, PlanOption]]]]:
+    """The job's options on the other GPU types, per type fastest first (where a displacement
+    could send it)."""
+    cached = menu.others.get(run.option.gpu_type)
+    if cached is not None:
+        return cached
+    per_type: dict[str, list[tuple[float, int, PlanOption]]] = {}
+    for option, gpu_type, gpus, duration_s, _ in menu.entries:
+        if gpu_type != run.option.gpu_type:
+            per_type.setdefault(gpu_type, []).append((duration_s, gpus, option))
+    out = menu.others[run.option.gpu_type] = [
+        (t, sorted(per_type[t], key=lambda e: (e[0], e[1]))) for t in sorted(per_type)]
+    return out
+
+
+def victims_by_type(runs: Sequence[RunningJob], now_s: float, menus: Menus,
+                    displace: bool = False) -> Victims:
+    """The jobs a newcomer may shrink, per type: known menu, a narrower option on their type
+    (or, with `displace`, an option on another type), not restoring (Sia pins those too) and
+    no deadline."""
     out: Victims = {}
     for run in runs:
         if not run.options or run.deadline_s or run.restoring_until_s > now_s:
             continue
-        steps = narrower_steps(run, menus.of(run.options))
-        if steps:
-            out.setdefault(run.option.gpu_type, []).append((run, full_duration_s(run), steps))
+        menu = menus.of(run.options)
+        steps = narrower_steps(run, menu)
+        others = other_types(run, menu) if displace else []
+        if steps or others:
+            out.setdefault(run.option.gpu_type, []).append(
+                (run, full_duration_s(run), steps, others))
     return out
 
 
 def spare_gpus(victims: Victims) -> dict[str, int]:
-    """Per type, the most GPUs shrinking could free (every victim down to its narrowest)."""
-    return {t: sum(run.num_gpus - steps[-1][0] for run, _, steps in v) for t, v in victims.items()}
+    """Per type, the most GPUs shrinking could free (every victim down to its narrowest, or
+    all of a victim that could be displaced to another type)."""
+    return {t: sum(run.num_gpus if others else run.num_gpus - steps[-1][0]
+                   for run, _, steps, others in v) for t, v in victims.items()}
 
 
 def shrink_plan(victims: Victims, gpu_type: str, deficit: int, horizon_s: float,
-                restart_s: float, now_s: float, skip: set[str] = frozenset()) -> ShrinkPlan | None:
+                restart_s: float, now_s: float, skip: set[str] = frozenset(),
+                free: dict[str, int] | None = None,
+                moves: dict[str, tuple[int, float, PlanOption] | None] | None = None
+                ) -> ShrinkPlan | None:
     """Free `deficit` GPUs of a type by shrinking running jobs where it costs least: greedy on
     the loss per GPU freed (`shrink_loss_s` over the newcomer's `horizon_s`, plus two restarts
     the first time a job is touched: the shrink, and the growth back when the GPUs free up).
     Each job steps down its own options one at a time, so a wide job gives a few GPUs rather
-    than falling to one. Returns (total loss s, [(job, its narrower option)]) or None when the
-    type's running jobs cannot give enough. Pure: nothing is taken or released."""
+    than falling to one. With `free` (GPUs free now per type), an untouched job may instead
+    be displaced whole to its fastest option on another type that has the GPUs free
+    (`displacement`), per GPU it frees at a loss of its slowdown there **to its own end**
+    plus two restarts: a move back needs the fast GPUs free after the queue's pass, which
+    under a queue they are not (the sustained-load lesson of start-now, docs/has.md), so the
+    return is not counted on. Returns (total loss s, [(job, its new option)]) or None when the
+    type's running jobs cannot give enough. `moves`: the caller's memo of each job's
+    displacement for this `free` (it does not depend on the newcomer). Pure: nothing is taken
+    or released."""
     state = {run.job_id: (run, current_s, run.num_gpus, 0, None)
-             for run, current_s, _ in victims.get(gpu_type, ()) if run.job_id not in skip}
-    steps_of = {run.job_id: steps for run, _, steps in victims.get(gpu_type, ())}
-    freed, loss_total_s = 0, 0.0
-    while freed < deficit:
-        best: tuple[float, str, float] | None = None
-        for job_id, (run, current_s, gpus, taken, chosen) in state.items():
-            steps = steps_of[job_id]
-            if taken == len(steps):
-                continue
+             for run, current_s, _, _ in victims.get(gpu_type, ()) if run.job_id not in skip}
+    steps_of = {run.job_id: steps for run, _, steps, _ in victims.get(gpu_type, ())}
+    others_of = {run.job_id: others for run, _, _, others in victims.get(gpu_type, ())}
+    free_left = dict(free) if free is not None else {}
+    memo = moves  # valid while free_left is the caller's `free`
+
+    def candidate(job_id: str) -> tuple[float, str, float, tuple[int, float, PlanOption] | None] | None:
+        """The job's cheapest next give-up per GPU: its next narrower step, or (untouched)
+        its displacement. Changes only when the job steps, or a displacement takes GPUs."""
+        run, current_s, gpus, taken, chosen = state[job_id]
+        best = None
+        steps = steps_of[job_id]
+        if taken < len(steps):
             step_gpus, step_s, _ = steps[taken]
             loss_s = shrink_loss_s(run, step_s, current_s, horizon_s, now_s)
             if chosen is None:
                 loss_s += 2 * restart_s
-            per_gpu = loss_s / (gpus - step_gpus)
-            if best is None or (per_gpu, job_id) < best[:2]:
-                best = (per_gpu, job_id, loss_s)
+            best = (loss_s / (gpus - step_gpus), job_id, loss_s, None)
+        if chosen is None and free is not None:
+            if memo is not None:
+                move = memo.get(job_id, memo)
+                if move is memo:
+                    move = memo[job_id] = displacement(others_of[job_id], free_left)
+            else:
+                move = displacement(others_of[job_id], free_left)
+            if move is not None:
+                # to its end: no return is counted on (see the docstring)
+                loss_s = shrink_loss_s(run, move[1], current_s, math.inf, now_s) + 2 * restart_s
+                if best is None or (loss_s / gpus, job_id) < best[:2]:
+                    best = (loss_s / gpus, job_id, loss_s, move)
+        return best
+
+    candidates = {job_id: candidate(job_id) for job_id in state}
+    freed, loss_total_s = 0, 0.0
+    while freed < deficit:
+        best = min((c for c in candidates.values() if c is not None), default=None)
         if best is None:
             return None
-        _, job_id, loss_s = best
+        _, job_id, loss_s, move = best
         run, _, gpus, taken, _ = state[job_id]
-        step_gpus, step_s, option = steps_of[job_id][taken]
-        state[job_id] = (run, step_s, step_gpus, taken + 1, option)
-        freed += gpus - step_gpus
+        if move is not None:  # displaced whole: nothing more to take from it
+            move_gpus, move_s, option = move
+            free_left[option.gpu_type] -= move_gpus
+            state[job_id] = (run, move_s, 0, len(steps_of[job_id]) + 1, option)
+            steps_of[job_id] = []
+            freed += gpus
+            memo = None  # the free GPUs changed
+            candidates = {j: candidate(j) for j in state}
+        else:
+            step_gpus, step_s, option = steps_of[job_id][taken]
+            state[job_id] = (run, step_s, step_gpus, taken + 1, option)
+            freed += gpus - step_gpus
+            candidates[job_id] = candidate(job_id)
         loss_total_s += loss_s
     return loss_total_s, [(s[0], s[4]) for s in state.values() if s[4] is not None]
 
 
+def displacement(others: list[tuple[str, list[tuple[float, int, PlanOption]]]],
+                 free: dict[str, int]) -> tuple[int, float, PlanOption] | None:
+    """The fastest option on another type whose GPUs are free: (GPUs, full-work s, option)."""
+    best: tuple[int, float, PlanOption] | None = None
+    for gpu_type, options in others:
+        have = free.get(gpu_type, 0)
+        for duration_s, gpus, option in options:  # fastest first
+            if gpus <= have:
+                if best is None or (duration_s, gpus) < (best[1], best[0]):
+                    best = (gpus, duration_s, option)
+                break
+    return best
+
+
 def apply_shrinks(plan: Sequence[tuple[RunningJob, PlanOption]], index: FreeIndex, policy: str,
                   reason: str, now_s: float) -> list[Placement] | None:
-    """Shrink each job in place to its planned option (in the pass's index); None, with the
-    index untouched, if some job's GPUs cannot be cut down to whole tp groups."""
+    """Shrink each job in place to its planned option (in the pass's index), or move a
+    displaced one to best-fit nodes of its new type; None, with the index untouched, if some
+    job's GPUs cannot be cut down to whole tp groups or a displaced job does not fit."""
     kept_by_job = []
     for run, option in plan:
+        if option.gpu_type != run.option.gpu_type:
+            continue
         kept = shrink_in_place(run, option)
         if kept is None:
             return None
         kept_by_job.append((run, option, kept))
+    moved = []
+    for run, option in plan:  # displacements: their new GPUs are free now
+        if option.gpu_type == run.option.gpu_type:
+            continue
+        assignments = index.best_fit(option.gpu_type, option.num_gpus, option.plan.tp)
+        if assignments is None:
+            for _, _, taken in moved:
+                index.release(taken)
+            return None
+        index.take(assignments)
+        moved.append((run, option, assignments))
     actions = []
-    for run, option, kept in kept_by_job:
+    for run, option, kept in kept_by_job + moved:
         index.release(run.assignments)
-        index.take(kept)
+        if option.gpu_type == run.option.gpu_type:
+            index.take(kept)
         left_s = option.duration_s * run.remaining_fraction(now_s)
-        actions.append(Placement(run.job_id, option, kept, RESIZE, Decision(
-            policy, f"shrunk to admit {reason}",
+        kind = RESIZE if option.gpu_type == run.option.gpu_type else MIGRATE
+        actions.append(Placement(run.job_id, option, kept, kind, Decision(
+            policy, f"{'shrunk' if kind == RESIZE else 'displaced'} to admit {reason}",
             (Alternative(option, 0.0, left_s, "chosen"),
              Alternative(run.option, 0.0, full_duration_s(run) * run.remaining_fraction(now_s),
                          "current: its GPUs admit a waiting job")))))
@@ -341,6 +439,7 @@ def apply_shrinks(plan: Sequence[tuple[RunningJob, PlanOption]], index: FreeInde
 def undo_shrinks(plan: Sequence[tuple[RunningJob, PlanOption]], actions: Sequence[Placement],
                  index: FreeIndex) -> None:
     """Give the index back what `apply_shrinks` changed (the newcomer did not fit after all)."""
-    for (run, _), action in zip(plan, actions):
+    for action in actions:
+        run = next(r for r, _ in plan if r.job_id == action.job_id)
         index.release(action.assignments)
         index.take(run.assignments)

@@ -62,6 +62,9 @@ class HasConfig:
     grow_per_gpu: bool = True  # idle GPUs go where they save most per GPU (else: most work left)
     grow_cost_limit: float = 2.0  # grow only to options at least 50 % as GPU-efficient as its cheapest
     shrink_after_s: float = 0.0  # a blocked job may be admitted by shrinking after this wait
+    # ... or by displacing a running job whole to GPUs of another type that are free now
+    # (elastic.shrink_plan): slow types idle while the fast ones queue is what this uses
+    displace: bool = True
     max_moves: int = 4  # elastic moves per decision (keeps a decision sub-millisecond)
     # A job that holds for a faster type reserves it at once (EASY backfill: later jobs may use
     # it only if they end before the job's expected start), so the wait it counted on holds.
@@ -295,7 +298,10 @@ class HasPolicy:
         if queue:
             ordered, demand = self._sort(queue, index, now_s)
             if elastic:
-                moves, admitted = self._admit(ordered, running, index, now_s)
+                # Displace only while the queue fits in the free GPUs: under pressure the
+                # queue's pass takes the idle GPUs a displaced job would run on
+                moves, admitted = self._admit(ordered, running, index, now_s,
+                                              demand <= index.total_free())
                 if admitted:  # the pass skips them
                     taken = {p.job_id for p in admitted}
                     ordered = [f for f in ordered if f.job.job_id not in taken]
@@ -348,7 +354,7 @@ class HasPolicy:
         return moves + admitted + placements
 
     def _admit(self, ordered: list[_JobFacts], running: Sequence[RunningJob], index: FreeIndex,
-               now_s: float) -> tuple[list[Placement], list[Placement]]:
+               now_s: float, displace: bool = True) -> tuple[list[Placement], list[Placement]]:
         """Before the pass, admission by shrinking: a job at the head of the order whose best
         completion (start now, or wait for GPUs to free) is later than it would be on GPUs that
         running jobs can spare, takes them when its gain beats their loss. The loss is each
@@ -358,6 +364,7 @@ class HasPolicy:
         few GPUs rather than falling to one. An urgent deadline job may also preempt
         (`reclaim`). Returns (reshapes, placements of the admitted jobs)."""
         cfg = self.config
+        displace = displace and cfg.displace
         free = index.free_by_type
         releases = _ReleaseProfile(running, now_s)
         moves: list[Placement] = []
@@ -368,6 +375,8 @@ class HasPolicy:
         claimed: dict[str, int] = {}
         victims: Victims | None = None  # built once, on the first job that needs it
         spare: dict[str, int] = {}
+        displaced_room: dict[str, int] | None = None  # the free GPUs the memo below is for
+        displaced: dict = {}  # job id -> its displacement there (elastic.shrink_plan's memo)
         for facts in ordered[:16]:  # the head of the priority order
             if len(moves) >= cfg.max_moves:
                 break
@@ -401,9 +410,12 @@ class HasPolicy:
                 if end_s < baseline_s:
                     baseline_s, baseline = end_s, entry
             if victims is None:
-                victims = victims_by_type(running, now_s, self._menus)
+                victims = victims_by_type(running, now_s, self._menus, displace)
                 spare = spare_gpus(victims)
             best: tuple[float, _Entry, ShrinkPlan] | None = None
+            room = self._displace_room(free, claimed) if displace else None
+            if room is not None and room != displaced_room:  # displacements depend on it alone
+                displaced, displaced_room = {}, room
             for entry in facts.entries:  # fastest first
                 _, gpu_type, gpus, total_s, _, _ = entry
                 # Every plan costs at least two restarts: nothing slower can net more.
@@ -413,7 +425,8 @@ class HasPolicy:
                 deficit = gpus - free.get(gpu_type, 0)
                 if deficit <= 0 or deficit > spare.get(gpu_type, 0):
                     continue
-                plan = shrink_plan(victims, gpu_type, deficit, total_s, restart_s, now_s, acted)
+                plan = shrink_plan(victims, gpu_type, deficit, total_s, restart_s, now_s, acted,
+                                   room, displaced)
                 if plan is None:
                     continue
                 net_s = baseline_s - total_s - (1.0 + cfg.min_gain_fraction) * plan[0]
@@ -436,13 +449,20 @@ class HasPolicy:
             moves += shrinks
             acted.update(a.job_id for a in shrinks)
             for shrunk_run, narrower in plan:  # what they can still give is less now
-                spare[gpu_type] -= shrunk_run.num_gpus - narrower.num_gpus
+                spare[gpu_type] -= shrunk_run.num_gpus - (
+                    narrower.num_gpus if narrower.gpu_type == gpu_type else 0)
             placed.append(Placement(job.job_id, option, assignments, decision=Decision(
                 self.name, f"admitted by shrinking running jobs: {reason}",
                 (Alternative(option, 0.0, total_s, "chosen"),
                  Alternative(baseline[0], baseline_s - baseline[3], baseline_s,
                              "best without shrinking (start now, or wait for releases)")))))
         return moves, placed
+
+    @staticmethod
+    def _displace_room(free: dict[str, int], claimed: dict[str, int]) -> dict[str, int]:
+        """GPUs a displaced job may take, per type: free now, less what the jobs ahead in the
+        admission order wait for there."""
+        return {t: n - claimed.get(t, 0) for t, n in free.items() if n > claimed.get(t, 0)}
 
     # -- sort ------------------------------------------------------------------------------
 
