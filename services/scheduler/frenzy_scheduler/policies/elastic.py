@@ -36,7 +36,7 @@ from frenzy_scheduler.placement import Assignments, FreeIndex
 class Menu:
     """What a running job's option menu implies, derived once per menu (`Menus`)."""
 
-    __slots__ = ("entries", "cheapest_gpu_s", "cheapest_by_type")
+    __slots__ = ("entries", "cheapest_gpu_s", "cheapest_by_type", "narrower")
 
     def __init__(self, options: Sequence[PlanOption]) -> None:
         # (option, type, GPUs, duration s, GPU-seconds), read without property calls
@@ -48,6 +48,8 @@ class Menu:
             if gpu_type not in cheapest or (gpu_s, gpus) < cheapest[gpu_type][:2]:
                 cheapest[gpu_type] = (gpu_s, gpus, option)
         self.cheapest_by_type = {t: c[2] for t, c in cheapest.items()}
+        # `narrower_steps` by (type, GPUs): asked for every running job at every admission
+        self.narrower: dict[tuple[str, int], list[tuple[int, float, PlanOption]]] = {}
 
 
 class Menus:
@@ -246,13 +248,19 @@ def shrink_loss_s(run: RunningJob, narrower_s: float, current_s: float, horizon_
 
 def narrower_steps(run: RunningJob, menu: Menu) -> list[tuple[int, float, PlanOption]]:
     """The job's options on its own type with fewer GPUs: per count the fastest, widest
-    first (the order a shrink steps down in)."""
-    best: dict[int, tuple[float, PlanOption]] = {}
-    for option, gpu_type, gpus, duration_s, _ in menu.entries:
-        if gpu_type == run.option.gpu_type and gpus < run.num_gpus and \
-                (gpus not in best or duration_s < best[gpus][0]):
-            best[gpus] = (duration_s, option)
-    return [(gpus, best[gpus][0], best[gpus][1]) for gpus in sorted(best, reverse=True)]
+    first (the order a shrink steps down in). A function of the menu, the type and the
+    count alone, so derived once per menu and kept there (callers never mutate it)."""
+    own_type, own_gpus = run.option.gpu_type, run.num_gpus
+    steps = menu.narrower.get((own_type, own_gpus))
+    if steps is None:
+        best: dict[int, tuple[float, PlanOption]] = {}
+        for option, gpu_type, gpus, duration_s, _ in menu.entries:
+            if gpu_type == own_type and gpus < own_gpus and \
+                    (gpus not in best or duration_s < best[gpus][0]):
+                best[gpus] = (duration_s, option)
+        steps = menu.narrower[own_type, own_gpus] = [
+            (gpus, best[gpus][0], best[gpus][1]) for gpus in sorted(best, reverse=True)]
+    return steps
 
 
 ShrinkPlan = tuple[float, list[tuple[RunningJob, PlanOption]]]
