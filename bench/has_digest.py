@@ -4,6 +4,7 @@ whole trace: a change to has's mechanics (indexes, caches, bounds) must leave it
 
     .venv/bin/python bench/has_digest.py                  # windows + sweep points (~2 min)
     .venv/bin/python bench/has_digest.py --prefix 10000   # + the first 10,000 trace jobs
+    .venv/bin/python bench/has_digest.py --skip windows,sweep --prefix 5000 --start 30000
 
 Run it on the code before and after a change and compare the printed lines. Not a benchmark:
 it prints no speed figures (see bench/scheduling.py), only digests and decision counts.
@@ -68,6 +69,8 @@ def swept(queue, cluster, running, shortcuts: bool) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--prefix", type=int, default=0, help="also the first N trace jobs")
+    parser.add_argument("--start", type=int, default=0,
+                        help="the trace job index --prefix starts at (the load grows later)")
     parser.add_argument("--plain", action="store_true",
                         help="HasPolicy(shortcuts=False), the straightforward path")
     parser.add_argument("--skip", default="", help="comma-separated: windows, sweep")
@@ -85,8 +88,10 @@ def main() -> None:
         queue, cluster, running = sweep_inputs(trace, gpus, queued, rng)
         print(f"sweep {gpus} x {queued}: {swept(queue, cluster, running, shortcuts)}", flush=True)
     if args.prefix:
-        jobs = prepare_jobs(trace, groups, count=args.prefix, seed=0)
-        print(f"prefix {args.prefix}: {simulated(jobs, groups, shortcuts)}", flush=True)
+        jobs = prepare_jobs(trace, groups, start_s=trace[args.start].submit_time_s,
+                            count=args.prefix, seed=0)
+        print(f"prefix {args.prefix} from {args.start}: {simulated(jobs, groups, shortcuts)}",
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,9 @@ own predicted gain, so a decision stays fast. What keeps it stable:
 """
 from __future__ import annotations
 
+import heapq
 import math
+from itertools import accumulate
 
 from dataclasses import replace
 from typing import Callable, Sequence
@@ -236,13 +238,13 @@ def grow(runs: Sequence[RunningJob], index: FreeIndex, blocked_types: set[str], 
     return actions
 
 
-def shrink_loss_s(run: RunningJob, narrower_s: float, current_s: float, horizon_s: float,
-                  now_s: float) -> float:
-    """The seconds a job loses by running `horizon_s` on a narrower option (full-work duration
-    `narrower_s` instead of `current_s`): in that time it does `horizon x current / narrower`
-    seconds' worth of its current speed, so it ends `horizon x (1 - current / narrower)` later.
-    The horizon is cut at the job's own end on the narrower option."""
-    horizon_s = min(horizon_s, run.remaining_fraction(now_s) * narrower_s)
+def shrink_loss_s(left: float, narrower_s: float, current_s: float, horizon_s: float) -> float:
+    """The seconds a job with `left` of its work left loses by running `horizon_s` on a
+    narrower option (full-work duration `narrower_s` instead of `current_s`): in that time it
+    does `horizon x current / narrower` seconds' worth of its current speed, so it ends
+    `horizon x (1 - current / narrower)` later. The horizon is cut at the job's own end on
+    the narrower option."""
+    horizon_s = min(horizon_s, left * narrower_s)
     return horizon_s * (1.0 - current_s / narrower_s) if narrower_s > current_s else 0.0
 
 
@@ -264,8 +266,9 @@ def narrower_steps(run: RunningJob, menu: Menu) -> list[tuple[int, float, PlanOp
 
 
 ShrinkPlan = tuple[float, list[tuple[RunningJob, PlanOption]]]
-# Per GPU type, the running jobs that could shrink: (job, full-work duration s now, its steps).
-Victims = dict[str, list[tuple[RunningJob, float, list[tuple[int, float, PlanOption]]]]]
+# Per GPU type, the running jobs that could shrink: (job, full-work duration s now, the
+# fraction of its work left now, its steps).
+Victims = dict[str, list[tuple[RunningJob, float, float, list[tuple[int, float, PlanOption]]]]]
 
 
 def victims_by_type(runs: Sequence[RunningJob], now_s: float, menus: Menus) -> Victims:
@@ -277,49 +280,69 @@ def victims_by_type(runs: Sequence[RunningJob], now_s: float, menus: Menus) -> V
             continue
         steps = narrower_steps(run, menus.of(run.options))
         if steps:
-            out.setdefault(run.option.gpu_type, []).append((run, full_duration_s(run), steps))
+            out.setdefault(run.option.gpu_type, []).append(
+                (run, full_duration_s(run), run.remaining_fraction(now_s), steps))
     return out
 
 
 def spare_gpus(victims: Victims) -> dict[str, int]:
     """Per type, the most GPUs shrinking could free (every victim down to its narrowest)."""
-    return {t: sum(run.num_gpus - steps[-1][0] for run, _, steps in v) for t, v in victims.items()}
+    return {t: sum(run.num_gpus - steps[-1][0] for run, _, _, steps in v)
+            for t, v in victims.items()}
+
+
+def most_freed(victims: Victims) -> dict[str, list[int]]:
+    """Per type, the most GPUs that k victims could free, for k = 1, 2, ...: so freeing a
+    deficit touches at least `bisect_left(most, deficit) + 1` jobs, each first touch costing
+    two restarts (a lower bound on any `shrink_plan`'s loss)."""
+    return {t: list(accumulate(sorted((run.num_gpus - steps[-1][0] for run, _, _, steps in v),
+                                      reverse=True)))
+            for t, v in victims.items()}
 
 
 def shrink_plan(victims: Victims, gpu_type: str, deficit: int, horizon_s: float,
-                restart_s: float, now_s: float, skip: set[str] = frozenset()) -> ShrinkPlan | None:
+                restart_s: float, skip: set[str] = frozenset()) -> ShrinkPlan | None:
     """Free `deficit` GPUs of a type by shrinking running jobs where it costs least: greedy on
     the loss per GPU freed (`shrink_loss_s` over the newcomer's `horizon_s`, plus two restarts
     the first time a job is touched: the shrink, and the growth back when the GPUs free up).
     Each job steps down its own options one at a time, so a wide job gives a few GPUs rather
     than falling to one. Returns (total loss s, [(job, its narrower option)]) or None when the
-    type's running jobs cannot give enough. Pure: nothing is taken or released."""
-    state = {run.job_id: (run, current_s, run.num_gpus, 0, None)
-             for run, current_s, _ in victims.get(gpu_type, ()) if run.job_id not in skip}
-    steps_of = {run.job_id: steps for run, _, steps in victims.get(gpu_type, ())}
+    type's running jobs cannot give enough. Pure: nothing is taken or released.
+
+    A job's next step costs the same until the job itself is stepped, so the candidates wait
+    in a heap by (loss per GPU, job id): each step costs O(log jobs), not a scan of them all,
+    and the same job is picked as by a scan (ids are unique, so no two keys tie)."""
+    state = {run.job_id: (run, current_s, left, run.num_gpus, 0, None)
+             for run, current_s, left, _ in victims.get(gpu_type, ()) if run.job_id not in skip}
+    steps_of = {run.job_id: steps for run, _, _, steps in victims.get(gpu_type, ())}
+
+    def next_step(job_id: str) -> tuple[float, str, float] | None:
+        run, current_s, left, gpus, taken, chosen = state[job_id]
+        steps = steps_of[job_id]
+        if taken == len(steps):
+            return None
+        step_gpus, step_s, _ = steps[taken]
+        loss_s = shrink_loss_s(left, step_s, current_s, horizon_s)
+        if chosen is None:
+            loss_s += 2 * restart_s
+        return loss_s / (gpus - step_gpus), job_id, loss_s
+
+    heap = [step for job_id in state if (step := next_step(job_id)) is not None]
+    heapq.heapify(heap)
     freed, loss_total_s = 0, 0.0
     while freed < deficit:
-        best: tuple[float, str, float] | None = None
-        for job_id, (run, current_s, gpus, taken, chosen) in state.items():
-            steps = steps_of[job_id]
-            if taken == len(steps):
-                continue
-            step_gpus, step_s, _ = steps[taken]
-            loss_s = shrink_loss_s(run, step_s, current_s, horizon_s, now_s)
-            if chosen is None:
-                loss_s += 2 * restart_s
-            per_gpu = loss_s / (gpus - step_gpus)
-            if best is None or (per_gpu, job_id) < best[:2]:
-                best = (per_gpu, job_id, loss_s)
-        if best is None:
+        if not heap:
             return None
-        _, job_id, loss_s = best
-        run, _, gpus, taken, _ = state[job_id]
+        _, job_id, loss_s = heapq.heappop(heap)
+        run, _, left, gpus, taken, _ = state[job_id]
         step_gpus, step_s, option = steps_of[job_id][taken]
-        state[job_id] = (run, step_s, step_gpus, taken + 1, option)
+        state[job_id] = (run, step_s, left, step_gpus, taken + 1, option)
         freed += gpus - step_gpus
         loss_total_s += loss_s
-    return loss_total_s, [(s[0], s[4]) for s in state.values() if s[4] is not None]
+        step = next_step(job_id)
+        if step is not None:
+            heapq.heappush(heap, step)
+    return loss_total_s, [(s[0], s[5]) for s in state.values() if s[5] is not None]
 
 
 def apply_shrinks(plan: Sequence[tuple[RunningJob, PlanOption]], index: FreeIndex, policy: str,

@@ -25,7 +25,6 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass, field
-from itertools import accumulate
 from operator import attrgetter
 from typing import Sequence
 
@@ -34,8 +33,9 @@ from frenzy_scheduler.core import (Alternative, ClusterView, Decision, Placement
                                   RunningJob)
 from frenzy_scheduler.placement import Assignments, FreeIndex
 from frenzy_scheduler.policies.elastic import (Menus, Shrinkable, ShrinkPlan, Victims, apply_shrinks,
-                                               grow, reclaim, shrink_plan, shrinkable, spare_gpus,
-                                               undo_shrinks, victims_by_type)
+                                               grow, most_freed, reclaim, shrink_plan, shrinkable,
+                                               spare_gpus, undo_shrinks, victims_by_type)
+from frenzy_scheduler.policies.releases import ReleaseTimes, release_lists
 from frenzy_scheduler.queuediff import IdentityDiff
 
 INF = math.inf
@@ -133,9 +133,11 @@ class _ReleaseProfile:
     One per decision, shared by the admission step and the pass (same running jobs, same
     time), with its answers memoised in `waits`."""
 
-    def __init__(self, running: Sequence[RunningJob], now_s: float) -> None:
+    def __init__(self, running: Sequence[RunningJob], now_s: float,
+                 kept: ReleaseTimes | None = None) -> None:
         self._running = running
         self._now_s = now_s
+        self._kept = kept  # the lists kept up to date across decisions; None: from scratch
         self._ends: dict[str, list[float]] | None = None
         self._cumulative: dict[str, list[int]] = {}
         # type -> GPUs short -> `time_until`: the profile is fixed for the decision, so these
@@ -143,17 +145,8 @@ class _ReleaseProfile:
         self.waits: dict[str, dict[int, float]] = {}
 
     def _build(self) -> dict[str, list[float]]:
-        per_type: dict[str, list[tuple[float, int]]] = {}
-        for job in self._running:
-            releases = per_type.get(job.option.gpu_type)
-            if releases is None:
-                releases = per_type[job.option.gpu_type] = []
-            releases.append((job.estimated_end_s, job.num_gpus))
-        self._ends = {}
-        for gpu_type, releases in per_type.items():
-            releases.sort()
-            self._ends[gpu_type] = [end for end, _ in releases]
-            self._cumulative[gpu_type] = list(accumulate(gpus for _, gpus in releases))
+        self._ends, self._cumulative = (self._kept.of(self._running) if self._kept is not None
+                                        else release_lists(self._running))
         return self._ends
 
     def time_until(self, gpu_type: str, gpus_needed: int) -> float:
@@ -283,6 +276,7 @@ class HasPolicy:
         self.shortcuts = shortcuts
         self.elastic = config.elastic
         self._menus = Menus()  # running jobs' option menus, derived once
+        self._release_times = ReleaseTimes()  # the running jobs' ends, kept by deltas
         self._facts: dict[str, _JobFacts] = {}  # derived data by job id, across decisions
         self._capacity: dict[str, int] = {}  # the cluster shape the cached facts were built for
         self._need_ids: dict[tuple[tuple[str, int], ...], int] = {}
@@ -307,7 +301,8 @@ class HasPolicy:
         admitted: list[Placement] = []
         ordered: list[_JobFacts] = []
         demand = 0
-        releases = _ReleaseProfile(running, now_s)
+        releases = _ReleaseProfile(running, now_s,
+                                   self._release_times if self.shortcuts else None)
         if queue:
             ordered, demand = self._sort(queue, index, now_s)
             if elastic:
@@ -383,6 +378,7 @@ class HasPolicy:
         claimed: dict[str, int] = {}
         victims: Victims | None = None
         spare: dict[str, int] = {}
+        most: dict[str, list[int]] = {}
         for facts in ordered[:16]:  # the head of the priority order
             if len(moves) >= cfg.max_moves:
                 break
@@ -431,9 +427,16 @@ class HasPolicy:
                 if victims is None:  # built once, on the first option that needs it
                     victims = victims_by_type(running, now_s, self._menus)
                     spare = spare_gpus(victims)
+                    most = most_freed(victims)
                 if deficit > spare.get(gpu_type, 0):
                     continue
-                plan = shrink_plan(victims, gpu_type, deficit, total_s, restart_s, now_s, acted)
+                # Each job the plan must touch costs two restarts: when even that many nets
+                # no more than the best so far, the plan cannot (margin: rounding)
+                touched = bisect.bisect_left(most[gpu_type], deficit) + 1
+                if baseline_s - total_s - (1.0 + cfg.min_gain_fraction) * \
+                        (2 * restart_s * touched * (1.0 - 1e-9)) <= (best[0] if best else 0.0):
+                    continue
+                plan = shrink_plan(victims, gpu_type, deficit, total_s, restart_s, acted)
                 if plan is None:
                     continue
                 net_s = baseline_s - total_s - (1.0 + cfg.min_gain_fraction) * plan[0]
@@ -645,6 +648,7 @@ class HasPolicy:
         reservations = state.reservations
         claimed = state.claimed
         release_waits = state.release_waits
+        releases = state.releases
         now_s = state.now_s
         hold: PlanOption | None = None  # the best option to wait for: (hold_value, hold_rank)
         hold_value, hold_rank, hold_wait_s = INF, 0, 0.0
@@ -668,11 +672,13 @@ class HasPolicy:
                 if assignments is not None:
                     return option, assignments
             short = gpus + claimed.get(gpu_type, 0) - have
+            if short < 1:
+                short = 1
             memo = release_waits.get(gpu_type)
-            wait_s = memo.get(short if short > 1 else 1) if memo is not None else None
+            wait_s = memo.get(short) if memo is not None else None
             if wait_s is None:
-                wait_s = state.expected_wait_s(gpu_type, gpus)
-            elif reservation is not None and reservation.shadow_s - now_s > wait_s:
+                wait_s = releases.wait_s(gpu_type, short)
+            if reservation is not None and reservation.shadow_s - now_s > wait_s:
                 wait_s = reservation.shadow_s - now_s
             value = wait_s + cost
             if hold is None or value < hold_value or (value == hold_value and rank < hold_rank):
