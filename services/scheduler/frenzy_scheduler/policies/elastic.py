@@ -38,13 +38,14 @@ from frenzy_scheduler.placement import Assignments, FreeIndex
 class Menu:
     """What a running job's option menu implies, derived once per menu (`Menus`)."""
 
-    __slots__ = ("entries", "cheapest_gpu_s", "cheapest_by_type", "narrower")
+    __slots__ = ("entries", "cheapest_gpu_s", "cheapest_by_type", "narrower", "fastest_s")
 
     def __init__(self, options: Sequence[PlanOption]) -> None:
         # (option, type, GPUs, duration s, GPU-seconds), read without property calls
         self.entries = [(o, o.gpu_type, o.num_gpus, o.duration_s, o.duration_s * o.num_gpus)
                         for o in options]
         self.cheapest_gpu_s = min((e[4] for e in self.entries), default=0.0)
+        self.fastest_s = min((e[3] for e in self.entries), default=0.0)
         cheapest: dict[str, tuple[float, int, PlanOption]] = {}
         for option, gpu_type, gpus, _, gpu_s in self.entries:
             if gpu_type not in cheapest or (gpu_s, gpus) < cheapest[gpu_type][:2]:
@@ -55,10 +56,23 @@ class Menu:
 
 
 class Menus:
-    """Menus by the identity of the options tuple (a policy's derived data, never shared)."""
+    """Menus by the identity of the options tuple, and what a running job's menu implies for
+    it by the job's identity (a policy's derived data, never shared)."""
 
     def __init__(self) -> None:
         self._menus: dict[int, tuple[Sequence[PlanOption], Menu]] = {}
+        self._shrinks: dict[int, tuple[RunningJob, float, list[tuple[int, float, PlanOption]]]] = {}
+
+    def shrink_steps(self, run: RunningJob) -> tuple[float, list[tuple[int, float, PlanOption]]]:
+        """(full-work duration s, `narrower_steps`) of a running job: fixed for the job object
+        (a `RunningJob` is immutable; a reshape makes a new one), asked every admission."""
+        entry = self._shrinks.get(id(run))
+        if entry is None or entry[0] is not run:
+            if len(self._shrinks) > 100_000:
+                self._shrinks.clear()
+            entry = self._shrinks[id(run)] = (run, full_duration_s(run),
+                                              narrower_steps(run, self.of(run.options)))
+        return entry[1], entry[2]
 
     def of(self, options: Sequence[PlanOption]) -> Menu:
         entry = self._menus.get(id(options))
@@ -191,6 +205,8 @@ def grow(runs: Sequence[RunningJob], index: FreeIndex, blocked_types: set[str], 
         menu = menus.of(run.options)
         own_type = run.option.gpu_type
         floor_gain_s = max(min_gain_s, min_gain_fraction * current_s)
+        if current_s - left * menu.fastest_s < floor_gain_s:
+            continue  # not even its fastest option gains enough (the first test below)
         limit_gpu_s = cost_limit * menu.cheapest_gpu_s
         best: tuple[float, float, PlanOption, float] | None = None
         for option, gpu_type, gpus, duration_s, gpu_s in menu.entries:
@@ -278,10 +294,10 @@ def victims_by_type(runs: Sequence[RunningJob], now_s: float, menus: Menus) -> V
     for run in runs:
         if not run.options or run.deadline_s or run.restoring_until_s > now_s:
             continue
-        steps = narrower_steps(run, menus.of(run.options))
+        full_s, steps = menus.shrink_steps(run)
         if steps:
             out.setdefault(run.option.gpu_type, []).append(
-                (run, full_duration_s(run), run.remaining_fraction(now_s), steps))
+                (run, full_s, run.remaining_fraction(now_s), steps))
     return out
 
 
