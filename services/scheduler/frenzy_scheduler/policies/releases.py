@@ -26,21 +26,28 @@ Ends = dict[str, list[float]]
 Cumulative = dict[str, list[int]]
 
 
-def release_lists(running: Sequence[RunningJob]) -> tuple[Ends, Cumulative]:
-    """From scratch: per type, expected ends ascending and cumulative GPUs released."""
+def sorted_releases(running: Sequence[RunningJob]) -> dict[str, list[tuple[float, int]]]:
+    """Per type, the running jobs' (expected end, GPUs), ascending."""
     per_type: dict[str, list[tuple[float, int]]] = {}
     for job in running:
         releases = per_type.get(job.option.gpu_type)
         if releases is None:
             releases = per_type[job.option.gpu_type] = []
         releases.append((job.estimated_end_s, job.num_gpus))
-    ends: Ends = {}
-    cumulative: Cumulative = {}
-    for gpu_type, releases in per_type.items():
+    for releases in per_type.values():
         releases.sort()
-        ends[gpu_type] = [end for end, _ in releases]
-        cumulative[gpu_type] = list(accumulate(gpus for _, gpus in releases))
-    return ends, cumulative
+    return per_type
+
+
+def release_lists(running: Sequence[RunningJob]) -> tuple[Ends, Cumulative]:
+    """From scratch: per type, expected ends ascending and cumulative GPUs released."""
+    return _lists(sorted_releases(running))
+
+
+def _lists(per_type: dict[str, list[tuple[float, int]]]) -> tuple[Ends, Cumulative]:
+    return ({t: [end for end, _ in releases] for t, releases in per_type.items()},
+            {t: list(accumulate(gpus for _, gpus in releases))
+             for t, releases in per_type.items()})
 
 
 class ReleaseTimes:
@@ -68,6 +75,11 @@ class ReleaseTimes:
             self._tracked, self._sorted, self._ends, self._cumulative = set(), {}, {}, {}
             return release_lists(running)
         if not started and not ended:
+            return self._ends, self._cumulative
+        if len(started) + len(ended) > len(running):  # mostly new objects: a rebuild is cheaper
+            self._tracked = set(map(id, running))
+            self._sorted = sorted_releases(running)
+            self._ends, self._cumulative = _lists(self._sorted)
             return self._ends, self._cumulative
         tracked.update(map(id, started))
         changed: set[str] = set()
