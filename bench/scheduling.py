@@ -49,6 +49,7 @@ LOADS = (0.0, 0.85)  # 0: the trace's own arrival times
 SIA_SWEEP_CAP_S = 10.0  # HiGHS time cap per sia decision in the overhead sweep
 SWEEP_BUDGET_S = 20.0  # timed calls per (point, policy): as many as fit, within the bounds below
 SWEEP_MIN_SAMPLES, SWEEP_MAX_SAMPLES = 3, 200
+SWEEP_GRID = ((100, 100), (1000, 500), (1000, 5000), (10000, 500), (10000, 5000))  # GPUs, queued
 SUMMARY_KEYS = ("avg_jct_s", "p50_jct_s", "p99_jct_s", "avg_queue_s", "p99_queue_s", "makespan_s",
                 "utilization", "utilization_arrivals", "gpu_hours", "restarts", "decision_p50_s",
                 "decision_p99_s", "decision_total_s", "unschedulable", "sim_wall_s")
@@ -176,9 +177,10 @@ def time_decisions(policy: Any, queue: list[QueuedJob], cluster: ClusterView, ru
             "cpu_p99_s": percentile(cpu, 0.99), "samples": len(wall), "time_capped": capped}
 
 
-def sweep_point(trace: list, gpus: int, queued: int, policies: list[str],
-                rng: random.Random) -> dict[str, Any]:
-    """Time decisions with `queued` jobs on a `gpus`-GPU cluster whose GPUs are half busy."""
+def sweep_inputs(trace: list, gpus: int, queued: int, rng: random.Random
+                 ) -> tuple[list[QueuedJob], ClusterView, list[RunningJob]]:
+    """A sweep point's input: `queued` trace jobs on a `gpus`-GPU cluster whose GPUs are
+    half busy (the same draws from `rng` as every run of the sweep)."""
     base = load_cluster_file(CLUSTERS["frenzy-288"])
     groups = scale_groups(base, gpus / 288)
     cluster = build_cluster(groups)
@@ -194,6 +196,13 @@ def sweep_point(trace: list, gpus: int, queued: int, policies: list[str],
     start = rng.randrange(0, len(trace) - queued)
     jobs = prepare_jobs(trace[start:start + queued], groups, seed=rng.randrange(1 << 30))
     queue = [QueuedJob(j.job_id, -rng.uniform(0, 1e4), j.options, j.deadline_s) for j in jobs]
+    return queue, cluster, running
+
+
+def sweep_point(trace: list, gpus: int, queued: int, policies: list[str],
+                rng: random.Random) -> dict[str, Any]:
+    """Time decisions with `queued` jobs on a `gpus`-GPU cluster whose GPUs are half busy."""
+    queue, cluster, running = sweep_inputs(trace, gpus, queued, rng)
     point: dict[str, Any] = {"gpus": sum(n.total_gpus for n in cluster.nodes.values()),
                              "queued": queued, "policies": {}}
     for name in policies:
@@ -319,7 +328,7 @@ def overhead_sweep(trace: list, results: dict[str, Any], quick: bool) -> None:
     # and frenzy-narrow (the same pass structure as before)
     sweep_policies = ["fifo", "frenzy-narrow", "sia", "sia-static", "has"]
     grid = [(100, 100), (1000, 500)] if quick else [
-        (100, 100), (1000, 500), (1000, 5000), (10000, 500), (10000, 5000)]
+        *SWEEP_GRID]
     results["overhead_sweep"] = {
         "sia_time_cap_s": SIA_SWEEP_CAP_S, "budget_s_per_policy": SWEEP_BUDGET_S,
         "samples_bounds": [SWEEP_MIN_SAMPLES, SWEEP_MAX_SAMPLES],

@@ -11,6 +11,7 @@ from frenzy.domain import ParallelPlan, PlanOption
 from frenzy_scheduler.clusterfile import NodeGroup, build_cluster
 from frenzy_scheduler.core import ClusterView, NodeState, QueuedJob, RunningJob
 from frenzy_scheduler.policies.has import HasConfig, HasPolicy
+from frenzy_scheduler.policies.releases import ReleaseTimes, release_lists
 from frenzy_scheduler.queuediff import IdentityDiff
 from frenzy_scheduler.simulator import SimConfig, prepare_jobs, simulate
 
@@ -130,3 +131,23 @@ def test_identity_diff_reports_what_arrived_and_left(sequences) -> None:
         before = items
     diff.reset()
     assert diff.update(before + before[:1]) is None or not before
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.sampled_from(sorted(TYPES)), st.integers(1, 8),
+                                   st.sampled_from([10.0, 20.0, 35.5, 1e4])),
+                         max_size=10), min_size=1, max_size=6),
+       st.randoms(use_true_random=False))
+def test_release_times_kept_by_deltas_match_a_rebuild(sets, rng) -> None:
+    """The release lists kept across calls (jobs start, end, restart as new objects, equal
+    (end, GPUs) pairs on one type, a job object passed twice) equal a rebuild from scratch."""
+    kept = ReleaseTimes()
+    pool: list[RunningJob] = []
+    for jobs in sets:
+        fresh = [RunningJob(f"r{i}", option(t, n, 1.0), (), 0.0, end)
+                 for i, (t, n, end) in enumerate(jobs)]
+        running = rng.sample(pool, k=min(len(pool), 3)) + fresh  # some survive, in any order
+        if running and rng.random() < 0.2:
+            running.append(running[0])
+        assert kept.of(running) == release_lists(running)
+        pool = running

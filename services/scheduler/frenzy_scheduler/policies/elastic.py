@@ -24,7 +24,9 @@ own predicted gain, so a decision stays fast. What keeps it stable:
 """
 from __future__ import annotations
 
+import heapq
 import math
+from itertools import accumulate
 
 from dataclasses import replace
 from typing import Callable, Sequence
@@ -38,26 +40,43 @@ from frenzy_scheduler.placement import Assignments, FreeIndex
 class Menu:
     """What a running job's option menu implies, derived once per menu (`Menus`)."""
 
-    __slots__ = ("entries", "cheapest_gpu_s", "cheapest_by_type", "others")
+    __slots__ = ("entries", "cheapest_gpu_s", "cheapest_by_type", "narrower", "fastest_s",
+                 "others")
 
     def __init__(self, options: Sequence[PlanOption]) -> None:
         # (option, type, GPUs, duration s, GPU-seconds), read without property calls
         self.entries = [(o, o.gpu_type, o.num_gpus, o.duration_s, o.duration_s * o.num_gpus)
                         for o in options]
         self.cheapest_gpu_s = min((e[4] for e in self.entries), default=0.0)
+        self.fastest_s = min((e[3] for e in self.entries), default=0.0)
         cheapest: dict[str, tuple[float, int, PlanOption]] = {}
         for option, gpu_type, gpus, _, gpu_s in self.entries:
             if gpu_type not in cheapest or (gpu_s, gpus) < cheapest[gpu_type][:2]:
                 cheapest[gpu_type] = (gpu_s, gpus, option)
         self.cheapest_by_type = {t: c[2] for t, c in cheapest.items()}
+        # `narrower_steps` by (type, GPUs): asked for every running job at every admission
+        self.narrower: dict[tuple[str, int], list[tuple[int, float, PlanOption]]] = {}
         self.others: dict[str, list] = {}  # other_types by the job's own type, derived once
 
 
 class Menus:
-    """Menus by the identity of the options tuple (a policy's derived data, never shared)."""
+    """Menus by the identity of the options tuple, and what a running job's menu implies for
+    it by the job's identity (a policy's derived data, never shared)."""
 
     def __init__(self) -> None:
         self._menus: dict[int, tuple[Sequence[PlanOption], Menu]] = {}
+        self._shrinks: dict[int, tuple[RunningJob, float, list[tuple[int, float, PlanOption]]]] = {}
+
+    def shrink_steps(self, run: RunningJob) -> tuple[float, list[tuple[int, float, PlanOption]]]:
+        """(full-work duration s, `narrower_steps`) of a running job: fixed for the job object
+        (a `RunningJob` is immutable; a reshape makes a new one), asked every admission."""
+        entry = self._shrinks.get(id(run))
+        if entry is None or entry[0] is not run:
+            if len(self._shrinks) > 100_000:
+                self._shrinks.clear()
+            entry = self._shrinks[id(run)] = (run, full_duration_s(run),
+                                              narrower_steps(run, self.of(run.options)))
+        return entry[1], entry[2]
 
     def of(self, options: Sequence[PlanOption]) -> Menu:
         entry = self._menus.get(id(options))
@@ -190,6 +209,8 @@ def grow(runs: Sequence[RunningJob], index: FreeIndex, blocked_types: set[str], 
         menu = menus.of(run.options)
         own_type = run.option.gpu_type
         floor_gain_s = max(min_gain_s, min_gain_fraction * current_s)
+        if current_s - left * menu.fastest_s < floor_gain_s:
+            continue  # not even its fastest option gains enough (the first test below)
         limit_gpu_s = cost_limit * menu.cheapest_gpu_s
         best: tuple[float, float, PlanOption, float] | None = None
         for option, gpu_type, gpus, duration_s, gpu_s in menu.entries:
@@ -238,32 +259,38 @@ def grow(runs: Sequence[RunningJob], index: FreeIndex, blocked_types: set[str], 
     return actions
 
 
-def shrink_loss_s(run: RunningJob, narrower_s: float, current_s: float, horizon_s: float,
-                  now_s: float) -> float:
-    """The seconds a job loses by running `horizon_s` on a narrower option (full-work duration
-    `narrower_s` instead of `current_s`): in that time it does `horizon x current / narrower`
-    seconds' worth of its current speed, so it ends `horizon x (1 - current / narrower)` later.
-    The horizon is cut at the job's own end on the narrower option."""
-    horizon_s = min(horizon_s, run.remaining_fraction(now_s) * narrower_s)
+def shrink_loss_s(left: float, narrower_s: float, current_s: float, horizon_s: float) -> float:
+    """The seconds a job with `left` of its work left loses by running `horizon_s` on a
+    narrower option (full-work duration `narrower_s` instead of `current_s`): in that time it
+    does `horizon x current / narrower` seconds' worth of its current speed, so it ends
+    `horizon x (1 - current / narrower)` later. The horizon is cut at the job's own end on
+    the narrower option."""
+    horizon_s = min(horizon_s, left * narrower_s)
     return horizon_s * (1.0 - current_s / narrower_s) if narrower_s > current_s else 0.0
 
 
 def narrower_steps(run: RunningJob, menu: Menu) -> list[tuple[int, float, PlanOption]]:
     """The job's options on its own type with fewer GPUs: per count the fastest, widest
-    first (the order a shrink steps down in)."""
-    best: dict[int, tuple[float, PlanOption]] = {}
-    for option, gpu_type, gpus, duration_s, _ in menu.entries:
-        if gpu_type == run.option.gpu_type and gpus < run.num_gpus and \
-                (gpus not in best or duration_s < best[gpus][0]):
-            best[gpus] = (duration_s, option)
-    return [(gpus, best[gpus][0], best[gpus][1]) for gpus in sorted(best, reverse=True)]
+    first (the order a shrink steps down in). A function of the menu, the type and the
+    count alone, so derived once per menu and kept there (callers never mutate it)."""
+    own_type, own_gpus = run.option.gpu_type, run.num_gpus
+    steps = menu.narrower.get((own_type, own_gpus))
+    if steps is None:
+        best: dict[int, tuple[float, PlanOption]] = {}
+        for option, gpu_type, gpus, duration_s, _ in menu.entries:
+            if gpu_type == own_type and gpus < own_gpus and \
+                    (gpus not in best or duration_s < best[gpus][0]):
+                best[gpus] = (duration_s, option)
+        steps = menu.narrower[own_type, own_gpus] = [
+            (gpus, best[gpus][0], best[gpus][1]) for gpus in sorted(best, reverse=True)]
+    return steps
 
 
 ShrinkPlan = tuple[float, list[tuple[RunningJob, PlanOption]]]
-# Per GPU type, the running jobs that could give GPUs up: (job, full-work duration s now, its
-# narrower steps on its type, its fastest option per other type as (type, [(s, GPUs, option)],
-# fastest first)).
-Victims = dict[str, list[tuple[RunningJob, float, list[tuple[int, float, PlanOption]],
+# Per GPU type, the running jobs that could give GPUs up: (job, full-work duration s now, the
+# fraction of its work left now, its narrower steps on its type, its fastest option per other
+# type as (type, [(s, GPUs, option)], fastest first)).
+Victims = dict[str, list[tuple[RunningJob, float, float, list[tuple[int, float, PlanOption]],
                                list[tuple[str, list[tuple[float, int, PlanOption]]]]]]]
 
 
@@ -291,24 +318,39 @@ def victims_by_type(runs: Sequence[RunningJob], now_s: float, menus: Menus,
     for run in runs:
         if not run.options or run.deadline_s or run.restoring_until_s > now_s:
             continue
-        menu = menus.of(run.options)
-        steps = narrower_steps(run, menu)
-        others = other_types(run, menu) if displace else []
+        full_s, steps = menus.shrink_steps(run)
+        others = other_types(run, menus.of(run.options)) if displace else []
         if steps or others:
             out.setdefault(run.option.gpu_type, []).append(
-                (run, full_duration_s(run), steps, others))
+                (run, full_s, run.remaining_fraction(now_s), steps, others))
     return out
 
 
 def spare_gpus(victims: Victims) -> dict[str, int]:
     """Per type, the most GPUs shrinking could free (every victim down to its narrowest, or
     all of a victim that could be displaced to another type)."""
-    return {t: sum(run.num_gpus if others else run.num_gpus - steps[-1][0]
-                   for run, _, steps, others in v) for t, v in victims.items()}
+    return {t: sum(_most_freed_by(run, steps, others) for run, _, _, steps, others in v)
+            for t, v in victims.items()}
+
+
+def _most_freed_by(run: RunningJob, steps: list, others: list) -> int:
+    """The most GPUs one victim can free: all of them if it could be displaced, else down to
+    its narrowest step."""
+    return run.num_gpus if others else run.num_gpus - steps[-1][0]
+
+
+def most_freed(victims: Victims) -> dict[str, list[int]]:
+    """Per type, the most GPUs that k victims could free, for k = 1, 2, ...: so freeing a
+    deficit touches at least `bisect_left(most, deficit) + 1` jobs, each first touch costing
+    two restarts (a lower bound on any `shrink_plan`'s loss). A displaceable victim counts
+    with its whole allocation (a displacement also costs two restarts, plus a loss >= 0)."""
+    return {t: list(accumulate(sorted((_most_freed_by(run, steps, others)
+                                       for run, _, _, steps, others in v), reverse=True)))
+            for t, v in victims.items()}
 
 
 def shrink_plan(victims: Victims, gpu_type: str, deficit: int, horizon_s: float,
-                restart_s: float, now_s: float, skip: set[str] = frozenset(),
+                restart_s: float, skip: set[str] = frozenset(),
                 free: dict[str, int] | None = None,
                 moves: dict[str, tuple[int, float, PlanOption] | None] | None = None
                 ) -> ShrinkPlan | None:
@@ -324,23 +366,30 @@ def shrink_plan(victims: Victims, gpu_type: str, deficit: int, horizon_s: float,
     return is not counted on. Returns (total loss s, [(job, its new option)]) or None when the
     type's running jobs cannot give enough. `moves`: the caller's memo of each job's
     displacement for this `free` (it does not depend on the newcomer). Pure: nothing is taken
-    or released."""
-    state = {run.job_id: (run, current_s, run.num_gpus, 0, None)
-             for run, current_s, _, _ in victims.get(gpu_type, ()) if run.job_id not in skip}
-    steps_of = {run.job_id: steps for run, _, steps, _ in victims.get(gpu_type, ())}
-    others_of = {run.job_id: others for run, _, _, others in victims.get(gpu_type, ())}
+    or released.
+
+    A job's cheapest give-up costs the same until the job itself is stepped or a displacement
+    takes free GPUs, so the candidates wait in a heap by (loss per GPU, job id): a step costs
+    O(log jobs), not a scan of them all, and the same job is picked as by a scan (ids are
+    unique, so no two keys tie). A displacement changes every untouched job's options, so it
+    rebuilds the heap."""
+    state = {run.job_id: (run, current_s, left, run.num_gpus, 0, None)
+             for run, current_s, left, _, _ in victims.get(gpu_type, ())
+             if run.job_id not in skip}
+    steps_of = {run.job_id: steps for run, _, _, steps, _ in victims.get(gpu_type, ())}
+    others_of = {run.job_id: others for run, _, _, _, others in victims.get(gpu_type, ())}
     free_left = dict(free) if free is not None else {}
     memo = moves  # valid while free_left is the caller's `free`
 
     def candidate(job_id: str) -> tuple[float, str, float, tuple[int, float, PlanOption] | None] | None:
         """The job's cheapest next give-up per GPU: its next narrower step, or (untouched)
         its displacement. Changes only when the job steps, or a displacement takes GPUs."""
-        run, current_s, gpus, taken, chosen = state[job_id]
+        run, current_s, left, gpus, taken, chosen = state[job_id]
         best = None
         steps = steps_of[job_id]
         if taken < len(steps):
             step_gpus, step_s, _ = steps[taken]
-            loss_s = shrink_loss_s(run, step_s, current_s, horizon_s, now_s)
+            loss_s = shrink_loss_s(left, step_s, current_s, horizon_s)
             if chosen is None:
                 loss_s += 2 * restart_s
             best = (loss_s / (gpus - step_gpus), job_id, loss_s, None)
@@ -353,34 +402,37 @@ def shrink_plan(victims: Victims, gpu_type: str, deficit: int, horizon_s: float,
                 move = displacement(others_of[job_id], free_left)
             if move is not None:
                 # to its end: no return is counted on (see the docstring)
-                loss_s = shrink_loss_s(run, move[1], current_s, math.inf, now_s) + 2 * restart_s
+                loss_s = shrink_loss_s(left, move[1], current_s, math.inf) + 2 * restart_s
                 if best is None or (loss_s / gpus, job_id) < best[:2]:
                     best = (loss_s / gpus, job_id, loss_s, move)
         return best
 
-    candidates = {job_id: candidate(job_id) for job_id in state}
+    heap = [c for job_id in state if (c := candidate(job_id)) is not None]
+    heapq.heapify(heap)
     freed, loss_total_s = 0, 0.0
     while freed < deficit:
-        best = min((c for c in candidates.values() if c is not None), default=None)
-        if best is None:
+        if not heap:
             return None
-        _, job_id, loss_s, move = best
-        run, _, gpus, taken, _ = state[job_id]
+        _, job_id, loss_s, move = heapq.heappop(heap)
+        run, _, left, gpus, taken, _ = state[job_id]
         if move is not None:  # displaced whole: nothing more to take from it
             move_gpus, move_s, option = move
             free_left[option.gpu_type] -= move_gpus
-            state[job_id] = (run, move_s, 0, len(steps_of[job_id]) + 1, option)
+            state[job_id] = (run, move_s, left, 0, len(steps_of[job_id]) + 1, option)
             steps_of[job_id] = []
             freed += gpus
             memo = None  # the free GPUs changed
-            candidates = {j: candidate(j) for j in state}
+            heap = [c for j in state if (c := candidate(j)) is not None]
+            heapq.heapify(heap)
         else:
             step_gpus, step_s, option = steps_of[job_id][taken]
-            state[job_id] = (run, step_s, step_gpus, taken + 1, option)
+            state[job_id] = (run, step_s, left, step_gpus, taken + 1, option)
             freed += gpus - step_gpus
-            candidates[job_id] = candidate(job_id)
+            step = candidate(job_id)
+            if step is not None:
+                heapq.heappush(heap, step)
         loss_total_s += loss_s
-    return loss_total_s, [(s[0], s[4]) for s in state.values() if s[4] is not None]
+    return loss_total_s, [(s[0], s[5]) for s in state.values() if s[5] is not None]
 
 
 def displacement(others: list[tuple[str, list[tuple[float, int, PlanOption]]]],

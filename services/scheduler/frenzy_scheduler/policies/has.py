@@ -25,7 +25,6 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass, field
-from itertools import accumulate
 from operator import attrgetter
 from typing import Sequence
 
@@ -34,8 +33,9 @@ from frenzy_scheduler.core import (Alternative, ClusterView, Decision, Placement
                                   RunningJob)
 from frenzy_scheduler.placement import Assignments, FreeIndex
 from frenzy_scheduler.policies.elastic import (Menus, Shrinkable, ShrinkPlan, Victims, apply_shrinks,
-                                               grow, reclaim, shrink_plan, shrinkable, spare_gpus,
-                                               undo_shrinks, victims_by_type)
+                                               grow, most_freed, reclaim, shrink_plan, shrinkable,
+                                               spare_gpus, undo_shrinks, victims_by_type)
+from frenzy_scheduler.policies.releases import ReleaseTimes, release_lists
 from frenzy_scheduler.queuediff import IdentityDiff
 
 INF = math.inf
@@ -91,6 +91,10 @@ class _JobFacts:
     entries: tuple[_Entry, ...]  # options the cluster can ever host, fastest first (= rank)
     need: tuple[tuple[str, int], ...]  # (type, fewest GPUs of any option on it): the filter
     need_id: int  # small int naming `need`, so the filter memo is one dict lookup
+    # Indices of the entries that no faster entry of the same type matches with as few GPUs:
+    # a wait-based completion (`wait(type, GPUs) + duration`, the wait non-decreasing in GPUs)
+    # is never strictly earlier on the others, so a search for the earliest can skip them
+    frontier: tuple[int, ...]
     shortest_s: tuple[float, ...]  # per `need` type, its shortest option (launch included)
     best_s: float
     min_gpu_seconds: float
@@ -127,26 +131,24 @@ class _Reservation:
 class _ReleaseProfile:
     """When GPUs of each type are expected to free up, from the running jobs' expected ends.
 
-    Built lazily: a decision in which every scored option can start now never needs it."""
+    Built lazily: a decision in which every scored option can start now never needs it.
+    One per decision, shared by the admission step and the pass (same running jobs, same
+    time), with its answers memoised in `waits`."""
 
-    def __init__(self, running: Sequence[RunningJob], now_s: float) -> None:
+    def __init__(self, running: Sequence[RunningJob], now_s: float,
+                 kept: ReleaseTimes | None = None) -> None:
         self._running = running
         self._now_s = now_s
+        self._kept = kept  # the lists kept up to date across decisions; None: from scratch
         self._ends: dict[str, list[float]] | None = None
         self._cumulative: dict[str, list[int]] = {}
+        # type -> GPUs short -> `time_until`: the profile is fixed for the decision, so these
+        # never go stale (claims and binds only change which entry is asked for)
+        self.waits: dict[str, dict[int, float]] = {}
 
     def _build(self) -> dict[str, list[float]]:
-        per_type: dict[str, list[tuple[float, int]]] = {}
-        for job in self._running:
-            releases = per_type.get(job.option.gpu_type)
-            if releases is None:
-                releases = per_type[job.option.gpu_type] = []
-            releases.append((job.estimated_end_s, job.num_gpus))
-        self._ends = {}
-        for gpu_type, releases in per_type.items():
-            releases.sort()
-            self._ends[gpu_type] = [end for end, _ in releases]
-            self._cumulative[gpu_type] = list(accumulate(gpus for _, gpus in releases))
+        self._ends, self._cumulative = (self._kept.of(self._running) if self._kept is not None
+                                        else release_lists(self._running))
         return self._ends
 
     def time_until(self, gpu_type: str, gpus_needed: int) -> float:
@@ -159,6 +161,16 @@ class _ReleaseProfile:
         if not cum or cum[-1] < gpus_needed:
             return INF
         return max(0.0, ends[gpu_type][bisect.bisect_left(cum, gpus_needed)] - self._now_s)
+
+    def wait_s(self, gpu_type: str, short: int) -> float:
+        """`time_until(gpu_type, short)` for short >= 1, memoised in `waits`."""
+        memo = self.waits.get(gpu_type)
+        if memo is None:
+            memo = self.waits[gpu_type] = {}
+        wait_s = memo.get(short)
+        if wait_s is None:
+            wait_s = memo[short] = self.time_until(gpu_type, short)
+        return wait_s
 
     def total(self, gpu_type: str) -> int:
         """All GPUs of the type that running jobs will ever release."""
@@ -189,27 +201,22 @@ class _Pass:
     claimed: dict[str, int] = field(default_factory=dict)  # GPUs held jobs already wait for
     reservations: dict[str, _Reservation] = field(default_factory=dict)
     fits: dict[int, bool] = field(default_factory=dict)  # filter memo by need_id; reset on bind
-    # type -> GPUs still short -> seconds until released: the release profile is fixed for the
-    # pass, so these never go stale (claims and binds only change which entry is asked for)
-    release_waits: dict[str, dict[int, float]] = field(default_factory=dict)
+    # type -> GPUs still short -> seconds until released (`releases.waits`, read inline)
+    release_waits: dict[str, dict[int, float]] = field(init=False)
     # Types on which no job of this pass can start later than now any more: reserved, and
     # claimed past every GPU the running jobs will release (`changed` keeps it up to date)
     closed: set[str] = field(default_factory=set)
     reason: str | None = None  # the placements' decision reason, formatted once
+
+    def __post_init__(self) -> None:
+        self.release_waits = self.releases.waits
 
     def expected_wait_s(self, gpu_type: str, gpus: int) -> float:
         """Seconds until `gpus` GPUs of the type could be ours; asked only for an option that
         cannot start now, so at least one more release is needed (the free GPUs may be
         fragmented or reserved)."""
         short = gpus + self.claimed.get(gpu_type, 0) - self.index.free_by_type.get(gpu_type, 0)
-        if short < 1:
-            short = 1
-        memo = self.release_waits.get(gpu_type)
-        if memo is None:
-            memo = self.release_waits[gpu_type] = {}
-        wait_s = memo.get(short)
-        if wait_s is None:
-            wait_s = memo[short] = self.releases.time_until(gpu_type, short)
+        wait_s = self.releases.wait_s(gpu_type, short if short > 1 else 1)
         reservation = self.reservations.get(gpu_type)
         if reservation is not None and reservation.shadow_s - self.now_s > wait_s:
             wait_s = reservation.shadow_s - self.now_s
@@ -271,6 +278,7 @@ class HasPolicy:
         self.shortcuts = shortcuts
         self.elastic = config.elastic
         self._menus = Menus()  # running jobs' option menus, derived once
+        self._release_times = ReleaseTimes()  # the running jobs' ends, kept by deltas
         self._facts: dict[str, _JobFacts] = {}  # derived data by job id, across decisions
         self._capacity: dict[str, int] = {}  # the cluster shape the cached facts were built for
         self._need_ids: dict[tuple[tuple[str, int], ...], int] = {}
@@ -295,12 +303,14 @@ class HasPolicy:
         admitted: list[Placement] = []
         ordered: list[_JobFacts] = []
         demand = 0
+        releases = _ReleaseProfile(running, now_s,
+                                   self._release_times if self.shortcuts else None)
         if queue:
             ordered, demand = self._sort(queue, index, now_s)
             if elastic:
                 # Displace only while the queue fits in the free GPUs: under pressure the
                 # queue's pass takes the idle GPUs a displaced job would run on
-                moves, admitted = self._admit(ordered, running, index, now_s,
+                moves, admitted = self._admit(ordered, running, index, releases, now_s,
                                               demand <= index.total_free())
                 if admitted:  # the pass skips them
                     taken = {p.job_id for p in admitted}
@@ -312,7 +322,7 @@ class HasPolicy:
         # Start now on slower GPUs only while the queue fits in the free GPUs: the move to the
         # faster ones later needs them free after the pass, which under pressure they are not
         # (the queue takes them), so the job would run its whole slow option to the end.
-        state = _Pass(index, _ReleaseProfile(running, now_s), now_s,
+        state = _Pass(index, releases, now_s,
                       max(self.config.min_cost_exponent, pressure * self.config.gpu_cost_weight),
                       elastic and self.config.start_now and pressure == 0.0,
                       self.config.restart_floor_s + self.config.launch_s(1))
@@ -354,7 +364,8 @@ class HasPolicy:
         return moves + admitted + placements
 
     def _admit(self, ordered: list[_JobFacts], running: Sequence[RunningJob], index: FreeIndex,
-               now_s: float, displace: bool = True) -> tuple[list[Placement], list[Placement]]:
+               releases: _ReleaseProfile, now_s: float, displace: bool = True
+               ) -> tuple[list[Placement], list[Placement]]:
         """Before the pass, admission by shrinking: a job at the head of the order whose best
         completion (start now, or wait for GPUs to free) is later than it would be on GPUs that
         running jobs can spare, takes them when its gain beats their loss. The loss is each
@@ -366,17 +377,17 @@ class HasPolicy:
         cfg = self.config
         displace = displace and cfg.displace
         free = index.free_by_type
-        releases = _ReleaseProfile(running, now_s)
         moves: list[Placement] = []
         placed: list[Placement] = []
         acted: set[str] = set()
         candidates: Shrinkable | None = None
         restart_s = cfg.restart_floor_s + cfg.launch_s(1)
         claimed: dict[str, int] = {}
-        victims: Victims | None = None  # built once, on the first job that needs it
+        victims: Victims | None = None
         spare: dict[str, int] = {}
         displaced_room: dict[str, int] | None = None  # the free GPUs the memo below is for
         displaced: dict = {}  # job id -> its displacement there (elastic.shrink_plan's memo)
+        most: dict[str, list[int]] = {}
         for facts in ordered[:16]:  # the head of the priority order
             if len(moves) >= cfg.max_moves:
                 break
@@ -403,15 +414,15 @@ class HasPolicy:
             # Its best completion without shrinking: start now, or wait for releases after
             # the GPUs that the jobs ahead of it wait for (`claimed`).
             baseline_s, baseline = INF, facts.entries[0]
-            for entry in facts.entries:
-                _, t, n, total_s, _, _ = entry
+            entries = facts.entries
+            for i in facts.frontier:  # the entries no faster one of their type dominates
+                _, t, n, total_s, _, _ = entry = entries[i]
+                if total_s >= baseline_s:
+                    break  # fastest first: no later entry can end earlier
                 short = n + claimed.get(t, 0) - free.get(t, 0)
-                end_s = total_s + (releases.time_until(t, short) if short > 0 else 0.0)
+                end_s = total_s + (releases.wait_s(t, short) if short > 0 else 0.0)
                 if end_s < baseline_s:
                     baseline_s, baseline = end_s, entry
-            if victims is None:
-                victims = victims_by_type(running, now_s, self._menus, displace)
-                spare = spare_gpus(victims)
             best: tuple[float, _Entry, ShrinkPlan] | None = None
             room = self._displace_room(free, claimed) if displace else None
             if room is not None and room != displaced_room:  # displacements depend on it alone
@@ -423,9 +434,22 @@ class HasPolicy:
                 if bound_s <= (best[0] if best else 0.0):
                     break
                 deficit = gpus - free.get(gpu_type, 0)
-                if deficit <= 0 or deficit > spare.get(gpu_type, 0):
+                if deficit <= 0:
                     continue
-                plan = shrink_plan(victims, gpu_type, deficit, total_s, restart_s, now_s, acted,
+                if victims is None:  # built once, on the first option that needs it
+                    victims = victims_by_type(running, now_s, self._menus, displace)
+                    spare = spare_gpus(victims)
+                    most = most_freed(victims)
+                if deficit > spare.get(gpu_type, 0):
+                    continue
+                # Each job the plan must touch costs two restarts (a displacement too, and
+                # `most_freed` counts a displaceable job's whole allocation): when even that
+                # many nets no more than the best so far, the plan cannot (margin: rounding)
+                touched = bisect.bisect_left(most[gpu_type], deficit) + 1
+                if baseline_s - total_s - (1.0 + cfg.min_gain_fraction) * \
+                        (2 * restart_s * touched * (1.0 - 1e-9)) <= (best[0] if best else 0.0):
+                    continue
+                plan = shrink_plan(victims, gpu_type, deficit, total_s, restart_s, acted,
                                    room, displaced)
                 if plan is None:
                     continue
@@ -492,13 +516,18 @@ class HasPolicy:
         for _, gpu_type, gpus, _, _, _ in entries:
             fewest[gpu_type] = min(gpus, fewest.get(gpu_type, gpus))
         need = tuple(sorted(fewest.items(), key=lambda item: (item[1], item[0])))
+        frontier, narrowest = [], {}
+        for i, (_, gpu_type, gpus, _, _, _) in enumerate(entries):  # fastest first
+            if gpus < narrowest.get(gpu_type, gpus + 1):
+                narrowest[gpu_type] = gpus
+                frontier.append(i)
         shortest: dict[str, float] = {}
         for _, gpu_type, _, total_s, _, _ in entries:  # fastest first
             shortest.setdefault(gpu_type, total_s)
         best_s = timed[0][1]
         facts = _JobFacts(
             job.options, job.submit_time_s, entries, need,
-            self._need_ids.setdefault(need, len(self._need_ids)),
+            self._need_ids.setdefault(need, len(self._need_ids)), tuple(frontier),
             tuple(shortest[gpu_type] for gpu_type, _ in need), best_s,
             min(total_s * o.num_gpus for o, total_s in timed), min(o.num_gpus for o in ranked),
             (1, best_s + self.config.aging_rate * job.submit_time_s, job.submit_time_s, job.job_id))
@@ -640,6 +669,7 @@ class HasPolicy:
         reservations = state.reservations
         claimed = state.claimed
         release_waits = state.release_waits
+        releases = state.releases
         now_s = state.now_s
         hold: PlanOption | None = None  # the best option to wait for: (hold_value, hold_rank)
         hold_value, hold_rank, hold_wait_s = INF, 0, 0.0
@@ -663,11 +693,13 @@ class HasPolicy:
                 if assignments is not None:
                     return option, assignments
             short = gpus + claimed.get(gpu_type, 0) - have
+            if short < 1:
+                short = 1
             memo = release_waits.get(gpu_type)
-            wait_s = memo.get(short if short > 1 else 1) if memo is not None else None
+            wait_s = memo.get(short) if memo is not None else None
             if wait_s is None:
-                wait_s = state.expected_wait_s(gpu_type, gpus)
-            elif reservation is not None and reservation.shadow_s - now_s > wait_s:
+                wait_s = releases.wait_s(gpu_type, short)
+            if reservation is not None and reservation.shadow_s - now_s > wait_s:
                 wait_s = reservation.shadow_s - now_s
             value = wait_s + cost
             if hold is None or value < hold_value or (value == hold_value and rank < hold_rank):
