@@ -2,6 +2,7 @@
 the default) against the straightforward one that scores every job and rebuilds every index."""
 from __future__ import annotations
 
+import bisect
 from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
@@ -10,6 +11,8 @@ from hypothesis import strategies as st
 from frenzy.domain import ParallelPlan, PlanOption
 from frenzy_scheduler.clusterfile import NodeGroup, build_cluster
 from frenzy_scheduler.core import ClusterView, NodeState, QueuedJob, RunningJob
+from frenzy_scheduler.policies.elastic import (Menus, most_freed, shrink_plan, spare_gpus,
+                                               victims_by_type)
 from frenzy_scheduler.policies.has import HasConfig, HasPolicy
 from frenzy_scheduler.policies.releases import ReleaseTimes, release_lists
 from frenzy_scheduler.queuediff import IdentityDiff
@@ -151,3 +154,37 @@ def test_release_times_kept_by_deltas_match_a_rebuild(sets, rng) -> None:
             running.append(running[0])
         assert kept.of(running) == release_lists(running)
         pool = running
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(sorted(TYPES)), st.sampled_from([1, 2, 4, 8]),
+                          st.floats(0.05, 1.0), st.sets(st.sampled_from(sorted(TYPES)),
+                                                         min_size=1)), min_size=1, max_size=8),
+       st.dictionaries(st.sampled_from(sorted(TYPES)), st.integers(0, 8)),
+       st.floats(10.0, 1e5))
+def test_admission_bounds_hold_with_displacement(jobs, free, horizon_s) -> None:
+    """What admission prunes by (`spare_gpus`: `deficit > spare` is skipped; `most_freed`: a
+    plan touching k jobs costs at least 2 restarts each) holds for every plan `shrink_plan`
+    finds, displacements included (a displaced job frees its whole allocation); and its memo
+    of displacements does not change the plan."""
+    runs = []
+    for i, (gpu_type, gpus, left, menu_types) in enumerate(jobs):
+        menu = tuple(option(t, n, 1e4 * TYPES[t] * 4 / (n + 3))
+                     for t in sorted(menu_types | {gpu_type}) for n in (1, 2, 4, 8))
+        runs.append(RunningJob(f"r{i}", option(gpu_type, gpus, 1e4 * TYPES[gpu_type] * 4 / (gpus + 3)),
+                               ((f"n{i}", tuple(range(gpus))),), 0.0, 1e5, options=menu,
+                               fraction_at_start=left))
+    restart_s = 120.0
+    victims = victims_by_type(runs, 0.0, Menus(), displace=True)
+    spare, most = spare_gpus(victims), most_freed(victims)
+    for gpu_type in victims:
+        for deficit in range(1, spare[gpu_type] + 3):
+            plan = shrink_plan(victims, gpu_type, deficit, horizon_s, restart_s, set(), free)
+            assert plan == shrink_plan(victims, gpu_type, deficit, horizon_s, restart_s, set(),
+                                       free, {})
+            if plan is None:
+                continue
+            assert deficit <= spare[gpu_type]
+            touched = bisect.bisect_left(most[gpu_type], deficit) + 1
+            assert len(plan[1]) >= touched
+            assert plan[0] >= 2 * restart_s * touched * (1.0 - 1e-9)
