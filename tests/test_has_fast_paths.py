@@ -171,9 +171,9 @@ def test_admission_bounds_hold_with_displacement(jobs, free, horizon_s) -> None:
     for i, (gpu_type, gpus, left, menu_types) in enumerate(jobs):
         menu = tuple(option(t, n, 1e4 * TYPES[t] * 4 / (n + 3))
                      for t in sorted(menu_types | {gpu_type}) for n in (1, 2, 4, 8))
-        runs.append(RunningJob(f"r{i}", option(gpu_type, gpus, 1e4 * TYPES[gpu_type] * 4 / (gpus + 3)),
-                               ((f"n{i}", tuple(range(gpus))),), 0.0, 1e5, options=menu,
-                               fraction_at_start=left))
+        own = option(gpu_type, gpus, 1e4 * TYPES[gpu_type] * 4 / (gpus + 3))
+        runs.append(RunningJob(f"r{i}", own, ((f"n{i}", tuple(range(gpus))),), 0.0, 1e5,
+                               options=menu, fraction_at_start=left))
     restart_s = 120.0
     victims = victims_by_type(runs, 0.0, Menus(), displace=True)
     spare, most = spare_gpus(victims), most_freed(victims)
