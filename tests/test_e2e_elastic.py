@@ -18,9 +18,9 @@ from frenzy import topics  # noqa: E402
 from frenzy.bus import Bus  # noqa: E402
 from frenzy.client import FrenzyClient  # noqa: E402
 from frenzy.config import BusSettings  # noqa: E402
-from frenzy.jobstates import TERMINAL  # noqa: E402
 from frenzy.v1 import events_pb2, types_pb2  # noqa: E402
 from frenzy_agent.executor import job_dir_name, job_key  # noqa: E402
+from jobwatch import losses, wait_for  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.torch]
 GPU_TYPE = "H100-80GB"
@@ -44,18 +44,6 @@ def spec(name: str, steps: int) -> types_pb2.JobSpec:
                                           checkpoint_every_steps=EVERY))
 
 
-def _wait(client: FrenzyClient, job_id: str, until, timeout_s: float = 240) -> tuple[types_pb2.Job, list]:
-    """Watch until `until(job)`; returns that snapshot and all snapshots seen."""
-    seen = []
-    for job in client.watch(job_id, timeout_s=timeout_s):
-        seen.append(job)
-        if until(job):
-            return job, seen
-        if job.state in TERMINAL:
-            break
-    raise AssertionError(f"job {job_id} ended or timed out first: {seen[-1] if seen else None}")
-
-
 def _publish(cluster, reshape: events_pb2.ReshapeJob) -> None:
     """What the elastic scheduler would publish on frenzy.jobs.placed."""
     async def go() -> None:
@@ -76,11 +64,6 @@ def _logs(cluster, job_id: str) -> str:
     return "\n".join(parts)
 
 
-def _losses(snapshots: list[types_pb2.Job], attempt: int) -> list[tuple[int, float]]:
-    return [(j.progress.step, j.progress.loss) for j in snapshots
-            if j.attempt == attempt and j.progress.step > 0 and j.state == types_pb2.RUNNING]
-
-
 # RESIZE legs after MARP's DP2: (GPUs, plan fields); the checkpoint reshards every time.
 LEGS = [(1, {"dp": 1}), (2, {"dp": 1, "tp": 2, "sequence_parallel": True}), (2, {"dp": 1, "pp": 2})]
 
@@ -93,10 +76,10 @@ def test_dp2_resized_to_dp1_tp2_pp2_then_preempted_and_back_to_dp2_with_the_loss
     the job back to the queue, HAS places it on MARP's DP2 plan again, and it finishes."""
     with FrenzyClient(cluster.grpc_address) as client:
         job_id = client.submit(spec("elastic-resize", 120))
-        job, seen = _wait(client, job_id, lambda j: j.HasField("checkpoint_step")
+        job, seen = wait_for(client, job_id, lambda j: j.HasField("checkpoint_step")
                           and j.checkpoint_step >= EVERY)
         assert job.option.plan.dp == 2, job.option
-        first_loss = _losses(seen, 0)[0][1]
+        first_loss = losses(seen, 0)[0][1]
         for attempt, (gpus, fields) in enumerate(LEGS):
             current = client.get(job_id)
             assert current.attempt == attempt and current.state == types_pb2.RUNNING, current
@@ -110,14 +93,14 @@ def test_dp2_resized_to_dp1_tp2_pp2_then_preempted_and_back_to_dp2_with_the_loss
             _publish(cluster, events_pb2.ReshapeJob(
                 job_id=job_id, kind=events_pb2.RESIZE, attempt=attempt, option=option,
                 assignments=[types_pb2.GpuAssignment(node_id=node, gpu_indices=list(range(gpus)))]))
-            job, more = _wait(client, job_id, lambda j, a=attempt: j.attempt == a + 1
+            job, more = wait_for(client, job_id, lambda j, a=attempt: j.attempt == a + 1
                               and j.progress.step > j.resumed_from_step > 0
                               and j.checkpoint_step > j.resumed_from_step)
-            before = _losses(seen, attempt)
+            before = losses(seen, attempt)
             seen += more
             assert job.option.plan == option.plan, (job.option, _logs(cluster, job_id))
             assert job.resumed_from_step >= decided_at, (job.resumed_from_step, decided_at)
-            resumed = _losses(more, attempt + 1)
+            resumed = losses(more, attempt + 1)
             assert resumed and resumed[0][0] > job.resumed_from_step, resumed
             # The loss continues: where the last attempt left it (within noise), clearly below
             # an untrained model's (about ln(vocab), where the job started), which a restart
@@ -131,13 +114,13 @@ def test_dp2_resized_to_dp1_tp2_pp2_then_preempted_and_back_to_dp2_with_the_loss
         preempted_at = client.get(job_id).progress.step
         _publish(cluster, events_pb2.ReshapeJob(job_id=job_id, kind=events_pb2.PREEMPT,
                                                 attempt=len(LEGS)))
-        job, more = _wait(client, job_id, lambda j: j.state == types_pb2.SUCCEEDED, timeout_s=300)
+        job, more = wait_for(client, job_id, lambda j: j.state == types_pb2.SUCCEEDED, timeout_s=300)
         seen += more
     assert job.attempt == len(LEGS) + 1, (job, _logs(cluster, job_id))
     assert job.resumed_from_step >= preempted_at > 0 and job.option.plan.dp == 2, job
     assert any(s.state == types_pb2.QUEUED and s.reason.startswith("PREEMPTED") for s in more)
     assert job.progress.step == 120
-    final = _losses(more, len(LEGS) + 1)
+    final = losses(more, len(LEGS) + 1)
     assert final[-1][1] < final[0][1] + 0.1 and final[0][1] < first_loss - 0.5, final
     # Every attempt resumed from the job's directory; once it succeeded, the agents remove it.
     _gone(cluster.workdir / "agents" / "checkpoints" / job_key(job_id))
@@ -180,8 +163,8 @@ def test_checkpoints_are_removed_when_a_job_fails_or_is_cancelled_unless_the_spe
         kept = client.submit(_program("cleanup-kept", 0, keep_checkpoints=True))
         cancelled = client.submit(_program("cleanup-cancelled", 600))
         for job_id in (own, spec_dir, kept):
-            job, _ = _wait(client, job_id, lambda j: j.state == types_pb2.FAILED)
-        _wait(client, cancelled, lambda j: j.state == types_pb2.RUNNING)
+            job, _ = wait_for(client, job_id, lambda j: j.state == types_pb2.FAILED)
+        wait_for(client, cancelled, lambda j: j.state == types_pb2.RUNNING)
         deadline = time.monotonic() + 60
         while not (root / job_key(cancelled) / "step-000000002" / "COMMITTED").exists():
             assert time.monotonic() < deadline, "the cancelled job never wrote its checkpoint"
@@ -200,7 +183,7 @@ def test_node_killed_after_first_checkpoint_resumes_on_the_other_node_from_that_
     """Last in the module: it kills a node (its agent and the job's processes)."""
     with FrenzyClient(cluster.grpc_address) as client:
         job_id = client.submit(spec("elastic-node-loss", 60))
-        job, _ = _wait(client, job_id, lambda j: j.HasField("checkpoint_step")
+        job, _ = wait_for(client, job_id, lambda j: j.HasField("checkpoint_step")
                        and j.checkpoint_step >= EVERY)
         node = job.assignments[0].node_id
         killed_at_step = job.progress.step
@@ -208,11 +191,11 @@ def test_node_killed_after_first_checkpoint_resumes_on_the_other_node_from_that_
         cluster.stop_process(f"agent-{node}", signal.SIGKILL)
         for state in (cluster.workdir / "agents" / node).glob(f"{job_dir_name(job_id, 0)}/state.json"):
             os.killpg(json.loads(state.read_text())["pgid"], signal.SIGKILL)
-        job, seen = _wait(client, job_id, lambda j: j.attempt == 1 and j.state == types_pb2.RUNNING
+        job, seen = wait_for(client, job_id, lambda j: j.attempt == 1 and j.state == types_pb2.RUNNING
                           and j.progress.step > j.resumed_from_step, timeout_s=240)
         back_s = time.monotonic() - killed
         assert job.assignments[0].node_id != node
-        job, _ = _wait(client, job_id, lambda j: j.state == types_pb2.SUCCEEDED, timeout_s=300)
+        job, _ = wait_for(client, job_id, lambda j: j.state == types_pb2.SUCCEEDED, timeout_s=300)
     assert job.resumed_from_step >= EVERY, job
     redone = killed_at_step - job.resumed_from_step
     assert redone <= 2 * EVERY + 5, (killed_at_step, job.resumed_from_step)  # loose: report latency

@@ -16,8 +16,8 @@ import pytest
 pytest.importorskip("torch")
 
 from frenzy.client import FrenzyClient  # noqa: E402
-from frenzy.jobstates import TERMINAL  # noqa: E402
 from frenzy.v1 import types_pb2  # noqa: E402
+from jobwatch import losses, wait_for  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.torch]
 GPU_TYPE = "P100-16GB"
@@ -53,36 +53,19 @@ def _trainer() -> types_pb2.JobSpec:
                                           checkpoint_every_steps=EVERY))
 
 
-def _wait(client: FrenzyClient, job_id: str, until, timeout_s: float) -> tuple[types_pb2.Job, list]:
-    """Watch until `until(job)`; returns that snapshot and all snapshots seen."""
-    seen = []
-    for job in client.watch(job_id, timeout_s=timeout_s):
-        seen.append(job)
-        if until(job):
-            return job, seen
-        if job.state in TERMINAL:
-            break
-    raise AssertionError(f"job {job_id} ended or timed out first: {seen[-1] if seen else None}")
-
-
-def _losses(snapshots: list[types_pb2.Job], attempt: int) -> list[tuple[int, float]]:
-    return [(j.progress.step, j.progress.loss) for j in snapshots
-            if j.attempt == attempt and j.progress.step > 0 and j.state == types_pb2.RUNNING]
-
-
 @pytest.mark.timeout(900)  # about 2 min on an idle machine; bounded waits, generous under load
 def test_a_job_started_narrow_is_grown_by_the_scheduler_once_gpus_free_and_its_loss_continues(cluster):
     with FrenzyClient(cluster.grpc_address) as client:
         blocker = client.submit(_blocker())
-        _wait(client, blocker, lambda j: j.state == types_pb2.RUNNING, timeout_s=240)
+        wait_for(client, blocker, lambda j: j.state == types_pb2.RUNNING, timeout_s=240)
         job_id = client.submit(_trainer())
-        job, seen = _wait(client, job_id, lambda j: j.state == types_pb2.RUNNING
+        job, seen = wait_for(client, job_id, lambda j: j.state == types_pb2.RUNNING
                           and j.HasField("checkpoint_step") and j.progress.step > EVERY + 2,
                           timeout_s=300)
         assert job.attempt == 0 and job.option.num_gpus == 1, job  # the other GPU was taken
         step_at_free = job.progress.step
         client.cancel(blocker)
-        job, more = _wait(client, job_id, lambda j: j.attempt == 1 and j.state == types_pb2.RUNNING
+        job, more = wait_for(client, job_id, lambda j: j.attempt == 1 and j.state == types_pb2.RUNNING
                           and j.progress.step > j.resumed_from_step, timeout_s=300)
         seen += more
         # grown by the scheduler, from the checkpoint it saved on request
@@ -90,11 +73,11 @@ def test_a_job_started_narrow_is_grown_by_the_scheduler_once_gpus_free_and_its_l
         assert job.decision.policy == "has" and job.decision.reason.startswith("resize"), job.decision
         assert job.resumed_from_step >= step_at_free, (job.resumed_from_step, step_at_free)
         assert job.reshaped_at.ToNanoseconds() > 0 and not job.reshaping
-        job, more = _wait(client, job_id, lambda j: j.state == types_pb2.SUCCEEDED, timeout_s=480)
+        job, more = wait_for(client, job_id, lambda j: j.state == types_pb2.SUCCEEDED, timeout_s=480)
         seen += more
         assert client.get(blocker).attempt == 0  # the blocker, which cannot resume, never moved
     assert job.attempt == 1 and job.progress.step == STEPS, job  # grown once, never moved again
-    before, after = _losses(seen, 0), _losses(seen, 1)
+    before, after = losses(seen, 0), losses(seen, 1)
     assert before and after and after[0][0] > job.resumed_from_step, (before[-3:], after[:3])
     # The loss continues: where the narrow run left it (within noise), well below the start.
     assert mean(loss for _, loss in after[:2]) < mean(loss for _, loss in before[-3:]) + 0.5, \
