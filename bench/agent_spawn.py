@@ -14,7 +14,6 @@ agent's event loop shares the interpreter); bench/e2e_latency.py measures that.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import subprocess
@@ -26,6 +25,7 @@ import numpy as np
 
 from frenzy.v1 import events_pb2, types_pb2
 from frenzy_agent import executor
+from benchio import save_result
 
 
 def launch_sequential(cmd: events_pb2.LaunchJob, jobs_dir: Path) -> list[int]:
@@ -84,9 +84,7 @@ def main() -> None:
         for arm in arms:
             r = result["spawn_ms"][arm][str(n)]
             print(f"  {n} ranks {arm:<10} p50 {r['p50']:6.1f}  p90 {r['p90']:6.1f}  max {r['max']:6.1f}")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2))
-    print(f"saved {args.out}")
+    save_result(result, args.out)
 
 
 if __name__ == "__main__":

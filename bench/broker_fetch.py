@@ -13,17 +13,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import random
 import time
-from pathlib import Path
 
 import numpy as np
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from e2e_latency import cpu_seconds  # bench/ is on the path when run as a script
 from frenzy.tools.broker import start_embedded_broker
+from benchio import save_result
 
 
 async def one_wait(bootstrap: str, broker_pid: int, wait_ms: int, records: int, idle_s: float,
@@ -89,9 +88,7 @@ def main() -> None:
     for r in rows:
         print(f"  {r['fetch_max_wait_ms']:>8} {r['p50_ms']:>8} {r['p99_ms']:>8} {r['max_ms']:>8} "
               f"{r['idle_broker_cpu_pct']:>14} {r['idle_client_cpu_pct']:>14}")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2))
-    print(f"saved {args.out}")
+    save_result(result, args.out)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ from frenzy.jobstates import TERMINAL
 from frenzy.tools.demo import sample_specs
 from frenzy.tools.localcluster import DEFAULT_CLUSTER, LocalCluster, start_cluster
 from frenzy.v1 import events_pb2, types_pb2
+from benchio import save_result
 
 QUEUED_AFTER_S = 0.5  # placed later than this after submission: it waited for GPUs
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -381,9 +382,7 @@ def main() -> None:
     print(f"  CPU % of a core during the burst {run_cpu}")
     print(f"  slowest reactions (ms): {result['slowest_reactions']}")
     print(f"  services' logs: {workdir / 'logs'}")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2))
-    print(f"saved {args.out}")
+    save_result(result, args.out)
 
 
 if __name__ == "__main__":

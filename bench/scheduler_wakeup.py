@@ -19,12 +19,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import random
 import time
 from collections import namedtuple
-from pathlib import Path
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -36,6 +34,7 @@ from frenzy.security import signing
 from frenzy.security.guards import orchestrator_state_only
 from frenzy.v1 import events_pb2, types_pb2
 from frenzy_scheduler.service import SchedulerService
+from benchio import save_result
 
 Record = namedtuple("Record", "topic partition offset key value headers")
 STATUS = TopicPartition(topics.JOBS_STATUS.name, 0)
@@ -242,9 +241,7 @@ def main() -> None:
         print(f"  backlog {size:>4} records (handled in {r['batch_handling_ms']} ms): "
               f"availability -> policy  before p50 {r['before']['p50_ms']} / p99 {r['before']['p99_ms']} ms,"
               f"  urgent p50 {r['urgent']['p50_ms']} / p99 {r['urgent']['p99_ms']} ms")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2))
-    print(f"saved {args.out}")
+    save_result(result, args.out)
 
 
 if __name__ == "__main__":
