@@ -6,8 +6,9 @@ its produce raises the partition's high watermark first and stores the batch aft
 (`DynoStore::produce` in tansu-storage/src/dynostore.rs, tansu-io/tansu at e2a6eab), so while a
 large batch is still being stored, a smaller one produced just after it by another client can be
 stored first, and a fetch in that window returns the later batch alone. The consumer then moves
-past the earlier one and never reads it. That is the likely cause of a fuzzed 513 KiB
-command that CI never saw dead-lettered (the records around it were), not reproduced here.
+past the earlier one and never reads it. Seen in CI: an agent's log shows a 513 KiB record
+dead-lettered (its produce acknowledged), while the fuzz test's reader of the dead-letter topic,
+to which several services were writing at that moment, read the records around it and never it.
 
 So the bus remembers, per partition, the next offset it expects. A record past it is a hole: the
 consumer seeks back to the hole and fetches again until the record comes, for at most `wait_s`;
