@@ -785,6 +785,38 @@ def test_a_heartbeat_older_than_the_jobs_end_report_does_not_fence_the_freed_gpu
     assert stops(out) == [("n2", "b", 0)] and core.nodes["n2"].free_gpus == [2, 3]
 
 
+def test_a_cancelled_jobs_gpus_stay_fenced_until_a_heartbeat_shows_its_process_gone():
+    """The agent reports no end for a job it stopped; its heartbeats list it until the process
+    exits. Freed at the cancel, its GPUs went free -> fenced (next heartbeat) -> free, and a
+    placement made in between was rejected (CI: a job grown onto the cancelled job's GPU was
+    rejected, then placed on one GPU). They stay fenced from the cancel until then."""
+    core = queued_core("a", "b")
+    core.on_placed(placed("a", "n1", [0, 1]), 1)
+    core.on_agent_status(agent_status("a", RUNNING), 2)
+    core.on_heartbeat(busy_heartbeat("n1", {0: ("a", 0), 1: ("a", 0)}), 2.5)
+    out = core.cancel("a", 3)
+    assert core.nodes["n1"].free_gpus == [2, 3] and core.nodes["n1"].allocations == {}
+    assert [list(o.payload.free_gpu_indices) for o in out if o.topic == topics.CLUSTER_EVENTS] == [[2, 3]]
+    core.on_heartbeat(busy_heartbeat("n1", {0: ("a", 0), 1: ("a", 0)}), 3.1)  # sent before the stop
+    out = core.on_placed(placed("b", "n1", [0, 1]), 3.2)
+    assert core.jobs["b"].job.state == QUEUED and "placement rejected" in core.jobs["b"].job.reason
+    out = core.on_heartbeat(heartbeat("n1"), 3.3)  # the process is gone
+    events = [o.payload for o in out if o.topic == topics.CLUSTER_EVENTS]
+    assert [list(e.free_gpu_indices) for e in events] == [[0, 1, 2, 3]], events
+    assert events[0].cause == "stopped attempt's GPUs released"
+    core.on_placed(placed("b", "n1", [0, 1]), 3.4)
+    assert core.jobs["b"].job.state == LAUNCHING
+
+
+def test_a_job_that_ended_releases_its_gpus_at_once_even_if_the_last_heartbeat_ran_it():
+    core = queued_core("a")
+    core.on_placed(placed("a", "n1", [0, 1]), 1)
+    core.on_heartbeat(busy_heartbeat("n1", {0: ("a", 0), 1: ("a", 0)}), 2)
+    core.on_agent_status(agent_status("a", RUNNING), 2)
+    core.on_agent_status(agent_status("a", SUCCEEDED), 3)  # the agent saw its processes exit
+    assert core.nodes["n1"].free_gpus == [0, 1, 2, 3]
+
+
 def test_an_end_report_of_one_attempt_does_not_unfence_another_attempt_of_the_job():
     core = queued_core("a")
     core.on_placed(placed("a", "n1", [0, 1]), 1)

@@ -107,6 +107,10 @@ class NodeAgent:
                  "lost": types_pb2.FAILED}.get(result.state)
         if state is not None:  # a stopped job was ended by the orchestrator; nothing to report
             await self.report(job, state, result.reason, result.exit_code)
+        else:
+            # Its GPUs stay fenced until a heartbeat shows them released: send that one now,
+            # not up to a heartbeat interval later.
+            await self.bus.publish(topics.NODES_HEARTBEATS, self.node_id, self.heartbeat())
         if state == types_pb2.SUCCEEDED:
             # The logs go; the record stays, so a redelivered LaunchJob for this attempt is
             # recognised and not run a second time.

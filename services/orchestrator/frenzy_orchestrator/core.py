@@ -408,14 +408,24 @@ class OrchestratorCore:
                 and self.nodes[a.node_id].state == types_pb2.NODE_READY]
 
     def _release(self, rec: JobRecord, cause: str) -> list[Outgoing]:
+        """Take the job's GPUs off its record. Where the node's last heartbeat still runs this
+        attempt and its agent has not reported its end (a cancel, or the other nodes of a job
+        one node failed), the process may still hold the GPUs: they stay fenced, as the next
+        heartbeats would fence them anyway, until a heartbeat shows them released. Freed at
+        once, they flapped free -> fenced -> free, and a placement made in between was
+        rejected (the scheduler then placed the job on what was left)."""
         out = []
+        entry = f"{rec.id}:{rec.job.attempt}"
         for a in rec.job.assignments:
             node = self.nodes.get(a.node_id)
             if node is None:
                 continue
+            still_running = entry in node.running_jobs and entry not in node.reported_ended
             for gpu in a.gpu_indices:
                 if node.allocations.get(gpu) == rec.id:
                     del node.allocations[gpu]
+                    if still_running:
+                        node.fenced_gpus.add(gpu)
             out.append(self._availability(node, cause))
         return out
 
@@ -596,7 +606,7 @@ class OrchestratorCore:
             cause = "node reported after orchestrator restart"
         else:
             cause = ""
-        healthy_before = node.free_gpus
+        healthy_before, fenced_before = node.free_gpus, set(node.fenced_gpus)
         if cause or hb.agent_restarts != node.agent_restarts:  # seen alive again
             out += self._resend_cleanup(node.node_id, now_s)
         node.host, node.agent_pid, node.last_heartbeat_s = hb.host or node.host, hb.agent_pid, now_s
@@ -607,7 +617,12 @@ class OrchestratorCore:
         out += self._reconcile(node, hb, now_s)
         if cause or node.free_gpus != healthy_before:
             if not cause:
-                cause = "stale attempt fenced" if node.fenced_gpus else "GPU health changed"
+                if node.fenced_gpus - fenced_before:
+                    cause = "stale attempt fenced"
+                elif fenced_before - node.fenced_gpus:
+                    cause = "stopped attempt's GPUs released"
+                else:
+                    cause = "GPU health changed"
             out.append(self._availability(node, cause))
         return out
 
