@@ -76,6 +76,9 @@ class ServiceSettings(BusSettings):
     reshape_min_gain_s: float | None = Field(None, description="a move saves at least this")
     reshape_min_gain_fraction: float | None = Field(
         None, description="... and at least this share of the job's predicted time left")
+    scheduler_redecide_s: float = Field(
+        60.0, description="while jobs wait, the scheduler decides again at least this often "
+        "without an event (and when a running job passes its predicted end); Sia's round is 60 s")
     log_dir: str = ".frenzy/logs"
     heartbeat_interval_s: float = 1.0
     node_timeout_s: float = 10.0

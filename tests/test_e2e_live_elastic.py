@@ -36,8 +36,8 @@ def cluster(local_cluster):
 def _blocker() -> types_pb2.JobSpec:
     """A user program on one GPU that never checkpoints (so it is never moved), until cancelled.
     Its steps make MARP predict hours, as long as it really holds the GPU: has then starts the
-    trainer narrow now rather than hold it for a release it expects at once (the live scheduler
-    decides on events, so a hold behind an overrunning job lasts until that job ends)."""
+    trainer narrow at once rather than hold it for a release it expects at once (and decides
+    again only at the blocker's predicted end, `SchedulerService.redecide_loop`)."""
     return types_pb2.JobSpec(
         name="blocker", model="tiny-gpt2", entrypoint=["sleep", "900"],
         constraints=types_pb2.Constraints(gpu_types=[GPU_TYPE], max_gpus=1),

@@ -208,3 +208,55 @@ def test_the_service_runs_the_policy_once_per_batch_and_publishes_its_placements
     assert [(t, key) for t, key, _ in items] == [(topics.JOBS_PLACED, "a"), (topics.JOBS_PLACED, "b")]
     assert trace_ids == ["a", "b"]
     assert {tuple(a.gpu_indices) for _, _, m in items for a in m.assignments} == {(0, 1), (2, 3)}
+
+
+def test_a_job_held_for_a_release_is_decided_again_at_the_predicted_end_without_an_event():
+    """`has` holds a job for GPUs a running job is predicted to free in half a second. That job
+    overruns and sends nothing: no event comes. The service's timer runs the policy at the
+    predicted end, where the job is shown as ending never, so the held job starts on what is
+    free. (Before: it waited for some event, possibly the overrunning job's end.)"""
+    import asyncio
+    import time
+
+    from frenzy.config import ServiceSettings
+    from frenzy.events import envelope
+    from frenzy_scheduler.service import SchedulerService
+
+    class RecordingBus:
+        def __init__(self):
+            self.published = []
+
+        async def publish_many(self, items, contexts=None, trace_ids=None):
+            self.published.extend(items)
+
+    wide = PlanOption("A100-80GB", ParallelPlan(dp=4), 10, 1.0, 1000.0)
+    narrow = PlanOption("A100-80GB", ParallelPlan(dp=2), 10, 1.0, 2000.0)
+    bus = RecordingBus()
+    service = SchedulerService(bus, "has", ServiceSettings(reshape_jobs=False, scheduler_redecide_s=600))
+
+    async def scenario():
+        await service.on_availability(envelope(availability([2, 3], 1, jobs=["r"])), "n1")
+        record = types_pb2.Job(id="r", state=types_pb2.RUNNING, version=5, option=option_to_proto(narrow),
+                               assignments=[types_pb2.GpuAssignment(node_id="n1", gpu_indices=[0, 1])])
+        record.started_at.FromNanoseconds(int((time.time() - narrow.duration_s + 0.5) * 1e9))
+        await service.on_status(envelope(events_pb2.JobStatusChanged(
+            job_id="r", state=types_pb2.RUNNING, source=events_pb2.ORCHESTRATOR, job=record)), "r")
+        await service.on_planned(envelope(events_pb2.JobPlanned(
+            job_id="q", options=[option_to_proto(wide), option_to_proto(narrow)])), "q")
+        await service.on_status(envelope(status("q", types_pb2.QUEUED, 3)), "q")
+        await service.schedule_if_changed()
+        assert bus.published == []  # held: the 4-GPU option is worth the half-second wait
+        timer = asyncio.create_task(service.redecide_loop())
+        started = time.monotonic()
+        try:
+            while not bus.published and time.monotonic() - started < 30:
+                await asyncio.sleep(0.02)
+        finally:
+            timer.cancel()
+        return time.monotonic() - started
+
+    waited_s = asyncio.run(scenario())
+    [(_, key, placed)] = bus.published
+    assert key == "q" and placed.option.num_gpus == 2, placed
+    assert [tuple(a.gpu_indices) for a in placed.assignments] == [(2, 3)]
+    assert waited_s < 10, waited_s  # at the predicted end, not the 600 s fallback

@@ -214,6 +214,15 @@ class LiveState:
                                        job.deadline_s, job.queued_attempt))
         return queue
 
+    def next_change_s(self, now_s: float) -> float | None:
+        """When this view changes with no event: the first running job to pass its predicted
+        end, from which it is shown as ending never (`schedule`), so a job held for its GPUs
+        should be decided again then. None when no job waits (no placement could change)."""
+        if not self.waiting():
+            return None
+        return min((r.expected_end_s for r in self.running.values() if r.expected_end_s > now_s),
+                   default=None)
+
     def effective_cluster(self) -> ClusterView:
         view = self.cluster.copy()
         for nodes in [*self.pending.values(), *(gpus for _, gpus in self.reshaping.values())]:

@@ -2,12 +2,18 @@
 the policy's decision record, and ReshapeJob for running jobs that can resume (on by default,
 FRENZY_RESHAPE_JOBS; the rules: frenzy_scheduler.reshapable, docs/has.md "Live").
 
-Event-driven: the policy runs after every fetched batch of events that can change a decision,
-never on a timer. Once per batch, not once per event: in a burst a batch holds hundreds of status
-events, and running the policy after each one kept a freed node's availability waiting behind
-all of them (bench/e2e_latency.py, docs/architecture.md "Reaction latency"). GPU availability is
-urgent: it is handled ahead of the status events fetched with it, and the policy runs at once on
-it, also when it arrives while a long batch is being handled (`Bus.run_consumer`'s `urgent`).
+Event-driven: the policy runs after every fetched batch of events that can change a decision.
+Once per batch, not once per event: in a burst a batch holds hundreds of status events, and
+running the policy after each one kept a freed node's availability waiting behind all of them
+(bench/e2e_latency.py, docs/architecture.md "Reaction latency"). GPU availability is urgent: it
+is handled ahead of the status events fetched with it, and the policy runs at once on it, also
+when it arrives while a long batch is being handled (`Bus.run_consumer`'s `urgent`).
+
+And when the view changes with no event (`redecide_loop`): `has` may hold a job for GPUs it
+expects a running job to free soon. If that job overruns its prediction and sends nothing (a user
+program without progress reports), no event came, and the held job waited until it ended; so the
+policy also runs when a running job passes its predicted end, and at least every
+FRENZY_SCHEDULER_REDECIDE_S while jobs wait.
 """
 from __future__ import annotations
 
@@ -24,7 +30,7 @@ from frenzy.runtime import run_service, run_until_stopped
 from frenzy.security.wiring import scheduler_verifier, tenant_policies
 from frenzy.statestore import read_state
 from frenzy.v1 import events_pb2, types_pb2
-from frenzy_scheduler.core import PLACE, PREEMPT, RESIZE, Decision, Placement
+from frenzy_scheduler.core import PLACE, PREEMPT, RESIZE, Decision
 from frenzy_scheduler.fairshare import FairSharePolicy, TenantShare
 from frenzy_scheduler.livestate import LiveState
 from frenzy_scheduler.reshapable import ReshapeRules
@@ -52,11 +58,19 @@ class SchedulerService:
             if settings.reshape_jobs else None
         self.state = LiveState(FairSharePolicy(policy, self._tenant_of, shares), rules=rules)
         self._changed = False  # an event since the policy last ran
+        self._redecide_s = settings.scheduler_redecide_s
+        self._decided = asyncio.Event()  # set after each run: the timer re-arms
+        self._lock = asyncio.Lock()  # one policy run at a time: the consumer's or the timer's
 
     def _tenant_of(self, job_id: str) -> str:
         return self.tenants.get(job_id, "")
 
     async def _schedule(self) -> None:
+        async with self._lock:
+            await self._decide_and_publish()
+        self._decided.set()
+
+    async def _decide_and_publish(self) -> None:
         started = time.perf_counter()
         now_s = time.time()
         actions = self.state.schedule(now_s)
@@ -95,6 +109,24 @@ class SchedulerService:
         if self._changed:
             self._changed = False
             await self._schedule()
+
+    async def redecide_loop(self) -> None:
+        """Run the policy when the view changes with no event (the module's docstring): at the
+        first running job's predicted end, and at least every FRENZY_SCHEDULER_REDECIDE_S,
+        while jobs wait. Each run re-arms the timer; with no job waiting it sleeps until one."""
+        while True:
+            self._decided.clear()
+            now_s = time.time()
+            delay_s: float | None = None
+            if self.state.waiting():
+                due_s = self.state.next_change_s(now_s)
+                delay_s = self._redecide_s if due_s is None else min(self._redecide_s, due_s - now_s + 0.01)
+            try:
+                await asyncio.wait_for(self._decided.wait(), timeout=delay_s)
+            except asyncio.TimeoutError:
+                log.info("deciding again without an event", waiting=len(self.state.waiting()),
+                         after_s=round(delay_s or 0.0, 3))
+                await self._schedule()
 
     async def on_planned(self, env: events_pb2.Envelope, key: str) -> None:
         self.state.on_planned(env.job_planned)
@@ -156,8 +188,9 @@ class SchedulerService:
                 before_commit=self.schedule_if_changed,
                 verify=scheduler_verifier(self.bus.settings),  # orchestrator-signed state only
                 urgent=(topics.CLUSTER_EVENTS,)))
+            timer = asyncio.create_task(self.redecide_loop())
             log.info("scheduler started", policy=self.state.policy.name)
-            await run_until_stopped(stop, task)
+            await run_until_stopped(stop, task, timer)
         finally:
             await self.bus.stop()
 
