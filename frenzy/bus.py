@@ -380,6 +380,34 @@ async def _fetched_urgent(consumer: AIOKafkaConsumer, urgent_topics: set[str]) -
     return split_urgent(await consumer.getmany(*mine, timeout_ms=0), urgent_topics)[0]
 
 
+async def records_in_order(consumer: AIOKafkaConsumer, gaps: offsetgaps.OffsetGaps,
+                           batch: dict, what: str) -> list:
+    """For a reader outside `Bus.run_consumer` (group-less, its partitions assigned, and
+    `gaps.expected` set to where it started): a fetched batch's records, each partition's only
+    up to its first hole (frenzy/offsetgaps.py: the embedded broker can show a later record
+    first). At a hole the consumer seeks back to it, so the records after it come again with a
+    later fetch, and pauses a moment; after `gaps.wait_s` the hole is logged and taken as real.
+    Not for compacted topics, where holes are normal."""
+    out, waiting = [], False
+    now_s = asyncio.get_running_loop().time()
+    for tp, records in batch.items():
+        for record in records:
+            verdict = gaps.check(tp, record.offset, now_s)
+            if verdict in (offsetgaps.NEW_HOLE, offsetgaps.REFETCH):
+                consumer.seek(tp, gaps.expected[tp])
+                waiting = True
+                break
+            if verdict == offsetgaps.ACCEPT:
+                log.warning("offset hole accepted", consumer=what, topic=tp.topic,
+                            partition=tp.partition, missing_from=gaps.expected[tp],
+                            next_offset=record.offset)
+            gaps.handled(tp, record.offset)
+            out.append(record)
+    if waiting:
+        await asyncio.sleep(HOLE_REFETCH_PAUSE_S)
+    return out
+
+
 async def _wait_assigned(consumer: AIOKafkaConsumer, timeout_s: float = 30.0) -> None:
     """Block until the group has assigned partitions, so callers know consumption has begun."""
     deadline = asyncio.get_running_loop().time() + timeout_s

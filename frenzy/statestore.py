@@ -27,10 +27,22 @@ log = get_logger("statestore")
 async def write_markers(producer: AIOKafkaProducer, topic_name: str, partitions: int,
                         marker_id: str) -> None:
     for partition in range(partitions):
-        env = events.envelope(events_pb2.StateMarker(marker_id=marker_id), producer="statestore")
-        value, headers = events.encode(env)
-        await producer.send_and_wait(topic_name, value, key=f"{MARKER_PREFIX}{partition}".encode(),
-                                     partition=partition, headers=headers)
+        await write_marker(producer, topic_name, partition, marker_id)
+
+
+async def write_marker(producer: AIOKafkaProducer, topic_name: str, partition: int,
+                       marker_id: str) -> None:
+    """A record of our own at the partition's end: a reader that meets it has read everything
+    acknowledged before it (the module's docstring says why not `end_offsets`)."""
+    env = events.envelope(events_pb2.StateMarker(marker_id=marker_id), producer="statestore")
+    value, headers = events.encode(env)
+    await producer.send_and_wait(topic_name, value, key=f"{MARKER_PREFIX}{partition}".encode(),
+                                 partition=partition, headers=headers)
+
+
+def is_marker(record, marker_id: str) -> bool:
+    return bool(record.key) and record.key.startswith(MARKER_PREFIX.encode()) \
+        and _marker_id(record) == marker_id
 
 
 async def read_state(bootstrap_servers: str, producer: AIOKafkaProducer, topic_name: str,

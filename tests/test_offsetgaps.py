@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from frenzy import topics
+from frenzy import events, topics
 from frenzy.bus import Bus
 from frenzy.config import BusSettings
 from frenzy.offsetgaps import ACCEPT, HANDLE, NEW_HOLE, REFETCH, OffsetGaps
@@ -75,3 +75,47 @@ def test_the_bus_consumer_goes_back_for_records_a_fetch_skipped(kafka_bootstrap)
 
     assert asyncio.run(go()) == list(range(8))
 
+
+
+@pytest.mark.e2e
+def test_a_plain_reader_goes_back_for_records_a_fetch_skipped(kafka_bootstrap):
+    """The same for a reader outside the bus (log streaming, the fuzz harness's dead-letter
+    reader): `records_in_order` returns every record in order although the reader was moved past
+    two of them; without it the reader returns 0, 1, 2, 5, 6, 7."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    from frenzy.bus import partition_for_key, records_in_order
+
+    async def go() -> list[int]:
+        settings = BusSettings(kafka_bootstrap=kafka_bootstrap, namespace=f"holes{uuid.uuid4().hex[:8]}")
+        bus = Bus("holes-plain-test", settings)
+        await bus.start()
+        topic = bus.topic_name(topics.JOBS_STATUS)
+        consumer = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, group_id=None,
+                                    enable_auto_commit=False)
+        try:
+            await bus.publish_many([(topics.JOBS_STATUS, "j", events_pb2.JobStatusChanged(
+                job_id="j", reason=str(i))) for i in range(8)])
+            partitions = await bus.producer.partitions_for(topic)
+            await consumer.start()
+            tp = TopicPartition(topic, partition_for_key("j", len(partitions)))
+            consumer.assign([tp])
+            gaps = OffsetGaps(wait_s=30.0)
+            gaps.expected[tp] = 0
+            seen: list[int] = []
+            consumer.seek(tp, 0)
+            first = await consumer.getmany(tp, timeout_ms=5000, max_records=3)
+            seen += [int(events.decode(r.value, r.headers).job_status_changed.reason)
+                     for r in await records_in_order(consumer, gaps, first, "test")]
+            consumer.seek(tp, 5)  # the next fetch starts past offsets 3 and 4
+            async with asyncio.timeout(60):
+                while len(seen) < 8:
+                    batch = await consumer.getmany(tp, timeout_ms=200)
+                    seen += [int(events.decode(r.value, r.headers).job_status_changed.reason)
+                             for r in await records_in_order(consumer, gaps, batch, "test")]
+            return seen
+        finally:
+            await consumer.stop()
+            await bus.stop()
+
+    assert asyncio.run(go()) == list(range(8))

@@ -23,6 +23,7 @@ import grpc
 from frenzy import events, offsetgaps, topics
 from frenzy.catalog.gpus import gpu_catalog
 from frenzy.catalog.models import model_catalog
+from frenzy.bus import records_in_order
 from frenzy.jobstates import TERMINAL
 from frenzy.security import signing
 from frenzy.security.limits import MAX_RECORD_BYTES
@@ -293,16 +294,11 @@ def check_dead_letters(cluster, report: FuzzReport, timeout_s: float = 120.0) ->
             deadline = time.monotonic() + timeout_s
             while time.monotonic() < deadline and not set(report.undecodable) <= seen:
                 batch = await consumer.getmany(timeout_ms=500)
-                for tp, records in batch.items():
-                    for r in records:
-                        if gaps.check(tp, r.offset, time.monotonic()) in (offsetgaps.NEW_HOLE, offsetgaps.REFETCH):
-                            consumer.seek(tp, gaps.expected[tp])
-                            break
-                        gaps.handled(tp, r.offset)
-                        reason = dict(r.headers or []).get("x-frenzy-reason", b"")
-                        if reason:
-                            seen.add(r.value or b"")
-                            report.dead_lettered += 1
+                for r in await records_in_order(consumer, gaps, batch, "fuzz dead-letter reader"):
+                    reason = dict(r.headers or []).get("x-frenzy-reason", b"")
+                    if reason:
+                        seen.add(r.value or b"")
+                        report.dead_lettered += 1
         finally:
             await consumer.stop()
         report.missing_dead_letters = [f"{report.undecodable[v]}: {v[:40]!r}"

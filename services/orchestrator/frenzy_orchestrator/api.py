@@ -121,11 +121,11 @@ class JobApi(services_pb2_grpc.JobServiceServicer):
         jobs, bus = self.service.core.jobs, self.service.bus
         topic = bus.topic_name(topics.JOBS_LOGS)
         async for chunk in stream_logs(
-                bus.bootstrap, topic, len(await bus.producer.partitions_for(topic)), job.id,
+                bus.bootstrap, bus.producer, topic, len(await bus.producer.partitions_for(topic)), job.id,
                 job.submitted_at.ToMilliseconds(),
                 lambda: jobs[request.job_id].job.state in lifecycle.TERMINAL,
                 follow=request.follow, rank=request.rank if request.HasField("rank") else None,
-                attempt=request.attempt):
+                attempt=request.attempt, hole_wait_s=bus.settings.offset_hole_wait_s):
             yield chunk
 
 

@@ -5,17 +5,22 @@ Each call reads the one partition the job id hashes to, starting at the job's su
 committed, and many readers never rebalance each other. Without follow it ends at the partition's
 end as of the call; with follow it ends once the job has ended and the partition has been read to
 its end after that, which holds the job's last lines because agents ship them before reporting the
-final state.
+final state. "The end" is a marker record the call writes to the partition (frenzy/statestore.py):
+the embedded broker's end offsets are wrong after a batched produce (8 records, end offset 1), and
+a stream that trusted them ended after its first fetch.
 """
 from __future__ import annotations
 
+import uuid
 from typing import AsyncIterator, Callable
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from frenzy import events
-from frenzy.bus import partition_for_key
+from frenzy.bus import partition_for_key, records_in_order
 from frenzy.joblogs import LogCursor
+from frenzy.offsetgaps import OffsetGaps
+from frenzy.statestore import is_marker, write_marker
 from frenzy.v1 import types_pb2
 
 POLL_MS = 200
@@ -23,9 +28,10 @@ POLL_MS = 200
 CLOCK_SKEW_MS = 60_000
 
 
-async def stream_logs(bootstrap: str, topic: str, num_partitions: int, job_id: str, since_ms: int,
-                      job_ended: Callable[[], bool], *, follow: bool, rank: int | None = None,
-                      attempt: int = 0) -> AsyncIterator[types_pb2.LogChunk]:
+async def stream_logs(bootstrap: str, producer: AIOKafkaProducer, topic: str, num_partitions: int,
+                      job_id: str, since_ms: int,
+                      job_ended: Callable[[], bool], *, follow: bool, hole_wait_s: float,
+                      rank: int | None = None, attempt: int = 0) -> AsyncIterator[types_pb2.LogChunk]:
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
                                 fetch_max_wait_ms=POLL_MS, client_id="frenzy-logs")
     await consumer.start()
@@ -38,10 +44,17 @@ async def stream_logs(bootstrap: str, topic: str, num_partitions: int, job_id: s
         else:
             consumer.seek(tp, found.offset)
         cursor = LogCursor()
-        end: int | None = None if follow else (await consumer.end_offsets([tp]))[tp]
+        # Agents ship at once, so the embedded broker can show a later chunk first: read every
+        # offset in turn (frenzy/offsetgaps.py), or a skipped chunk's lines would be lost here.
+        gaps = OffsetGaps(hole_wait_s)
+        gaps.expected[tp] = await consumer.position(tp)
+        end_marker = None if follow else await _mark_end(producer, tp)
         while True:
-            for record in (await consumer.getmany(tp, timeout_ms=POLL_MS)).get(tp, []):
+            batch = await consumer.getmany(tp, timeout_ms=POLL_MS)
+            for record in await records_in_order(consumer, gaps, batch, "frenzy-logs"):
                 if record.key != job_id.encode():
+                    if end_marker is not None and is_marker(record, end_marker):
+                        return
                     continue
                 try:
                     chunk = events.decode(record.value, record.headers).log_chunk
@@ -54,11 +67,15 @@ async def stream_logs(bootstrap: str, topic: str, num_partitions: int, job_id: s
                     yield types_pb2.LogChunk(job_id=job_id, attempt=chunk.attempt, rank=chunk.rank,
                                              node_id=chunk.node_id,
                                              offset=chunk.offset + len(chunk.data) - len(data), data=data)
-            if end is None and job_ended():
-                end = (await consumer.end_offsets([tp]))[tp]
-            if end is not None and await consumer.position(tp) >= end:
-                return
+            if end_marker is None and job_ended():
+                end_marker = await _mark_end(producer, tp)
     finally:
         await consumer.stop()
+
+
+async def _mark_end(producer: AIOKafkaProducer, tp: TopicPartition) -> str:
+    marker_id = uuid.uuid4().hex
+    await write_marker(producer, tp.topic, tp.partition, marker_id)
+    return marker_id
 
 
