@@ -166,6 +166,41 @@ def test_the_menu_is_put_in_the_jobs_measured_seconds_with_its_measured_restart(
     assert math.isclose(run.restart_s, 11.0)
 
 
+def test_after_a_move_of_ours_the_restart_is_measured_from_its_decision():
+    """A first start measures placement to first step (11 s here); after a reshape the scheduler
+    published, the new attempt's restart is measured from that decision, so it holds the save
+    on request and the stop too (1030 -> its first productive step at 1060: 30 s)."""
+    state = _state(_GrowAll())
+    state.on_status(_running(1, 10), now_s=1010.0)
+    state.on_status(_running(2, 30), now_s=1030.0)
+    [(resize, _)] = state.schedule(1030.0)
+    assert resize.kind == RESIZE
+    for version, step, now_s in ((5, 40, 1055.0), (6, 50, 1060.0), (7, 60, 1065.0)):
+        new = _running(version, step, attempt=1, checkpoint=35)
+        new.job.reshaped_at.FromSeconds(1031)
+        new.job.resumed_from_step = 35
+        new.job.placed_at.FromSeconds(1045)
+        new.job.started_at.FromSeconds(1046)
+        state.on_status(new, now_s=now_s)
+    # from step 40 at 1055 to 60 at 1065: 2 steps/s, so step 35 was productive from 1052.5
+    assert math.isclose(state.running["a"].restart_s, 1052.5 - 1030.0)
+    # another attempt (a node lost, say) is measured from its own placement again
+    later = _running(8, 70, attempt=2, checkpoint=65)
+    later.job.resumed_from_step = 65
+    later.job.placed_at.FromSeconds(1100)
+    later.job.started_at.FromSeconds(1101)
+    state.on_status(later, now_s=1105.0)
+    state.on_status(_with(later, 9, 80), now_s=1110.0)
+    assert math.isclose(state.running["a"].restart_s, 1105.0 - 5 / 2 - 1100.0)
+
+
+def _with(status: events_pb2.JobStatusChanged, version: int, step: int) -> events_pb2.JobStatusChanged:
+    copy = events_pb2.JobStatusChanged()
+    copy.CopyFrom(status)
+    copy.job.version, copy.job.progress.step = version, step
+    return copy
+
+
 def test_has_weighs_a_growth_against_the_restart_the_job_measured():
     """A lone job with 100 s left on NARROW could take WIDE (50 s): has grows it when its own
     measured restart costs less than the 50 s saved, and not when it costs more; unmeasured,
