@@ -18,7 +18,7 @@ run: $(STAMP)
 	$(BIN)/frenzy demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 
 # Regenerate frenzy/v1/*_pb2*.py from protos/ (tests fail when the checked-in code is stale).
 proto: $(STAMP)
