@@ -1,0 +1,127 @@
+"""bench/caching_allocator.py follows CUDACachingAllocator.cpp's rules, one test per rule, and the
+one-GPU ZeRO-3 trace (bench/hf_zero3_reserved_trace.py) replays through it. How close the trace
+comes to the measured rows is the bench's to say, not a test's."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+from caching_allocator import CachingAllocator, round_size, segment_size  # noqa: E402
+
+MIB = 1 << 20
+
+
+def test_requests_round_up_to_512_bytes():
+    assert round_size(1) == 512
+    assert round_size(512) == 512
+    assert round_size(513) == 1024
+
+
+def test_a_new_segment_is_2_mib_small_20_mib_under_10_mib_else_rounded_to_2_mib():
+    assert segment_size(MIB) == 2 * MIB
+    assert segment_size(MIB + 512) == 20 * MIB
+    assert segment_size(10 * MIB - 512) == 20 * MIB
+    assert segment_size(10 * MIB) == 10 * MIB
+    assert segment_size(11 * MIB) == 12 * MIB
+
+
+def test_small_and_large_requests_use_separate_pools():
+    a = CachingAllocator()
+    a.free(a.malloc(2 * MIB))        # a 20 MiB large-pool segment, now free
+    a.malloc(1000)                   # a small request cannot use it
+    assert a.reserved_bytes == 22 * MIB
+
+
+def test_best_fit_takes_the_smallest_free_block_that_fits():
+    a = CachingAllocator()
+    big, small = a.malloc(50 * MIB), a.malloc(30 * MIB)
+    a.free(big)
+    a.free(small)
+    a.malloc(25 * MIB)
+    big_block = next(b for b in a.free_blocks if b.size == 50 * MIB)
+    assert big_block is not None and a.reserved_bytes == 80 * MIB
+    a.malloc(40 * MIB)               # the 50 MiB block: no new segment
+    assert a.reserved_bytes == 80 * MIB
+
+
+def test_the_rest_of_a_large_block_is_split_off_only_when_over_1_mib():
+    a = CachingAllocator()
+    a.free(a.malloc(40 * MIB))
+    a.malloc(39 * MIB)               # 1 MiB left: not split, the request takes 40 MiB
+    assert a.allocated_bytes == 40 * MIB
+    b = CachingAllocator()
+    b.free(b.malloc(40 * MIB))
+    b.malloc(38 * MIB)               # 2 MiB left: split off, free for another request
+    assert b.allocated_bytes == 38 * MIB
+    b.malloc(2 * MIB)
+    assert b.reserved_bytes == 40 * MIB
+
+
+def test_two_segments_never_merge():
+    a = CachingAllocator()
+    first, second = a.malloc(20 * MIB), a.malloc(20 * MIB)
+    a.free(first)
+    a.free(second)
+    a.malloc(30 * MIB)               # 40 MiB free, but in two segments
+    assert a.reserved_bytes == 70 * MIB
+
+
+def test_free_neighbours_within_a_segment_merge():
+    a = CachingAllocator()
+    a.free(a.malloc(60 * MIB))
+    x, y, z = a.malloc(20 * MIB), a.malloc(20 * MIB), a.malloc(20 * MIB)
+    a.free(x)
+    a.free(z)
+    a.free(y)                        # merges with both neighbours: one 60 MiB block again
+    a.malloc(60 * MIB)
+    assert a.reserved_bytes == 60 * MIB
+
+
+def test_a_free_block_serves_only_its_own_stream():
+    a = CachingAllocator()
+    a.free(a.malloc(100 * MIB, stream="reduce"))
+    a.malloc(100 * MIB)
+    assert a.reserved_bytes == 200 * MIB
+
+
+def test_empty_cache_returns_only_wholly_free_segments():
+    a = CachingAllocator()
+    big = a.malloc(100 * MIB)
+    x, y = a.malloc(4 * MIB), a.malloc(4 * MIB)   # both in one 20 MiB segment
+    a.free(big)                      # a wholly free segment
+    a.free(x)
+    a.empty_cache()
+    assert a.reserved_bytes == 20 * MIB   # the segment still holding y stays, x's room with it
+    a.free(y)
+    a.empty_cache()
+    assert a.reserved_bytes == 0
+
+
+def test_peaks_follow_allocated_and_reserved():
+    a = CachingAllocator()
+    h = a.malloc(100 * MIB, what="first")
+    a.free(h)
+    a.malloc(50 * MIB)
+    assert a.allocated_peak_bytes == 100 * MIB and a.allocated_bytes == 50 * MIB
+    assert a.reserved_peak_bytes == 100 * MIB and a.reserved_peak_at == "first"
+
+
+def test_the_one_gpu_trace_replays_and_refuses_more_gpus():
+    from hf_zero3_reserved_trace import trace
+    from marp_published import row_job
+    import yaml
+
+    rows = yaml.safe_load((ROOT / "bench" / "data" / "marp_published.yaml").read_text())
+    qwen = next(r for r in rows if r["id"] == "hf/qwen1.5-0.5b/zero3-seq128")
+    arch, recipe, plan, seq_len, _ = row_job(qwen)
+    a = trace(arch, recipe, plan, seq_len, qwen["reduce_bucket_size"])
+    assert a.reserved_peak_bytes > a.allocated_peak_bytes > 0
+    llama = next(r for r in rows if r["id"].startswith("hf/llama3-8b/"))
+    arch, recipe, plan, seq_len, _ = row_job(llama)
+    with pytest.raises(ValueError):
+        trace(arch, recipe, plan, seq_len, llama["reduce_bucket_size"])
