@@ -1,49 +1,51 @@
-"""The HF Trainer + DeepSpeed ZeRO-3 rows on one GPU, replayed through the caching allocator.
+"""The HF Trainer + DeepSpeed ZeRO-3 rows replayed through a model of the caching allocator.
 
     .venv/bin/python bench/hf_zero3_reserved_trace.py
 
 An experiment behind docs/marp-stacks.md ("The worst rows, and why"), not a MARP term. The
-reserved rows of gpjt/fine-tune-2024-04 (bench/data/marp_published.yaml, `hf/...`) sit 3-17 GiB
-above their active peak. This replays, for each one-GPU row (Qwen1.5-0.5B), the allocation
+reserved rows of gpjt/fine-tune-2024-04 (bench/data/marp_published.yaml, `hf/...`) sit 1-16 GiB
+above their active peak. For each run with the default allocator this replays the allocation
 order the code states through bench/caching_allocator.py and prints the allocated and reserved
-peaks beside the measured ones and MARP's. Rows on more than one GPU (Llama-3-8B over 8) are
-listed as not traced: their order also needs ZeRO-3's all-gather stream (one flat buffer per
-coalesced fetch, prefetching ahead of the module trace) and frees deferred by record_stream,
-whose timing the code does not fix. Writes bench/results/hf_zero3_reserved_trace.json.
+peaks beside the measured ones and MARP's; runs with expandable segments are listed as not
+traced. Writes bench/results/hf_zero3_reserved_trace.json.
 
 The order (DeepSpeed v0.14.2, transformers 4.40.0, torch 2.2.2; the scripts load the model
 in fp32 before TrainingArguments, so not under zero.Init):
 1. engine.py `_configure_distributed_model`: `module.half()` on the CPU, then
    `module.to(device)`: nn.Module._apply moves each submodule's children first, then its own
-   parameters, then its buffers, so each layer's q/k/v/o weights and biases, its rotary
-   embedding's `inv_freq`, `cos_cached`, `sin_cached` (models/qwen2/modeling_qwen2.py
-   Qwen2RotaryEmbedding, max_position_embeddings x head_dim, 16-bit after half()), then the
-   MLP's and the norms' weights.
+   parameters, then its buffers: each layer's q/k/v/o projections, its rotary embedding's
+   `inv_freq` and cos/sin caches (max_position_embeddings x head_dim, 16-bit after half():
+   Qwen2RotaryEmbedding `cos_cached`, LlamaRotaryEmbedding `_cos_cached`), the MLP, the norms.
 2. parameter_offload.py `_convert_to_zero_parameters` -> partition_parameters.py
    `Init(module=...)`: per parameter, `_partition_param` allocates its partition
-   (`torch.empty(partition_size)`, all of it on one rank), copies, and `free_param` frees it.
+   (`torch.empty(partition_size)`), copies, and `free_param` frees the whole parameter.
 3. stage3.py `_create_fp16_partitions_with_defragmentation` -> `defragment`: every partition
    is copied to the CPU and freed, `empty_cache()` returns every wholly free segment, and one
-   flat 16-bit buffer is copied back. Segments the rotary caches share stay reserved.
-4. `_create_fp32_partitions`: per sub-group `flat.clone().float()` (the 16-bit clone is
-   freed); `initialize_optimizer_states`: a zeroed fp32 buffer of the largest sub-group, freed
-   on return (the moments are made at the first step); `_setup_for_real_optimizer`: the ipg
-   bucket (`reduce_bucket_size` 16-bit elements), then `grad_partitions_flat_buffer`. The
-   Trainer's two parameter groups (weight decay or not: biases and norms) are two sub-groups.
-5. Each step: the layers' saved activations (one block per layer, MARP's hf_layer_bytes;
-   under full recompute the block input, and the recomputed layer's in its backward); the loss
-   (modeling_qwen2.py Qwen2ForCausalLM.forward: the 16-bit logits, `.float()`, the shifted
-   `.contiguous()` copy, log_softmax; the Trainer drops the outputs before backward); backward
-   through the loss, the tied head's gradient (held until the embedding's joins it), each
-   parameter's 16-bit gradient (freed once copied into the ipg bucket, stage3.py
-   `__add_grad_to_ipg_bucket`), the bucket's `torch.cat` copy on the reduce stream
-   (comm/coalesced_collectives.py `reduce_scatter_coalesced`); the step: `has_overflow`'s
-   isinf/isnan bool tensors on the reduce stream, `get_grad_norm_direct`'s `.double()` copy
-   of each gradient partition, then per sub-group `flatten(...).to(fp32)` and, at the first
-   step, FusedAdam's two moments. Two steps are replayed (the second allocates no moments).
-Left out: the embedding's and final norm's activations, attention masks, the inputs, the
-layers' backward as separate tensors (one transient block of MARP's live - saved), and frees
-deferred by record_stream (every free here is immediate).
+   flat 16-bit buffer is copied back. Only segments a live buffer shares (the rotary caches)
+   stay reserved: the whole 16-bit model placed on each GPU in 1 is not kept.
+4. `_create_fp32_partitions`: per sub-group `flat.clone().float()` (the clone is freed);
+   `initialize_optimizer_states`: a zeroed fp32 buffer of the largest sub-group, freed on
+   return (the moments come at the first step); `_setup_for_real_optimizer`: the ipg bucket
+   (`reduce_bucket_size` 16-bit elements), then `grad_partitions_flat_buffer`. The Trainer's
+   two parameter groups (weight decay or not) are split into sub-groups by `sub_group_size`.
+5. Each step, as the coordinator runs the first one (no complete module trace: every
+   module's parameters are released after its forward and after its backward; no prefetch):
+   each linear's weight gathered whole into a buffer of its own on the all-gather stream
+   (`all_gather_coalesced` with one parameter; none on one rank), kept after the forward by
+   the weight view torch's linear saves (`saved_weight_views`, the model is not built under
+   zero.Init); the layers' saved activations (one block per layer, MARP's hf_layer_bytes),
+   or under reentrant full recompute the layer inputs, a no-grad forward's transient
+   (3 x tokens x ffn 16-bit values) and in backward the recomputed layer; the loss
+   (ForCausalLM.forward: the 16-bit logits, `.float()`, the shifted `.contiguous()` copy,
+   log_softmax; the Trainer drops the outputs before backward) and its backward; each
+   parameter's 16-bit gradient and the ipg bucket's rules (`Buckets`); the step:
+   `has_overflow`'s isinf/isnan bool tensors on the reduce stream, `get_grad_norm_direct`'s
+   `.double()` copy of each gradient partition, then per sub-group `flatten(...).to(fp32)`
+   and, at the first step, FusedAdam's two moments. Two steps are replayed.
+Left out: the embedding's and final norm's activations, attention masks, the inputs, a
+layer's backward as separate tensors (one transient block of MARP's live - saved), the
+prefetching and reuse-distance rules of later steps, and frees deferred by record_stream
+(every free here is immediate).
 """
 from __future__ import annotations
 
@@ -61,11 +63,12 @@ from benchio import save_result  # noqa: E402
 from caching_allocator import CachingAllocator  # noqa: E402
 from frenzy.catalog.models import ModelArch  # noqa: E402
 from frenzy.domain import ParallelPlan, Recipe  # noqa: E402
-from frenzy_predictor.stacks import hf_layer_bytes  # noqa: E402
+from frenzy_predictor.stacks import DEEPSPEED_SUB_GROUP_ELEMENTS, hf_layer_bytes  # noqa: E402
 from marp_published import DATA, predict, row_job  # noqa: E402
 
 HALF_BYTES, FP32_BYTES, FP64_BYTES, BOOL_BYTES = 2, 4, 8, 1
 MIB = 1 << 20
+
 
 
 def layer_tensors(arch: ModelArch, layer: int) -> list[tuple[str, int, bool]]:
@@ -112,26 +115,83 @@ def load_order(arch: ModelArch) -> list[tuple[str, int]]:
     return out
 
 
+class Buckets:
+    """stage3.py's ipg bucket: `reduce_independent_p_g_buckets_and_remove_grads` reduces the
+    bucket before a gradient that would overflow it; `__add_grad_to_ipg_bucket` copies a
+    gradient that fits into the bucket buffer (its own block is freed) and leaves one that does
+    not in its block until its bucket is reduced; `reduce_scatter_coalesced` copies a bucket of
+    more than one gradient (or one dp does not divide) into a padded buffer on the reduce
+    stream (`torch.cat`)."""
+
+    def __init__(self, a: CachingAllocator, bucket_elements: int, dp: int):
+        self.a, self.size, self.dp = a, bucket_elements, dp
+        self.grads: list[tuple[int, int | None]] = []  # (elements, an uncopied gradient's block)
+
+    def add(self, elements: int, grad: int) -> None:
+        held = sum(e for e, _ in self.grads)
+        if held + elements > self.size and held > 0:
+            self.reduce()
+            held = 0
+        if held + elements <= self.size:
+            self.a.free(grad)
+            grad = None
+        self.grads.append((elements, grad))
+
+    def reduce(self) -> None:
+        if not self.grads:
+            return
+        padded = sum(-(-e // self.dp) * self.dp for e, _ in self.grads)
+        if len(self.grads) > 1 or self.grads[0][0] % self.dp:
+            self.a.free(self.a.malloc(padded * HALF_BYTES, stream="reduce",
+                                      what="bucket copy (torch.cat)"))
+        for _, grad in self.grads:
+            if grad is not None:
+                self.a.free(grad)
+        self.grads = []
+
+
+def sub_group_sizes(params: list[tuple[str, int, bool]], dp: int, sub_group_elements: int,
+                    ) -> list[int]:
+    """stage3.py `_create_fp16_sub_groups` over the Trainer's two parameter groups (weight
+    decay or not): a sub-group closes once it holds sub_group_size partition elements."""
+    out = []
+    for decay in (True, False):
+        parts = [-(-e // dp) for _, e, d in params if d == decay]
+        if sum(parts) <= sub_group_elements:
+            out.append(sum(parts))
+            continue
+        held = 0
+        for i, n in enumerate(parts):
+            held += n
+            if held >= sub_group_elements or i == len(parts) - 1:
+                out.append(held)
+                held = 0
+    return [n for n in out if n]
+
+
 def trace(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len: int,
-          bucket_elements: int, steps: int = 2) -> CachingAllocator:
-    """Replay one rank's ZeRO-3 run (dp = 1) through the allocator; see the module docstring."""
-    if plan.dp != 1 or plan.tp != 1 or plan.pp != 1:
-        raise ValueError("only one-GPU runs are traced")
+          bucket_elements: int, sub_group_elements: int = DEEPSPEED_SUB_GROUP_ELEMENTS,
+          saved_weight_views: bool = True, steps: int = 2) -> CachingAllocator:
+    """Replay one rank's ZeRO-3 run through the allocator; see the module docstring."""
+    if plan.tp != 1 or plan.pp != 1:
+        raise ValueError("only data parallelism is traced")
+    if plan.dp > 1 and arch.qkv_bias:
+        raise ValueError("coalesced all-gathers (a module of several parameters) are not traced")
+    dp = plan.dp
     a = CachingAllocator()
     params = parameters(arch)
     # 1-3: load, partition, defragment
     loaded = {name: a.malloc(nbytes, what=f"load {name}") for name, nbytes in load_order(arch)}
     partitions = []
     for name, elements, _ in params:
-        partitions.append(a.malloc(elements * HALF_BYTES, what="partition"))
+        partitions.append(a.malloc(-(-elements // dp) * HALF_BYTES, what="partition"))
         a.free(loaded.pop(name))
     for handle in partitions:
         a.free(handle)
     a.empty_cache()
-    total = sum(e for _, e, _ in params)
-    sub_groups = [sum(e for _, e, decay in params if decay),
-                  sum(e for _, e, decay in params if not decay)]
-    a.malloc(total * HALF_BYTES, what="flat 16-bit partitions")
+    shard = sum(-(-e // dp) for _, e, _ in params)
+    sub_groups = sub_group_sizes(params, dp, sub_group_elements)
+    a.malloc(shard * HALF_BYTES, what="flat 16-bit partitions")
     # 4: fp32 master partitions, the start-up gradient buffer, the ipg bucket, grad partitions
     for n in sub_groups:
         clone = a.malloc(n * HALF_BYTES, what="fp32 partitions: clone")
@@ -139,16 +199,58 @@ def trace(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len: int,
         a.free(clone)
     a.free(a.malloc(max(sub_groups) * FP32_BYTES, what="initialize_optimizer_states buffer"))
     a.malloc(bucket_elements * HALF_BYTES, what="ipg bucket")
-    a.malloc(total * HALF_BYTES, what="grad_partitions_flat_buffer")
+    a.malloc(shard * HALF_BYTES, what="grad_partitions_flat_buffer")
+
+    def gather(elements: int, what: str) -> int | None:
+        """One parameter's all-gather buffer, on the all-gather stream (none on one rank)."""
+        if dp == 1:
+            return None
+        return a.malloc(-(-elements // dp) * dp * HALF_BYTES, stream="allgather", what=what)
+
+    def release(handle: int | None) -> None:
+        if handle is not None:
+            a.free(handle)
+
     tokens = plan.micro_batch * seq_len
     shifted = plan.micro_batch * (seq_len - 1)
     logits = tokens * arch.vocab_size
+    hidden = tokens * arch.hidden_size * HALF_BYTES
+    full = plan.recompute == "full"
     saved, live = hf_layer_bytes(arch, recipe, plan, seq_len)
-    recomputed, _ = hf_layer_bytes(arch, recipe, dataclasses.replace(plan, recompute="none"),
-                                   seq_len) if plan.recompute == "full" else (0, 0)
+    recomputed = hf_layer_bytes(arch, recipe, dataclasses.replace(plan, recompute="none"),
+                                seq_len)[0] if full else 0
+    no_grad_peak = 3 * tokens * arch.ffn_hidden_size * HALF_BYTES  # gate, up and act(gate)*up
+    weights = [(n, e) for n, e, _ in params if "_proj" in n]
+    embed = arch.vocab_size * arch.hidden_size
     for step in range(steps):
-        # 5: forward
-        layers = [a.malloc(saved, what="layer activations") for _ in range(arch.num_layers)]
+        buckets = Buckets(a, bucket_elements, dp)
+        # 5: forward. Step 1's coordinator (no complete trace yet) releases every module's
+        # parameters after its forward; a saved weight view keeps the buffer alive.
+        w = gather(embed, "gather embed_tokens")
+        layer_inputs = [a.malloc(hidden, what="embedding output")]
+        release(w)
+        views: list[list[int]] = []
+        for layer in range(arch.num_layers):
+            kept = []
+            if full:  # reentrant checkpoint: the layer runs under no_grad, its input is kept
+                transient = a.malloc(no_grad_peak, what="no-grad layer forward")
+            for name, elements in weights:
+                if name.startswith(f"{layer}."):
+                    w = gather(elements, f"gather {name}")
+                    if full or not saved_weight_views:
+                        release(w)
+                    elif w is not None:
+                        kept.append(w)
+            views.append(kept)
+            if full:
+                a.free(transient)
+                layer_inputs.append(a.malloc(hidden, what="layer output"))
+            else:
+                layer_inputs.append(a.malloc(saved, what="layer activations"))
+        head_w = gather(embed, "gather lm_head") if not arch.tied_embeddings else None
+        head_view = head_w if saved_weight_views else None
+        if not saved_weight_views:
+            release(head_w)
         fp16 = a.malloc(logits * HALF_BYTES, what="logits")
         fp32 = a.malloc(logits * FP32_BYTES, what="logits.float()")
         a.free(fp16)
@@ -165,28 +267,49 @@ def trace(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len: int,
         a.free(g2)
         g4 = a.malloc(logits * HALF_BYTES, what="float() backward")
         a.free(g3)
-        head = a.malloc(arch.vocab_size * arch.hidden_size * HALF_BYTES, what="head grad")
+        w = gather(embed, "gather lm_head for backward") if not arch.tied_embeddings else None
+        head = a.malloc(embed * HALF_BYTES, what="head grad")
         a.free(g4)
+        release(w)
+        release(head_view)
         if not arch.tied_embeddings:
-            a.free(head)
+            buckets.add(embed, head)
         for layer in reversed(range(arch.num_layers)):
-            again = a.malloc(recomputed, what="recomputed layer") if recomputed else None
+            names = [(n, e) for n, e, _ in layer_tensors(arch, layer)]
+            again, kept = None, views[layer]
+            if full:  # the recompute runs under grad: its linears save their weights' views
+                again = a.malloc(recomputed, what="recomputed layer")
+                for name, elements in names:
+                    if "_proj" in name:
+                        w = gather(elements, f"recompute gather {name}")
+                        if saved_weight_views and w is not None:
+                            kept.append(w)
+                        else:
+                            release(w)
             transient = a.malloc(max(live - (recomputed or saved), 0), what="layer backward")
-            for name, elements, _ in reversed(layer_tensors(arch, layer)):
-                a.free(a.malloc(elements * HALF_BYTES, what=f"grad {name}"))
+            for name, elements in reversed(names):
+                w = gather(elements, f"backward gather {name}") if "_proj" in name else None
+                buckets.add(elements, a.malloc(elements * HALF_BYTES, what=f"grad {name}"))
+                release(w)
             a.free(transient)
+            for w in kept:
+                a.free(w)
             if again is not None:
                 a.free(again)
-            a.free(layers[layer])
-        a.free(a.malloc(arch.vocab_size * arch.hidden_size * HALF_BYTES, what="embedding grad"))
-        if arch.tied_embeddings:
+            a.free(layer_inputs.pop())
+        w = gather(embed, "gather embed_tokens for backward")
+        grad = a.malloc(embed * HALF_BYTES, what="embedding grad")
+        release(w)
+        if arch.tied_embeddings:  # the head's gradient and the embedding's are summed
             a.free(head)
-        a.free(a.malloc(total * HALF_BYTES, stream="reduce", what="bucket copy (torch.cat)"))
+        buckets.add(embed, grad)
+        a.free(layer_inputs.pop())
+        buckets.reduce()
         # the step
         for _ in ("isinf", "isnan"):
-            a.free(a.malloc(total * BOOL_BYTES, stream="reduce", what="has_overflow"))
+            a.free(a.malloc(shard * BOOL_BYTES, stream="reduce", what="has_overflow"))
         for name, elements, _ in params:
-            a.free(a.malloc(elements * FP64_BYTES, what=f"grad norm {name}.double()"))
+            a.free(a.malloc(-(-elements // dp) * FP64_BYTES, what=f"grad norm {name}.double()"))
         for n in sub_groups:
             flat = a.malloc(n * HALF_BYTES, what="step: flatten(grads)")
             grad = a.malloc(n * FP32_BYTES, what="step: fp32 grad")
@@ -207,11 +330,13 @@ def run() -> dict:
     out, not_traced = [], []
     for key, pair in runs.items():
         arch, recipe, plan, seq_len, _ = row_job(pair["allocated"])
-        if plan.dp != 1:
-            not_traced.append({"id": key, "reason": f"dp {plan.dp}: the all-gather stream's "
-                               "order and the deferred frees are not traced"})
+        if "expandable_segments:True" in pair["reserved"]["note"]:
+            not_traced.append({"id": key, "reason": "expandable segments (one growing segment "
+                               "per stream): not modelled by bench/caching_allocator.py"})
             continue
-        a = trace(arch, recipe, plan, seq_len, pair["allocated"]["reduce_bucket_size"])
+        a = trace(arch, recipe, plan, seq_len, pair["allocated"]["reduce_bucket_size"],
+                  pair["allocated"].get("sub_group_size") or DEEPSPEED_SUB_GROUP_ELEMENTS,
+                  saved_weight_views=pair["allocated"].get("zero_init") is False)
         entry = {"id": key}
         for metric, traced in (("allocated", a.allocated_peak_bytes),
                                ("reserved", a.reserved_peak_bytes)):

@@ -111,17 +111,49 @@ def test_peaks_follow_allocated_and_reserved():
     assert a.reserved_peak_bytes == 100 * MIB and a.reserved_peak_at == "first"
 
 
-def test_the_one_gpu_trace_replays_and_refuses_more_gpus():
+def test_the_trace_replays_both_models_and_refuses_what_it_does_not_trace():
+    import dataclasses
+
+    import yaml
     from hf_zero3_reserved_trace import trace
     from marp_published import row_job
-    import yaml
 
     rows = yaml.safe_load((ROOT / "bench" / "data" / "marp_published.yaml").read_text())
+    for row_id in ("hf/qwen1.5-0.5b/zero3-seq128", "hf/llama3-8b/zero3-ckpt-seq2048-mb1"):
+        row = next(r for r in rows if r["id"] == row_id)
+        arch, recipe, plan, seq_len, _ = row_job(row)
+        a = trace(arch, recipe, plan, seq_len, row["reduce_bucket_size"])
+        assert a.reserved_peak_bytes > a.allocated_peak_bytes > 0, row_id
     qwen = next(r for r in rows if r["id"] == "hf/qwen1.5-0.5b/zero3-seq128")
     arch, recipe, plan, seq_len, _ = row_job(qwen)
-    a = trace(arch, recipe, plan, seq_len, qwen["reduce_bucket_size"])
-    assert a.reserved_peak_bytes > a.allocated_peak_bytes > 0
-    llama = next(r for r in rows if r["id"].startswith("hf/llama3-8b/"))
-    arch, recipe, plan, seq_len, _ = row_job(llama)
-    with pytest.raises(ValueError):
-        trace(arch, recipe, plan, seq_len, llama["reduce_bucket_size"])
+    with pytest.raises(ValueError, match="coalesced"):  # q/k/v biases: several per module
+        trace(arch, recipe, dataclasses.replace(plan, dp=2), seq_len, qwen["reduce_bucket_size"])
+    with pytest.raises(ValueError, match="data parallelism"):
+        trace(arch, recipe, dataclasses.replace(plan, tp=2), seq_len, qwen["reduce_bucket_size"])
+
+
+def test_sub_groups_close_once_they_hold_sub_group_size_elements():
+    from hf_zero3_reserved_trace import sub_group_sizes
+
+    params = [("a", 60, True), ("b", 60, True), ("c", 30, True), ("n", 5, False)]
+    assert sub_group_sizes(params, 1, 100) == [120, 30, 5]
+    assert sub_group_sizes(params, 1, 1000) == [150, 5]
+    assert sub_group_sizes(params, 2, 50) == [30 + 30, 15, 3]
+
+
+def test_a_bucket_is_copied_for_the_reduce_scatter_unless_one_gradient_dp_divides():
+    from hf_zero3_reserved_trace import Buckets
+
+    a = CachingAllocator()
+    buckets = Buckets(a, bucket_elements=100 * MIB, dp=8)
+    buckets.add(64 * MIB, a.malloc(128 * MIB))   # fits: copied into the bucket, its block freed
+    assert a.allocated_bytes == 0
+    buckets.add(200 * MIB, a.malloc(400 * MIB))  # reduces the first bucket alone (8 divides it)
+    assert a.reserved_bytes == 128 * MIB + 400 * MIB   # no copy on the reduce stream yet
+    assert a.allocated_bytes == 400 * MIB        # too large for the bucket: left in its block
+    buckets.add(8 * MIB, a.malloc(16 * MIB))     # reduces the large one alone, uncopied
+    assert a.allocated_bytes == 0
+    buckets.add(8 * MIB, a.malloc(16 * MIB))
+    buckets.reduce()                             # two gradients: one torch.cat copy, 16 Mi elements
+    reduce_stream = [b for b in a.free_blocks if b.stream == "reduce"]
+    assert [b.size for b in reduce_stream] == [32 * MIB]
