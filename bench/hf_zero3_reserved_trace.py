@@ -330,9 +330,9 @@ def run() -> dict:
     out, not_traced = [], []
     for key, pair in runs.items():
         arch, recipe, plan, seq_len, _ = row_job(pair["allocated"])
-        if "expandable_segments:True" in pair["reserved"]["note"]:
-            not_traced.append({"id": key, "reason": "expandable segments (one growing segment "
-                               "per stream): not modelled by bench/caching_allocator.py"})
+        if "expandable segments" in pair["reserved"]["note"]:  # its note names the allocator
+            not_traced.append({"id": key, "reason": "(probably) expandable segments, one growing "
+                               "segment per stream: not modelled by bench/caching_allocator.py"})
             continue
         a = trace(arch, recipe, plan, seq_len, pair["allocated"]["reduce_bucket_size"],
                   pair["allocated"].get("sub_group_size") or DEEPSPEED_SUB_GROUP_ELEMENTS,
