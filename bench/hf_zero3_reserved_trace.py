@@ -4,10 +4,11 @@
 
 An experiment behind docs/marp-stacks.md ("The worst rows, and why"), not a MARP term. The
 reserved rows of gpjt/fine-tune-2024-04 (bench/data/marp_published.yaml, `hf/...`) sit 1-16 GiB
-above their active peak. For each run with the default allocator this replays the allocation
-order the code states through bench/caching_allocator.py and prints the allocated and reserved
-peaks beside the measured ones and MARP's; runs with expandable segments are listed as not
-traced. Writes bench/results/hf_zero3_reserved_trace.json.
+above their active peak. For each run this replays the allocation order the code states
+through bench/caching_allocator.py, with the allocator setting the row's note names (default
+caching, or expandable segments; "not stated" is replayed as default), and prints the
+allocated and reserved peaks beside the measured ones and MARP's.
+Writes bench/results/hf_zero3_reserved_trace.json.
 
 The order (DeepSpeed v0.14.2, transformers 4.40.0, torch 2.2.2; the scripts load the model
 in fp32 before TrainingArguments, so not under zero.Init):
@@ -171,14 +172,15 @@ def sub_group_sizes(params: list[tuple[str, int, bool]], dp: int, sub_group_elem
 
 def trace(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len: int,
           bucket_elements: int, sub_group_elements: int = DEEPSPEED_SUB_GROUP_ELEMENTS,
-          saved_weight_views: bool = True, steps: int = 2) -> CachingAllocator:
+          saved_weight_views: bool = True, expandable_segments: bool = False,
+          steps: int = 2) -> CachingAllocator:
     """Replay one rank's ZeRO-3 run through the allocator; see the module docstring."""
     if plan.tp != 1 or plan.pp != 1:
         raise ValueError("only data parallelism is traced")
     if plan.dp > 1 and arch.qkv_bias:
         raise ValueError("coalesced all-gathers (a module of several parameters) are not traced")
     dp = plan.dp
-    a = CachingAllocator()
+    a = CachingAllocator(expandable_segments=expandable_segments)
     params = parameters(arch)
     # 1-3: load, partition, defragment
     loaded = {name: a.malloc(nbytes, what=f"load {name}") for name, nbytes in load_order(arch)}
@@ -327,17 +329,15 @@ def run() -> dict:
     for row in rows:
         key = row["id"].removesuffix("/reserved")
         runs.setdefault(key, {"id": key})[row["metric"]] = row
-    out, not_traced = [], []
+    out = []
     for key, pair in runs.items():
         arch, recipe, plan, seq_len, _ = row_job(pair["allocated"])
-        if "expandable segments" in pair["reserved"]["note"]:  # its note names the allocator
-            not_traced.append({"id": key, "reason": "(probably) expandable segments, one growing "
-                               "segment per stream: not modelled by bench/caching_allocator.py"})
-            continue
+        expandable = "expandable segments" in pair["reserved"]["note"]  # the note's allocator
         a = trace(arch, recipe, plan, seq_len, pair["allocated"]["reduce_bucket_size"],
                   pair["allocated"].get("sub_group_size") or DEEPSPEED_SUB_GROUP_ELEMENTS,
-                  saved_weight_views=pair["allocated"].get("zero_init") is False)
-        entry = {"id": key}
+                  saved_weight_views=pair["allocated"].get("zero_init") is False,
+                  expandable_segments=expandable)
+        entry = {"id": key, "allocator": "expandable segments" if expandable else "default"}
         for metric, traced in (("allocated", a.allocated_peak_bytes),
                                ("reserved", a.reserved_peak_bytes)):
             measured = pair[metric]["measured_bytes"]
@@ -348,20 +348,20 @@ def run() -> dict:
                              "trace_error_pct": round(100 * (traced - measured) / measured, 2)}
         entry["reserved_peak_at"] = a.reserved_peak_at
         out.append(entry)
-    return {"rows": out, "not_traced": not_traced}
+    return {"rows": out}
 
 
 def main() -> None:
     result = run()
-    print(f"{'run':40s} {'metric':9s} {'MiB':>7s} {'MARP':>8s} {'trace':>8s}  reserved peak at")
+    print(f"{'run':40s} {'allocator':10s} {'metric':9s} {'MiB':>7s} {'MARP':>8s} {'trace':>8s}  "
+          "reserved peak at")
     for r in result["rows"]:
         for metric in ("allocated", "reserved"):
             m = r[metric]
-            print(f"{r['id'][:40]:40s} {metric:9s} {m['measured_bytes'] / MIB:7.0f} "
-                  f"{m['marp_error_pct']:+7.1f}% {m['trace_error_pct']:+7.1f}%  "
+            print(f"{r['id'][:40]:40s} {r['allocator'][:10]:10s} {metric:9s} "
+                  f"{m['measured_bytes'] / MIB:7.0f} {m['marp_error_pct']:+7.1f}% "
+                  f"{m['trace_error_pct']:+7.1f}%  "
                   f"{r['reserved_peak_at'] if metric == 'reserved' else ''}")
-    for r in result["not_traced"]:
-        print(f"{r['id'][:40]:40s} not traced: {r['reason']}")
     save_result(result, ROOT / "bench" / "results" / "hf_zero3_reserved_trace.json")
 
 

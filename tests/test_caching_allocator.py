@@ -102,6 +102,41 @@ def test_empty_cache_returns_only_wholly_free_segments():
     assert a.reserved_bytes == 0
 
 
+def test_an_expandable_segment_grows_by_20_mib_pages_from_its_free_end():
+    a = CachingAllocator(expandable_segments=True)
+    a.malloc(30 * MIB)               # two pages mapped; the last 10 MiB split off, free
+    assert a.reserved_bytes == 40 * MIB and a.allocated_bytes == 30 * MIB
+    a.malloc(25 * MIB)               # the free 10 MiB at the end plus one more page
+    assert a.reserved_bytes == 60 * MIB and a.allocated_bytes == 55 * MIB
+
+
+def test_in_an_expandable_segment_neighbours_freed_apart_serve_one_request():
+    a = CachingAllocator(expandable_segments=True)
+    x, y = a.malloc(40 * MIB), a.malloc(40 * MIB)
+    a.free(x)
+    a.free(y)
+    a.malloc(80 * MIB)               # one block again: no new pages
+    assert a.reserved_bytes == 80 * MIB
+    b = CachingAllocator()           # two segments of their own never merge
+    x, y = b.malloc(40 * MIB), b.malloc(40 * MIB)
+    b.free(x)
+    b.free(y)
+    b.malloc(80 * MIB)
+    assert b.reserved_bytes == 160 * MIB
+
+
+def test_empty_cache_unmaps_the_whole_pages_inside_free_expandable_blocks():
+    a = CachingAllocator(expandable_segments=True)
+    x, y = a.malloc(50 * MIB), a.malloc(10 * MIB)   # 60 MiB mapped: pages 0-2
+    a.free(x)                        # free 0-50 MiB: pages 0 and 1 lie wholly inside
+    a.empty_cache()
+    assert a.reserved_bytes == 20 * MIB
+    a.malloc(45 * MIB)               # the lowest unmapped range: pages 0-1 and 10 MiB free
+    assert a.reserved_bytes == 60 * MIB
+    a.free(y)
+    assert a.allocated_bytes == 45 * MIB
+
+
 def test_peaks_follow_allocated_and_reserved():
     a = CachingAllocator()
     h = a.malloc(100 * MIB, what="first")
