@@ -1,4 +1,4 @@
-"""A small model of PyTorch's CUDA caching allocator (torch 2.2, default settings), for traces.
+"""A small model of PyTorch's CUDA caching allocator (torch 2.2), for allocation-order replays.
 
 MARP sums tensors; the caching allocator reserves segments and reuses a freed block only for a
 request on the same stream that fits inside it, and never merges two segments. What it keeps
@@ -28,8 +28,7 @@ expandable_segments=True)`): one segment per stream and pool, grown by mapping p
 class docstring). Not modelled: max_split_size_mb and the other PYTORCH_CUDA_ALLOC_CONF
 options, the retry that frees cached blocks when cudaMalloc fails (the device's
 capacity), and frees deferred by `record_stream` (a block recorded on another stream returns
-to its pool only when that stream's work is done; here every free is immediate, the smallest
-reserve the order allows).
+to its pool only when that stream's work is done; here every free is immediate).
 """
 from __future__ import annotations
 
