@@ -7,11 +7,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
 from caching_allocator import CachingAllocator, round_size, segment_size  # noqa: E402
+from caching_allocator import _segment_blocks  # noqa: E402
 
 MIB = 1 << 20
 
@@ -192,3 +195,31 @@ def test_a_bucket_is_copied_for_the_reduce_scatter_unless_one_gradient_dp_divide
     buckets.reduce()                             # two gradients: one torch.cat copy, 16 Mi elements
     reduce_stream = [b for b in a.free_blocks if b.stream == "reduce"]
     assert [b.size for b in reduce_stream] == [32 * MIB]
+
+
+OPS = st.lists(st.tuples(st.booleans(), st.integers(1, 64 * MIB), st.sampled_from(["a", "b"]),
+                         st.integers(0, 10**6)), max_size=60)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=OPS, expandable=st.booleans())
+def test_any_order_keeps_the_books_and_gives_everything_back(ops, expandable):
+    """Whatever the order: live blocks never overlap, allocated is what they hold, reserved
+    covers it, and once all is freed empty_cache returns every byte."""
+    a = CachingAllocator(expandable_segments=expandable)
+    handles = []
+    for is_malloc, nbytes, stream, pick in ops:
+        if is_malloc or not handles:
+            handles.append(a.malloc(nbytes, stream=stream))
+        else:
+            a.free(handles.pop(pick % len(handles)))
+        assert a.allocated_bytes == sum(b.size for b in a.live.values())
+        assert a.reserved_bytes >= a.allocated_bytes
+        assert a.reserved_peak_bytes >= a.reserved_bytes
+        for block in a.live.values():  # each segment's blocks tile it without gaps
+            blocks = list(_segment_blocks(block))
+            assert all(x.address + x.size == y.address for x, y in zip(blocks, blocks[1:]))
+    for handle in handles:
+        a.free(handle)
+    a.empty_cache()
+    assert a.allocated_bytes == 0 and a.reserved_bytes == 0
