@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import socket
+import sys
 import time
 from collections import OrderedDict
 from pathlib import Path
@@ -355,9 +356,19 @@ def arg_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Ranks are started from a worker thread (`_launch`), and every step of a start (building its
+# environment, Popen, waiting for the exec) needs the GIL back from the event loop's thread,
+# which holds it up to the switch interval (5 ms by default) each time while it ships logs and
+# reports. A start from a thread beside a busy loop took 7.9 ms p50 at 5 ms, 0.1 ms at 0.5 ms
+# (a microbenchmark: /bin/sh from a one-thread pool beside a Python loop); in the e2e burst the
+# agent's spawn_s was 65 ms p50, 319 ms p99 (bench/e2e_latency.py, docs/architecture.md).
+SPAWN_SWITCH_INTERVAL_S = 0.0005
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = arg_parser()
     args = parser.parse_args(argv)
+    sys.setswitchinterval(SPAWN_SWITCH_INTERVAL_S)
     try:
         gpus = discover(args.gpus)
     except ValueError as err:
