@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from frenzy.domain import ParallelPlan, PlanOption
 from frenzy_scheduler.clusterfile import NodeGroup, build_cluster
 from frenzy_scheduler.core import ClusterView, NodeState, QueuedJob, RunningJob
-from frenzy_scheduler.policies.elastic import (Menus, most_freed, shrink_plan, spare_gpus,
-                                               victims_by_type)
+from frenzy_scheduler.policies.elastic import (Menus, most_freed, shrink_loss_floor, shrink_plan,
+                                               spare_gpus, victims_by_type)
 from frenzy_scheduler.policies.has import HasConfig, HasPolicy
 from frenzy_scheduler.policies.releases import ReleaseTimes, release_lists
 from frenzy_scheduler.queuediff import IdentityDiff
@@ -188,3 +188,39 @@ def test_admission_bounds_hold_with_displacement(jobs, free, horizon_s) -> None:
             touched = bisect.bisect_left(most[gpu_type], deficit) + 1
             assert len(plan[1]) >= touched
             assert plan[0] >= 2 * restart_s * touched * (1.0 - 1e-9)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(sorted(TYPES)), st.sampled_from([1, 2, 4, 8]),
+                          st.floats(0.05, 1.0), st.sets(st.sampled_from(sorted(TYPES)),
+                                                         min_size=1),
+                          st.floats(0.3, 3.0)), min_size=1, max_size=8),
+       st.one_of(st.none(), st.dictionaries(st.sampled_from(sorted(TYPES)), st.integers(0, 8))),
+       st.floats(10.0, 1e5), st.sets(st.sampled_from([f"r{i}" for i in range(8)]), max_size=2))
+def test_shrink_loss_floor_is_below_every_plan(jobs, free, horizon_s, skip) -> None:
+    """Admission builds a plan only when `shrink_loss_floor` leaves it a gain: the floor is at
+    most the loss of the plan `shrink_plan` finds (displacements, skipped jobs and menus whose
+    narrower steps are not monotone included), inf only when it finds none; and filling
+    the shared displacement memo first changes no plan."""
+    runs = []
+    for i, (gpu_type, gpus, left, menu_types, skew) in enumerate(jobs):
+        menu = tuple(option(t, n, 1e4 * TYPES[t] * 4 / (n + 3) * (skew if n == 2 else 1.0))
+                     for t in sorted(menu_types | {gpu_type}) for n in (1, 2, 4, 8))
+        own = option(gpu_type, gpus, 1e4 * TYPES[gpu_type] * 4 / (gpus + 3))
+        runs.append(RunningJob(f"r{i}", own, ((f"n{i}", tuple(range(gpus))),), 0.0, 1e5,
+                               options=menu, fraction_at_start=left))
+    restart_s = 120.0
+    victims = victims_by_type(runs, 0.0, Menus(), displace=free is not None)
+    spare = spare_gpus(victims)
+    for gpu_type in victims:
+        for deficit in range(1, spare[gpu_type] + 3):
+            memo: dict = {}
+            floor_s = shrink_loss_floor(victims, gpu_type, deficit, horizon_s, restart_s, skip,
+                                        free, memo)
+            plan = shrink_plan(victims, gpu_type, deficit, horizon_s, restart_s, skip, free, memo)
+            assert plan == shrink_plan(victims, gpu_type, deficit, horizon_s, restart_s, skip,
+                                       free)
+            if floor_s == float("inf"):
+                assert plan is None
+            if plan is not None:
+                assert floor_s * (1.0 - 1e-9) <= plan[0]

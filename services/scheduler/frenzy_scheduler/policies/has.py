@@ -33,8 +33,9 @@ from frenzy_scheduler.core import (Alternative, ClusterView, Decision, Placement
                                   RunningJob)
 from frenzy_scheduler.placement import Assignments, FreeIndex
 from frenzy_scheduler.policies.elastic import (Menus, Shrinkable, ShrinkPlan, Victims, apply_shrinks,
-                                               grow, most_freed, reclaim, shrink_plan, shrinkable,
-                                               spare_gpus, undo_shrinks, victims_by_type)
+                                               grow, most_freed, reclaim, shrink_loss_floor,
+                                               shrink_plan, shrinkable, spare_gpus, undo_shrinks,
+                                               victims_by_type)
 from frenzy_scheduler.policies.releases import ReleaseTimes, release_lists
 from frenzy_scheduler.queuediff import IdentityDiff
 
@@ -448,6 +449,12 @@ class HasPolicy:
                 touched = bisect.bisect_left(most[gpu_type], deficit) + 1
                 if baseline_s - total_s - (1.0 + cfg.min_gain_fraction) * \
                         (2 * restart_s * touched * (1.0 - 1e-9)) <= (best[0] if best else 0.0):
+                    continue
+                # A floor under the plan's loss: most plans cannot pay even at that
+                floor_s = shrink_loss_floor(victims, gpu_type, deficit, total_s, restart_s, acted,
+                                            room, displaced)
+                if baseline_s - total_s - (1.0 + cfg.min_gain_fraction) * \
+                        (floor_s * (1.0 - 1e-9)) <= (best[0] if best else 0.0):
                     continue
                 plan = shrink_plan(victims, gpu_type, deficit, total_s, restart_s, acted,
                                    room, displaced)
