@@ -13,7 +13,7 @@ from frenzy_scheduler.clusterfile import NodeGroup, build_cluster
 from frenzy_scheduler.core import ClusterView, NodeState, QueuedJob, RunningJob
 from frenzy_scheduler.policies.elastic import (Menus, most_freed, shrink_loss_floor, shrink_plan,
                                                spare_gpus, victims_by_type)
-from frenzy_scheduler.policies.has import HasConfig, HasPolicy
+from frenzy_scheduler.policies.has import HasConfig, HasPolicy, _ReleaseProfile
 from frenzy_scheduler.policies.releases import ReleaseTimes, release_lists
 from frenzy_scheduler.queuediff import IdentityDiff
 from frenzy_scheduler.simulator import SimConfig, prepare_jobs, simulate
@@ -153,6 +153,34 @@ def test_release_times_kept_by_deltas_match_a_rebuild(sets, rng) -> None:
         if running and rng.random() < 0.2:
             running.append(running[0])
         assert kept.of(running) == release_lists(running)
+        pool = running
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.tuples(st.sampled_from(sorted(TYPES)), st.integers(1, 8),
+                                             st.sampled_from([10.0, 20.0, 35.5, 1e4])),
+                                   max_size=10),
+                          st.sampled_from([0.0, 15.0, 20.0, 5e3]),
+                          st.lists(st.tuples(st.sampled_from(sorted(TYPES)), st.integers(1, 40)),
+                                   max_size=12)), min_size=1, max_size=6),
+       st.randoms(use_true_random=False))
+def test_release_waits_kept_across_decisions_match_fresh_ones(decisions, rng) -> None:
+    """The release profile's answers, memoised across decisions per type while its release
+    list is unchanged (`ReleaseTimes.memo`), equal a fresh profile's and a count by hand,
+    as jobs start, end and survive between decisions at various times."""
+    kept = ReleaseTimes()
+    pool: list[RunningJob] = []
+    for jobs, now_s, asked in decisions:
+        fresh = [RunningJob(f"r{i}", option(t, n, 1.0), ((f"n{i}", tuple(range(n))),), 0.0, end)
+                 for i, (t, n, end) in enumerate(jobs)]
+        running = rng.sample(pool, k=min(len(pool), 3)) + fresh
+        warm, cold = _ReleaseProfile(running, now_s, kept), _ReleaseProfile(running, now_s)
+        for gpu_type, short in asked + asked[::-1]:
+            ends = sorted((r.expected_end_s, r.num_gpus) for r in running
+                          if r.option.gpu_type == gpu_type)
+            by_hand = next((max(0.0, end - now_s) for k, (end, _) in enumerate(ends)
+                            if sum(n for _, n in ends[:k + 1]) >= short), float("inf"))
+            assert warm.wait_s(gpu_type, short) == cold.wait_s(gpu_type, short) == by_hand
         pool = running
 
 

@@ -134,7 +134,9 @@ class _ReleaseProfile:
 
     Built lazily: a decision in which every scored option can start now never needs it.
     One per decision, shared by the admission step and the pass (same running jobs, same
-    time), with its answers memoised in `waits`."""
+    time). Its answers are memoised as absolute times in `ends` (the wait is `end - now`):
+    with `kept`, those memos outlive the decision for every type whose release list did not
+    change (`ReleaseTimes.memo`), since the answer is a function of that list alone."""
 
     def __init__(self, running: Sequence[RunningJob], now_s: float,
                  kept: ReleaseTimes | None = None) -> None:
@@ -143,9 +145,9 @@ class _ReleaseProfile:
         self._kept = kept  # the lists kept up to date across decisions; None: from scratch
         self._ends: dict[str, list[float]] | None = None
         self._cumulative: dict[str, list[int]] = {}
-        # type -> GPUs short -> `time_until`: the profile is fixed for the decision, so these
-        # never go stale (claims and binds only change which entry is asked for)
-        self.waits: dict[str, dict[int, float]] = {}
+        # type -> GPUs short (>= 1) -> when they are released (inf: never): fixed while the
+        # type's list is, so claims and binds never make them stale
+        self.ends: dict[str, dict[int, float]] = {}
 
     def _build(self) -> dict[str, list[float]]:
         self._ends, self._cumulative = (self._kept.of(self._running) if self._kept is not None
@@ -155,23 +157,27 @@ class _ReleaseProfile:
     def time_until(self, gpu_type: str, gpus_needed: int) -> float:
         """Seconds until `gpus_needed` more GPUs of the type are released (inf if never); an
         overdue job is taken to release its GPUs now."""
-        if gpus_needed <= 0:
-            return 0.0
-        ends = self._ends if self._ends is not None else self._build()
-        cum = self._cumulative.get(gpu_type)
-        if not cum or cum[-1] < gpus_needed:
-            return INF
-        return max(0.0, ends[gpu_type][bisect.bisect_left(cum, gpus_needed)] - self._now_s)
+        return self.wait_s(gpu_type, gpus_needed) if gpus_needed > 0 else 0.0
 
     def wait_s(self, gpu_type: str, short: int) -> float:
-        """`time_until(gpu_type, short)` for short >= 1, memoised in `waits`."""
-        memo = self.waits.get(gpu_type)
+        """`time_until(gpu_type, short)` for short >= 1, from `end_s`."""
+        wait_s = self.end_s(gpu_type, short) - self._now_s
+        return wait_s if wait_s > 0.0 else 0.0
+
+    def end_s(self, gpu_type: str, short: int) -> float:
+        """When `short` (>= 1) more GPUs of the type will have been released (inf if never),
+        memoised in `ends`."""
+        memo = self.ends.get(gpu_type)
         if memo is None:
-            memo = self.waits[gpu_type] = {}
-        wait_s = memo.get(short)
-        if wait_s is None:
-            wait_s = memo[short] = self.time_until(gpu_type, short)
-        return wait_s
+            ends = self._ends if self._ends is not None else self._build()
+            memo = self.ends[gpu_type] = (self._kept.memo(gpu_type, ends.get(gpu_type))
+                                          if self._kept is not None else {})
+        end_s = memo.get(short)
+        if end_s is None:
+            cum = self._cumulative.get(gpu_type)
+            end_s = memo[short] = INF if not cum or cum[-1] < short else \
+                self._ends[gpu_type][bisect.bisect_left(cum, short)]
+        return end_s
 
     def total(self, gpu_type: str) -> int:
         """All GPUs of the type that running jobs will ever release."""
@@ -202,15 +208,15 @@ class _Pass:
     claimed: dict[str, int] = field(default_factory=dict)  # GPUs held jobs already wait for
     reservations: dict[str, _Reservation] = field(default_factory=dict)
     fits: dict[int, bool] = field(default_factory=dict)  # filter memo by need_id; reset on bind
-    # type -> GPUs still short -> seconds until released (`releases.waits`, read inline)
-    release_waits: dict[str, dict[int, float]] = field(init=False)
+    # type -> GPUs still short -> when released (`releases.ends`, read inline)
+    release_ends: dict[str, dict[int, float]] = field(init=False)
     # Types on which no job of this pass can start later than now any more: reserved, and
     # claimed past every GPU the running jobs will release (`changed` keeps it up to date)
     closed: set[str] = field(default_factory=set)
     reason: str | None = None  # the placements' decision reason, formatted once
 
     def __post_init__(self) -> None:
-        self.release_waits = self.releases.waits
+        self.release_ends = self.releases.ends
 
     def expected_wait_s(self, gpu_type: str, gpus: int) -> float:
         """Seconds until `gpus` GPUs of the type could be ours; asked only for an option that
@@ -389,6 +395,7 @@ class HasPolicy:
         displaced_room: dict[str, int] | None = None  # the free GPUs the memo below is for
         displaced: dict = {}  # job id -> its displacement there (elastic.shrink_plan's memo)
         most: dict[str, list[int]] = {}
+        release_ends = releases.ends
         for facts in ordered[:16]:  # the head of the priority order
             if len(moves) >= cfg.max_moves:
                 break
@@ -421,7 +428,15 @@ class HasPolicy:
                 if total_s >= baseline_s:
                     break  # fastest first: no later entry can end earlier
                 short = n + claimed.get(t, 0) - free.get(t, 0)
-                end_s = total_s + (releases.wait_s(t, short) if short > 0 else 0.0)
+                if short > 0:  # releases.wait_s, inlined
+                    memo = release_ends.get(t)
+                    released_s = memo.get(short) if memo is not None else None
+                    if released_s is None:
+                        released_s = releases.end_s(t, short)
+                    wait_s = released_s - now_s
+                    end_s = total_s + (wait_s if wait_s > 0.0 else 0.0)
+                else:
+                    end_s = total_s
                 if end_s < baseline_s:
                     baseline_s, baseline = end_s, entry
             best: tuple[float, _Entry, ShrinkPlan] | None = None
@@ -675,7 +690,7 @@ class HasPolicy:
         free = index.free_by_type
         reservations = state.reservations
         claimed = state.claimed
-        release_waits = state.release_waits
+        release_ends = state.release_ends
         releases = state.releases
         now_s = state.now_s
         hold: PlanOption | None = None  # the best option to wait for: (hold_value, hold_rank)
@@ -702,10 +717,13 @@ class HasPolicy:
             short = gpus + claimed.get(gpu_type, 0) - have
             if short < 1:
                 short = 1
-            memo = release_waits.get(gpu_type)
-            wait_s = memo.get(short) if memo is not None else None
-            if wait_s is None:
-                wait_s = releases.wait_s(gpu_type, short)
+            memo = release_ends.get(gpu_type)
+            end_s = memo.get(short) if memo is not None else None
+            if end_s is None:
+                end_s = releases.end_s(gpu_type, short)
+            wait_s = end_s - now_s
+            if not wait_s > 0.0:
+                wait_s = 0.0
             if reservation is not None and reservation.shadow_s - now_s > wait_s:
                 wait_s = reservation.shadow_s - now_s
             value = wait_s + cost
