@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 from frenzy.domain import ParallelPlan, PlanOption
 from frenzy_scheduler.clusterfile import NodeGroup, build_cluster
 from frenzy_scheduler.core import ClusterView, NodeState, QueuedJob, RunningJob
-from frenzy_scheduler.policies.elastic import (Menus, most_freed, shrink_loss_floor, shrink_plan,
-                                               spare_gpus, victims_by_type)
+from frenzy_scheduler.policies.elastic import (Menu, Menus, full_duration_s, most_freed,
+                                               narrower_steps, other_types, shrink_loss_floor,
+                                               shrink_plan, spare_gpus, victims_by_type)
 from frenzy_scheduler.policies.has import HasConfig, HasPolicy, _ReleaseProfile
 from frenzy_scheduler.policies.releases import ReleaseTimes, release_lists
 from frenzy_scheduler.queuediff import IdentityDiff
@@ -252,3 +253,34 @@ def test_shrink_loss_floor_is_below_every_plan(jobs, free, horizon_s, skip) -> N
                 assert plan is None
             if plan is not None:
                 assert floor_s * (1.0 - 1e-9) <= plan[0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(sorted(TYPES)), st.sampled_from([1, 2, 4, 8]),
+                          st.sets(st.sampled_from(sorted(TYPES))),
+                          st.sampled_from([0.0, 0.0, 5e4]), st.sampled_from([0.0, 50.0])),
+                max_size=8),
+       st.lists(st.tuples(st.sampled_from([0.0, 60.0]), st.booleans()), min_size=1, max_size=4))
+def test_victims_kept_by_job_match_fresh_ones(jobs, asks) -> None:
+    """`victims_by_type` with what `Menus` keeps by job identity (asked at other times, with
+    and without displacement) equals a derivation from scratch: deadline jobs, restoring
+    jobs and jobs with no menu, or nothing narrower and nowhere to go, are left out."""
+    runs = []
+    for i, (gpu_type, gpus, menu_types, deadline_s, restoring_until_s) in enumerate(jobs):
+        menu = tuple(option(t, n, 1e4 * TYPES[t] * 4 / (n + 3))
+                     for t in sorted(menu_types) for n in (1, 2, 4, 8))
+        own = option(gpu_type, gpus, 1e4 * TYPES[gpu_type] * 4 / (gpus + 3))
+        runs.append(RunningJob(f"r{i}", own, ((f"n{i}", tuple(range(gpus))),), 0.0, 1e5,
+                               options=menu, deadline_s=deadline_s,
+                               restoring_until_s=restoring_until_s))
+    menus = Menus()
+    for now_s, displace in asks:
+        scratch: dict = {}
+        for run in runs:
+            if run.options and not run.deadline_s and run.restoring_until_s <= now_s:
+                steps = narrower_steps(run, Menu(run.options))
+                others = other_types(run, Menu(run.options)) if displace else []
+                if steps or others:
+                    scratch.setdefault(run.option.gpu_type, []).append(
+                        (run, full_duration_s(run), run.remaining_fraction(now_s), steps, others))
+        assert victims_by_type(runs, now_s, menus, displace) == scratch

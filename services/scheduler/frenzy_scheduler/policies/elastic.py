@@ -66,6 +66,7 @@ class Menus:
     def __init__(self) -> None:
         self._menus: dict[int, tuple[Sequence[PlanOption], Menu]] = {}
         self._shrinks: dict[int, tuple[RunningJob, float, list[tuple[int, float, PlanOption]]]] = {}
+        self._victims: dict[int, tuple[RunningJob, tuple | None, tuple | None]] = {}
 
     def shrink_steps(self, run: RunningJob) -> tuple[float, list[tuple[int, float, PlanOption]]]:
         """(full-work duration s, `narrower_steps`) of a running job: fixed for the job object
@@ -77,6 +78,25 @@ class Menus:
             entry = self._shrinks[id(run)] = (run, full_duration_s(run),
                                               narrower_steps(run, self.of(run.options)))
         return entry[1], entry[2]
+
+    def victim(self, run: RunningJob, displace: bool
+               ) -> tuple[float, list[tuple[int, float, PlanOption]], list] | None:
+        """(full-work duration s, `narrower_steps`, `other_types` or [] without `displace`) of
+        a running job that could ever give GPUs up (known menu, no deadline, a narrower step
+        or, with `displace`, another type), else None: fixed for the job object, like
+        `shrink_steps`, and asked for every running job at every admission."""
+        entry = self._victims.get(id(run))
+        if entry is None or entry[0] is not run:
+            if len(self._victims) > 100_000:
+                self._victims.clear()
+            moving = still = None
+            if run.options and not run.deadline_s:
+                full_s, steps = self.shrink_steps(run)
+                others = other_types(run, self.of(run.options))
+                moving = (full_s, steps, others) if steps or others else None
+                still = (full_s, steps, []) if steps else None
+            entry = self._victims[id(run)] = (run, moving, still)
+        return entry[1] if displace else entry[2]
 
     def of(self, options: Sequence[PlanOption]) -> Menu:
         entry = self._menus.get(id(options))
@@ -316,13 +336,14 @@ def victims_by_type(runs: Sequence[RunningJob], now_s: float, menus: Menus,
     no deadline."""
     out: Victims = {}
     for run in runs:
-        if not run.options or run.deadline_s or run.restoring_until_s > now_s:
+        parts = menus.victim(run, displace)
+        if parts is None or run.restoring_until_s > now_s:
             continue
-        full_s, steps = menus.shrink_steps(run)
-        others = other_types(run, menus.of(run.options)) if displace else []
-        if steps or others:
-            out.setdefault(run.option.gpu_type, []).append(
-                (run, full_s, run.remaining_fraction(now_s), steps, others))
+        full_s, steps, others = parts
+        victims = out.get(run.option.gpu_type)
+        if victims is None:
+            victims = out[run.option.gpu_type] = []
+        victims.append((run, full_s, run.remaining_fraction(now_s), steps, others))
     return out
 
 
