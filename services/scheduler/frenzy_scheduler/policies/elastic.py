@@ -66,7 +66,7 @@ class Menus:
     def __init__(self) -> None:
         self._menus: dict[int, tuple[Sequence[PlanOption], Menu]] = {}
         self._shrinks: dict[int, tuple[RunningJob, float, list[tuple[int, float, PlanOption]]]] = {}
-        self._victims: dict[int, tuple[RunningJob, tuple | None, tuple | None]] = {}
+        self._victims: dict[int, list] = {}  # id -> [job, victim without, with displacement]
 
     def shrink_steps(self, run: RunningJob) -> tuple[float, list[tuple[int, float, PlanOption]]]:
         """(full-work duration s, `narrower_steps`) of a running job: fixed for the job object
@@ -84,19 +84,28 @@ class Menus:
         """(full-work duration s, `narrower_steps`, `other_types` or [] without `displace`) of
         a running job that could ever give GPUs up (known menu, no deadline, a narrower step
         or, with `displace`, another type), else None: fixed for the job object, like
-        `shrink_steps`, and asked for every running job at every admission."""
+        `shrink_steps`, and asked for every running job at every admission. The other types
+        are derived only when first asked for with `displace`."""
         entry = self._victims.get(id(run))
         if entry is None or entry[0] is not run:
             if len(self._victims) > 100_000:
                 self._victims.clear()
-            moving = still = None
+            still = None
+            if run.options and not run.deadline_s:
+                full_s, steps = self.shrink_steps(run)
+                still = (full_s, steps, []) if steps else None
+            entry = self._victims[id(run)] = [run, still, self]  # self: not derived yet
+        if not displace:
+            return entry[1]
+        moving = entry[2]
+        if moving is self:
+            moving = None
             if run.options and not run.deadline_s:
                 full_s, steps = self.shrink_steps(run)
                 others = other_types(run, self.of(run.options))
                 moving = (full_s, steps, others) if steps or others else None
-                still = (full_s, steps, []) if steps else None
-            entry = self._victims[id(run)] = (run, moving, still)
-        return entry[1] if displace else entry[2]
+            entry[2] = moving
+        return moving
 
     def of(self, options: Sequence[PlanOption]) -> Menu:
         entry = self._menus.get(id(options))
