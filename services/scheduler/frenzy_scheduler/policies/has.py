@@ -514,44 +514,42 @@ class HasPolicy:
 
     def _derive_facts(self, job: QueuedJob, index: FreeIndex) -> _JobFacts | None:
         """Rank the job's options and derive what the pass needs from them (cache miss)."""
-        usable = [o for o in job.options if o.gpu_type in index.node_size]
+        node_size = index.node_size
+        usable = [o for o in job.options if o.gpu_type in node_size]
         if not usable:
             return None
         # A start costs its launch (more nodes, longer): time to completion is launch + run,
         # and the GPUs are held for both. This is what keeps a 10-minute job off 64 GPUs.
         launch = self._launch_s
-        node_size = index.node_size
         keyed = []  # (time to completion, GPUs, type, position: a stable sort's tie-break, option)
         for position, o in enumerate(usable):
-            nodes = -(-o.num_gpus // node_size[o.gpu_type])
+            gpus, gpu_type = o.num_gpus, o.gpu_type
+            nodes = -(-gpus // node_size[gpu_type])
             launch_s = launch.get(nodes)
             if launch_s is None:
                 launch_s = launch[nodes] = self.config.launch_s(nodes)
-            keyed.append((launch_s + o.duration_s, o.num_gpus, o.gpu_type, position, o))
+            keyed.append((launch_s + o.duration_s, gpus, gpu_type, position, o))
         keyed.sort()
-        timed = [(o, total_s) for total_s, _, _, _, o in keyed]
-        ranked = [o for o, _ in timed]
         capacity = index.capacity
-        entries = tuple((o, o.gpu_type, o.num_gpus, total_s, total_s * o.num_gpus, o.plan.tp)
-                        for o, total_s in timed if o.num_gpus <= capacity.get(o.gpu_type, 0))
-        fewest: dict[str, int] = {}
-        for _, gpu_type, gpus, _, _, _ in entries:
-            fewest[gpu_type] = min(gpus, fewest.get(gpu_type, gpus))
-        need = tuple(sorted(fewest.items(), key=lambda item: (item[1], item[0])))
-        frontier, narrowest = [], {}
-        for i, (_, gpu_type, gpus, _, _, _) in enumerate(entries):  # fastest first
+        entries = tuple([(o, gpu_type, gpus, total_s, total_s * gpus, o.plan.tp)
+                         for total_s, gpus, gpu_type, _, o in keyed
+                         if gpus <= capacity.get(gpu_type, 0)])
+        frontier, narrowest = [], {}  # narrowest: per type, the fewest GPUs of any entry
+        shortest: dict[str, float] = {}
+        for i, (_, gpu_type, gpus, total_s, _, _) in enumerate(entries):  # fastest first
             if gpus < narrowest.get(gpu_type, gpus + 1):
                 narrowest[gpu_type] = gpus
                 frontier.append(i)
-        shortest: dict[str, float] = {}
-        for _, gpu_type, _, total_s, _, _ in entries:  # fastest first
-            shortest.setdefault(gpu_type, total_s)
-        best_s = timed[0][1]
+            if gpu_type not in shortest:
+                shortest[gpu_type] = total_s
+        need = tuple(sorted(narrowest.items(), key=lambda item: (item[1], item[0])))
+        best_s = keyed[0][0]
         facts = _JobFacts(
             job.options, job.submit_time_s, entries, need,
             self._need_ids.setdefault(need, len(self._need_ids)), tuple(frontier),
-            tuple(shortest[gpu_type] for gpu_type, _ in need), best_s,
-            min(total_s * o.num_gpus for o, total_s in timed), min(o.num_gpus for o in ranked),
+            tuple([shortest[gpu_type] for gpu_type, _ in need]), best_s,
+            min([total_s * gpus for total_s, gpus, _, _, _ in keyed]),
+            min([gpus for _, gpus, _, _, _ in keyed]),
             (1, best_s + self.config.aging_rate * job.submit_time_s, job.submit_time_s, job.job_id))
         self._facts[job.job_id] = facts
         return facts
