@@ -343,23 +343,42 @@ def victims_by_type(runs: Sequence[RunningJob], now_s: float, menus: Menus,
     """The jobs a newcomer may shrink, per type: known menu, a narrower option on their type
     (or, with `displace`, an option on another type), not restoring (Sia pins those too) and
     no deadline."""
-    out: Victims = {}
+    return {gpu_type: with_work_left(candidates, now_s)
+            for gpu_type, candidates in victim_candidates(runs, now_s, menus, displace).items()}
+
+
+# `Victims` less the work left: (job, full-work duration s, narrower steps, other types)
+Candidates = dict[str, list[tuple[RunningJob, float, list[tuple[int, float, PlanOption]],
+                                  list[tuple[str, list[tuple[float, int, PlanOption]]]]]]]
+
+
+def victim_candidates(runs: Sequence[RunningJob], now_s: float, menus: Menus,
+                      displace: bool = False) -> Candidates:
+    """`victims_by_type` without each job's work left, which only the types a plan is built
+    for need (`with_work_left`); `spare_gpus` and `most_freed` take these as they are."""
+    out: Candidates = {}
     for run in runs:
         parts = menus.victim(run, displace)
         if parts is None or run.restoring_until_s > now_s:
             continue
         full_s, steps, others = parts
-        victims = out.get(run.option.gpu_type)
-        if victims is None:
-            victims = out[run.option.gpu_type] = []
-        victims.append((run, full_s, run.remaining_fraction(now_s), steps, others))
+        candidates = out.get(run.option.gpu_type)
+        if candidates is None:
+            candidates = out[run.option.gpu_type] = []
+        candidates.append((run, full_s, steps, others))
     return out
 
 
-def spare_gpus(victims: Victims) -> dict[str, int]:
+def with_work_left(candidates: list, now_s: float) -> list:
+    """One type's `victim_candidates` as `Victims` entries: each with its work left now."""
+    return [(run, full_s, run.remaining_fraction(now_s), steps, others)
+            for run, full_s, steps, others in candidates]
+
+
+def spare_gpus(victims: Victims | Candidates) -> dict[str, int]:
     """Per type, the most GPUs shrinking could free (every victim down to its narrowest, or
     all of a victim that could be displaced to another type)."""
-    return {t: sum(_most_freed_by(run, steps, others) for run, _, _, steps, others in v)
+    return {t: sum(_most_freed_by(item[0], item[-2], item[-1]) for item in v)
             for t, v in victims.items()}
 
 
@@ -369,13 +388,13 @@ def _most_freed_by(run: RunningJob, steps: list, others: list) -> int:
     return run.num_gpus if others else run.num_gpus - steps[-1][0]
 
 
-def most_freed(victims: Victims) -> dict[str, list[int]]:
+def most_freed(victims: Victims | Candidates) -> dict[str, list[int]]:
     """Per type, the most GPUs that k victims could free, for k = 1, 2, ...: so freeing a
     deficit touches at least `bisect_left(most, deficit) + 1` jobs, each first touch costing
     two restarts (a lower bound on any `shrink_plan`'s loss). A displaceable victim counts
     with its whole allocation (a displacement also costs two restarts, plus a loss >= 0)."""
-    return {t: list(accumulate(sorted((_most_freed_by(run, steps, others)
-                                       for run, _, _, steps, others in v), reverse=True)))
+    return {t: list(accumulate(sorted((_most_freed_by(item[0], item[-2], item[-1])
+                                       for item in v), reverse=True)))
             for t, v in victims.items()}
 
 

@@ -32,10 +32,11 @@ from frenzy.domain import PlanOption
 from frenzy_scheduler.core import (Alternative, ClusterView, Decision, Placement, QueuedJob,
                                   RunningJob)
 from frenzy_scheduler.placement import Assignments, FreeIndex
-from frenzy_scheduler.policies.elastic import (Menus, Shrinkable, ShrinkPlan, Victims, apply_shrinks,
-                                               grow, most_freed, reclaim, shrink_loss_floor,
-                                               shrink_plan, shrinkable, spare_gpus, undo_shrinks,
-                                               victims_by_type)
+from frenzy_scheduler.policies.elastic import (Candidates, Menus, Shrinkable, ShrinkPlan, Victims,
+                                               apply_shrinks, grow, most_freed, reclaim,
+                                               shrink_loss_floor, shrink_plan, shrinkable,
+                                               spare_gpus, undo_shrinks, victim_candidates,
+                                               with_work_left)
 from frenzy_scheduler.policies.releases import ReleaseTimes, release_lists
 from frenzy_scheduler.queuediff import IdentityDiff
 
@@ -391,6 +392,7 @@ class HasPolicy:
         restart_s = cfg.restart_floor_s + cfg.launch_s(1)
         claimed: dict[str, int] = {}
         victims: Victims | None = None
+        candidates_by_type: Candidates = {}
         spare: dict[str, int] = {}
         displaced_room: dict[str, int] | None = None  # the free GPUs the memo below is for
         displaced: dict = {}  # job id -> its displacement there (elastic.shrink_plan's memo)
@@ -453,9 +455,10 @@ class HasPolicy:
                 if deficit <= 0:
                     continue
                 if victims is None:  # built once, on the first option that needs it
-                    victims = victims_by_type(running, now_s, self._menus, displace)
-                    spare = spare_gpus(victims)
-                    most = most_freed(victims)
+                    candidates_by_type = victim_candidates(running, now_s, self._menus, displace)
+                    spare = spare_gpus(candidates_by_type)
+                    most = most_freed(candidates_by_type)
+                    victims = {}  # each type's `Victims` entries, when a plan first needs them
                 if deficit > spare.get(gpu_type, 0):
                     continue
                 # Each job the plan must touch costs two restarts (a displacement too, and
@@ -465,6 +468,8 @@ class HasPolicy:
                 if baseline_s - total_s - (1.0 + cfg.min_gain_fraction) * \
                         (2 * restart_s * touched * (1.0 - 1e-9)) <= (best[0] if best else 0.0):
                     continue
+                if gpu_type not in victims:
+                    victims[gpu_type] = with_work_left(candidates_by_type[gpu_type], now_s)
                 # A floor under the plan's loss: most plans cannot pay even at that
                 floor_s = shrink_loss_floor(victims, gpu_type, deficit, total_s, restart_s, acted,
                                             room, displaced)
