@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import operator
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Sequence
@@ -300,6 +301,8 @@ class HasPolicy:
         self._deadlines: dict[int, _JobFacts] = {}
         self._order: list[_JobFacts] = []
         self._demand = 0
+        # Admission's victim candidates, spare and most freed, with what they were built for
+        self._kept_candidates: tuple | None = None
 
     def schedule(self, queue: Sequence[QueuedJob], cluster: ClusterView, now_s: float,
                  running: Sequence[RunningJob] = ()) -> list[Placement]:
@@ -455,9 +458,7 @@ class HasPolicy:
                 if deficit <= 0:
                     continue
                 if victims is None:  # built once, on the first option that needs it
-                    candidates_by_type = victim_candidates(running, now_s, self._menus, displace)
-                    spare = spare_gpus(candidates_by_type)
-                    most = most_freed(candidates_by_type)
+                    candidates_by_type, spare, most = self._candidates(running, now_s, displace)
                     victims = {}  # each type's `Victims` entries, when a plan first needs them
                 if deficit > spare.get(gpu_type, 0):
                     continue
@@ -508,6 +509,26 @@ class HasPolicy:
                  Alternative(baseline[0], baseline_s - baseline[3], baseline_s,
                              "best without shrinking (start now, or wait for releases)")))))
         return moves, placed
+
+    def _candidates(self, running: Sequence[RunningJob], now_s: float, displace: bool
+                    ) -> tuple[Candidates, dict[str, int], dict[str, list[int]]]:
+        """`victim_candidates`, `spare_gpus` (a copy: admission spends it) and `most_freed`,
+        kept from the last decision while they cannot differ: the same running jobs (by
+        identity: a `RunningJob` is immutable, a start or reshape makes a new one), the same
+        `displace`, and no job's restore ending in between (restoring jobs are left out), so
+        a decision on an arrival alone reuses them."""
+        kept = self._kept_candidates
+        if self.shortcuts and kept is not None and kept[1] == displace and \
+                kept[2] <= now_s < kept[3] and len(kept[0]) == len(running) and \
+                all(map(operator.is_, kept[0], running)):
+            return kept[4], dict(kept[5]), kept[6]
+        candidates = victim_candidates(running, now_s, self._menus, displace)
+        spare, most = spare_gpus(candidates), most_freed(candidates)
+        restored_s = min((r.restoring_until_s for r in running if r.restoring_until_s > now_s),
+                         default=INF)  # the next restore to end: the filter changes there
+        self._kept_candidates = (list(running), displace, now_s, restored_s, candidates, spare,
+                                 most)
+        return candidates, dict(spare), most
 
     @staticmethod
     def _displace_room(free: dict[str, int], claimed: dict[str, int]) -> dict[str, int]:
