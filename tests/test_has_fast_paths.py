@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from frenzy.domain import ParallelPlan, PlanOption
 from frenzy_scheduler.clusterfile import NodeGroup, build_cluster
 from frenzy_scheduler.core import ClusterView, NodeState, QueuedJob, RunningJob
-from frenzy_scheduler.policies.elastic import (Menu, Menus, full_duration_s, most_freed,
+from frenzy_scheduler.policies.elastic import (Menu, Menus, fill_floor, floor_items,
+                                               full_duration_s, most_freed,
                                                narrower_steps, other_types, shrink_loss_floor,
                                                shrink_plan, spare_gpus, victim_candidates,
                                                victims_by_type)
@@ -226,12 +227,15 @@ def test_admission_bounds_hold_with_displacement(jobs, free, horizon_s) -> None:
                                                          min_size=1),
                           st.floats(0.3, 3.0)), min_size=1, max_size=8),
        st.one_of(st.none(), st.dictionaries(st.sampled_from(sorted(TYPES)), st.integers(0, 8))),
-       st.floats(10.0, 1e5), st.sets(st.sampled_from([f"r{i}" for i in range(8)]), max_size=2))
-def test_shrink_loss_floor_is_below_every_plan(jobs, free, horizon_s, skip) -> None:
+       st.floats(10.0, 1e5), st.sets(st.sampled_from([f"r{i}" for i in range(8)]), max_size=2),
+       st.floats(0.0, 1.0))
+def test_shrink_loss_floor_is_below_every_plan(jobs, free, horizon_s, skip, shorter) -> None:
     """Admission builds a plan only when `shrink_loss_floor` leaves it a gain: the floor is at
     most the loss of the plan `shrink_plan` finds (displacements, skipped jobs and menus whose
-    narrower steps are not monotone included), inf only when it finds none; and filling
-    the shared displacement memo first changes no plan."""
+    narrower steps are not monotone included), inf only when it finds none, and so is the
+    floor filled from the per-GPU costs of a shorter horizon (what admission reuses across
+    a job's options of one type); and filling the shared displacement memo first changes
+    no plan."""
     runs = []
     for i, (gpu_type, gpus, left, menu_types, skew) in enumerate(jobs):
         menu = tuple(option(t, n, 1e4 * TYPES[t] * 4 / (n + 3) * (skew if n == 2 else 1.0))
@@ -252,8 +256,11 @@ def test_shrink_loss_floor_is_below_every_plan(jobs, free, horizon_s, skip) -> N
                                        free)
             if floor_s == float("inf"):
                 assert plan is None
+            reused_s = fill_floor(floor_items(victims, gpu_type, horizon_s * shorter, restart_s,
+                                              skip, free, memo), deficit)
             if plan is not None:
                 assert floor_s * (1.0 - 1e-9) <= plan[0]
+                assert reused_s * (1.0 - 1e-9) <= plan[0]
 
 
 @settings(max_examples=60, deadline=None)

@@ -501,7 +501,20 @@ def shrink_loss_floor(victims: Victims, gpu_type: str, deficit: int, horizon_s: 
     plan's loss is at least the cheapest fractional filling of the deficit (the knapsack's
     relaxation, cheapest per GPU first). A displacement inside the plan only takes free
     GPUs, which leaves the others' displacements slower (a larger loss), never faster, so
-    the free GPUs as given bound them. Shares `moves` with `shrink_plan` (same `free`)."""
+    the free GPUs as given bound them. Shares `moves` with `shrink_plan` (same `free`).
+
+    Every loss is non-decreasing in the horizon (`shrink_loss_s`), so the per-GPU costs of
+    a shorter horizon (`floor_items`) fill a floor for any longer one (`fill_floor`): what
+    admission reuses across a job's options of one type, which it visits fastest first."""
+    return fill_floor(floor_items(victims, gpu_type, horizon_s, restart_s, skip, free, moves),
+                      deficit)
+
+
+def floor_items(victims: Victims, gpu_type: str, horizon_s: float, restart_s: float,
+                skip: set[str] = frozenset(), free: dict[str, int] | None = None,
+                moves: dict[str, tuple[int, float, PlanOption] | None] | None = None
+                ) -> list[tuple[float, int]]:
+    """`shrink_loss_floor`'s (least loss per GPU, most GPUs) of each job, cheapest first."""
     restarts_s = 2 * restart_s
     items = []
     for run, current_s, left, steps, others in victims.get(gpu_type, ()):
@@ -533,6 +546,11 @@ def shrink_loss_floor(victims: Victims, gpu_type: str, deficit: int, horizon_s: 
         if most:
             items.append((per_gpu, most))
     items.sort()
+    return items
+
+
+def fill_floor(items: list[tuple[float, int]], deficit: int) -> float:
+    """The cheapest fractional filling of `deficit` GPUs from `floor_items` (inf: cannot)."""
     floor_s, short = 0.0, deficit
     for per_gpu, most in items:
         if most >= short:

@@ -34,8 +34,8 @@ from frenzy_scheduler.core import (Alternative, ClusterView, Decision, Placement
                                   RunningJob)
 from frenzy_scheduler.placement import Assignments, FreeIndex
 from frenzy_scheduler.policies.elastic import (Candidates, Menus, Shrinkable, ShrinkPlan, Victims,
-                                               apply_shrinks, grow, most_freed, reclaim,
-                                               shrink_loss_floor, shrink_plan, shrinkable,
+                                               apply_shrinks, fill_floor, floor_items, grow,
+                                               most_freed, reclaim, shrink_plan, shrinkable,
                                                spare_gpus, undo_shrinks, victim_candidates,
                                                with_work_left)
 from frenzy_scheduler.policies.releases import ReleaseTimes, release_lists
@@ -448,6 +448,7 @@ class HasPolicy:
             room = self._displace_room(free, claimed) if displace else None
             if room is not None and room != displaced_room:  # displacements depend on it alone
                 displaced, displaced_room = {}, room
+            floors: dict[str, list[tuple[float, int]]] = {}  # type -> floor_items, this job
             for entry in facts.entries:  # fastest first
                 _, gpu_type, gpus, total_s, _, _ = entry
                 # Every plan costs at least two restarts: nothing slower can net more.
@@ -471,11 +472,17 @@ class HasPolicy:
                     continue
                 if gpu_type not in victims:
                     victims[gpu_type] = with_work_left(candidates_by_type[gpu_type], now_s)
-                # A floor under the plan's loss: most plans cannot pay even at that
-                floor_s = shrink_loss_floor(victims, gpu_type, deficit, total_s, restart_s, acted,
-                                            room, displaced)
+                # A floor under the plan's loss (`shrink_loss_floor`): most plans cannot pay
+                # even at that. First from the per-GPU costs derived for a faster option of
+                # this type (a shorter horizon: still a floor), then from this option's own
+                items = floors.get(gpu_type)
+                if items is not None and baseline_s - total_s - (1.0 + cfg.min_gain_fraction) * \
+                        (fill_floor(items, deficit) * (1.0 - 1e-9)) <= (best[0] if best else 0.0):
+                    continue
+                items = floors[gpu_type] = floor_items(victims, gpu_type, total_s, restart_s,
+                                                       acted, room, displaced)
                 if baseline_s - total_s - (1.0 + cfg.min_gain_fraction) * \
-                        (floor_s * (1.0 - 1e-9)) <= (best[0] if best else 0.0):
+                        (fill_floor(items, deficit) * (1.0 - 1e-9)) <= (best[0] if best else 0.0):
                     continue
                 plan = shrink_plan(victims, gpu_type, deficit, total_s, restart_s, acted,
                                    room, displaced)
