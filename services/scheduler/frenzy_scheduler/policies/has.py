@@ -445,9 +445,8 @@ class HasPolicy:
                 if end_s < baseline_s:
                     baseline_s, baseline = end_s, entry
             best: tuple[float, _Entry, ShrinkPlan] | None = None
-            room = self._displace_room(free, claimed) if displace else None
-            if room is not None and room != displaced_room:  # displacements depend on it alone
-                displaced, displaced_room = {}, room
+            room: dict[str, int] | None = None  # set when this job's first plan needs it
+            room_set = not displace
             floors: dict[str, list[tuple[float, int]]] = {}  # type -> floor_items, this job
             for entry in facts.entries:  # fastest first
                 _, gpu_type, gpus, total_s, _, _ = entry
@@ -475,6 +474,10 @@ class HasPolicy:
                 # A floor under the plan's loss (`shrink_loss_floor`): most plans cannot pay
                 # even at that. First from the per-GPU costs derived for a faster option of
                 # this type (a shorter horizon: still a floor), then from this option's own
+                if not room_set:  # the GPUs a displaced victim may take
+                    room, room_set = self._displace_room(free, claimed), True
+                    if room != displaced_room:  # displacements depend on it alone
+                        displaced, displaced_room = {}, room
                 items = floors.get(gpu_type)
                 if items is not None and baseline_s - total_s - (1.0 + cfg.min_gain_fraction) * \
                         (fill_floor(items, deficit) * (1.0 - 1e-9)) <= (best[0] if best else 0.0):
