@@ -24,9 +24,8 @@ from __future__ import annotations
 
 import bisect
 import math
-import operator
 from dataclasses import dataclass, field
-from operator import attrgetter
+from operator import attrgetter, is_
 from typing import Sequence
 
 from frenzy.domain import PlanOption
@@ -530,7 +529,7 @@ class HasPolicy:
         kept = self._kept_candidates
         if self.shortcuts and kept is not None and kept[1] == displace and \
                 kept[2] <= now_s < kept[3] and len(kept[0]) == len(running) and \
-                all(map(operator.is_, kept[0], running)):
+                all(map(is_, kept[0], running)):
             return kept[4], dict(kept[5]), kept[6]
         candidates = victim_candidates(running, now_s, self._menus, displace)
         spare, most = spare_gpus(candidates), most_freed(candidates)
