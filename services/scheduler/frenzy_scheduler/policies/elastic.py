@@ -94,11 +94,11 @@ class Menus:
             if run.options and not run.deadline_s:
                 full_s, steps = self.shrink_steps(run)
                 still = (full_s, steps, []) if steps else None
-            entry = self._victims[id(run)] = [run, still, self]  # self: not derived yet
+            entry = self._victims[id(run)] = [run, still, ...]  # ...: not derived yet
         if not displace:
             return entry[1]
         moving = entry[2]
-        if moving is self:
+        if moving is ...:
             moving = None
             if run.options and not run.deadline_s:
                 full_s, steps = self.shrink_steps(run)
