@@ -11,9 +11,12 @@ from hypothesis import strategies as st
 from frenzy.domain import ParallelPlan, PlanOption
 from frenzy_scheduler.clusterfile import NodeGroup, build_cluster
 from frenzy_scheduler.core import ClusterView, NodeState, QueuedJob, RunningJob
-from frenzy_scheduler.policies.elastic import (Menus, most_freed, shrink_plan, spare_gpus,
+from frenzy_scheduler.policies.elastic import (Menu, Menus, fill_floor, floor_items,
+                                               full_duration_s, most_freed,
+                                               narrower_steps, other_types, shrink_loss_floor,
+                                               shrink_plan, spare_gpus, victim_candidates,
                                                victims_by_type)
-from frenzy_scheduler.policies.has import HasConfig, HasPolicy
+from frenzy_scheduler.policies.has import HasConfig, HasPolicy, _ReleaseProfile
 from frenzy_scheduler.policies.releases import ReleaseTimes, release_lists
 from frenzy_scheduler.queuediff import IdentityDiff
 from frenzy_scheduler.simulator import SimConfig, prepare_jobs, simulate
@@ -156,6 +159,34 @@ def test_release_times_kept_by_deltas_match_a_rebuild(sets, rng) -> None:
         pool = running
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.tuples(st.sampled_from(sorted(TYPES)), st.integers(1, 8),
+                                             st.sampled_from([10.0, 20.0, 35.5, 1e4])),
+                                   max_size=10),
+                          st.sampled_from([0.0, 15.0, 20.0, 5e3]),
+                          st.lists(st.tuples(st.sampled_from(sorted(TYPES)), st.integers(1, 40)),
+                                   max_size=12)), min_size=1, max_size=6),
+       st.randoms(use_true_random=False))
+def test_release_waits_kept_across_decisions_match_fresh_ones(decisions, rng) -> None:
+    """The release profile's answers, memoised across decisions per type while its release
+    list is unchanged (`ReleaseTimes.memo`), equal a fresh profile's and a count by hand,
+    as jobs start, end and survive between decisions at various times."""
+    kept = ReleaseTimes()
+    pool: list[RunningJob] = []
+    for jobs, now_s, asked in decisions:
+        fresh = [RunningJob(f"r{i}", option(t, n, 1.0), ((f"n{i}", tuple(range(n))),), 0.0, end)
+                 for i, (t, n, end) in enumerate(jobs)]
+        running = rng.sample(pool, k=min(len(pool), 3)) + fresh
+        warm, cold = _ReleaseProfile(running, now_s, kept), _ReleaseProfile(running, now_s)
+        for gpu_type, short in asked + asked[::-1]:
+            ends = sorted((r.expected_end_s, r.num_gpus) for r in running
+                          if r.option.gpu_type == gpu_type)
+            by_hand = next((max(0.0, end - now_s) for k, (end, _) in enumerate(ends)
+                            if sum(n for _, n in ends[:k + 1]) >= short), float("inf"))
+            assert warm.wait_s(gpu_type, short) == cold.wait_s(gpu_type, short) == by_hand
+        pool = running
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(sorted(TYPES)), st.sampled_from([1, 2, 4, 8]),
                           st.floats(0.05, 1.0), st.sets(st.sampled_from(sorted(TYPES)),
@@ -188,3 +219,102 @@ def test_admission_bounds_hold_with_displacement(jobs, free, horizon_s) -> None:
             touched = bisect.bisect_left(most[gpu_type], deficit) + 1
             assert len(plan[1]) >= touched
             assert plan[0] >= 2 * restart_s * touched * (1.0 - 1e-9)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(sorted(TYPES)), st.sampled_from([1, 2, 4, 8]),
+                          st.floats(0.05, 1.0), st.sets(st.sampled_from(sorted(TYPES)),
+                                                         min_size=1),
+                          st.floats(0.3, 3.0)), min_size=1, max_size=8),
+       st.one_of(st.none(), st.dictionaries(st.sampled_from(sorted(TYPES)), st.integers(0, 8))),
+       st.floats(10.0, 1e5), st.sets(st.sampled_from([f"r{i}" for i in range(8)]), max_size=2),
+       st.floats(0.0, 1.0))
+def test_shrink_loss_floor_is_below_every_plan(jobs, free, horizon_s, skip, shorter) -> None:
+    """Admission builds a plan only when `shrink_loss_floor` leaves it a gain: the floor is at
+    most the loss of the plan `shrink_plan` finds (displacements, skipped jobs and menus whose
+    narrower steps are not monotone included), inf only when it finds none, and so is the
+    floor filled from the per-GPU costs of a shorter horizon (what admission reuses across
+    a job's options of one type); and filling the shared displacement memo first changes
+    no plan."""
+    runs = []
+    for i, (gpu_type, gpus, left, menu_types, skew) in enumerate(jobs):
+        menu = tuple(option(t, n, 1e4 * TYPES[t] * 4 / (n + 3) * (skew if n == 2 else 1.0))
+                     for t in sorted(menu_types | {gpu_type}) for n in (1, 2, 4, 8))
+        own = option(gpu_type, gpus, 1e4 * TYPES[gpu_type] * 4 / (gpus + 3))
+        runs.append(RunningJob(f"r{i}", own, ((f"n{i}", tuple(range(gpus))),), 0.0, 1e5,
+                               options=menu, fraction_at_start=left))
+    restart_s = 120.0
+    victims = victims_by_type(runs, 0.0, Menus(), displace=free is not None)
+    spare = spare_gpus(victims)
+    for gpu_type in victims:
+        for deficit in range(1, spare[gpu_type] + 3):
+            memo: dict = {}
+            floor_s = shrink_loss_floor(victims, gpu_type, deficit, horizon_s, restart_s, skip,
+                                        free, memo)
+            plan = shrink_plan(victims, gpu_type, deficit, horizon_s, restart_s, skip, free, memo)
+            assert plan == shrink_plan(victims, gpu_type, deficit, horizon_s, restart_s, skip,
+                                       free)
+            if floor_s == float("inf"):
+                assert plan is None
+            reused_s = fill_floor(floor_items(victims, gpu_type, horizon_s * shorter, restart_s,
+                                              skip, free, memo), deficit)
+            if plan is not None:
+                assert floor_s * (1.0 - 1e-9) <= plan[0]
+                assert reused_s * (1.0 - 1e-9) <= plan[0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(sorted(TYPES)), st.sampled_from([1, 2, 4, 8]),
+                          st.sets(st.sampled_from(sorted(TYPES))),
+                          st.sampled_from([0.0, 0.0, 5e4]), st.sampled_from([0.0, 50.0])),
+                max_size=8),
+       st.lists(st.tuples(st.sampled_from([0.0, 60.0]), st.booleans()), min_size=1, max_size=4))
+def test_victims_kept_by_job_match_fresh_ones(jobs, asks) -> None:
+    """`victims_by_type` with what `Menus` keeps by job identity (asked at other times, with
+    and without displacement) equals a derivation from scratch: deadline jobs, restoring
+    jobs and jobs with no menu, or nothing narrower and nowhere to go, are left out."""
+    runs = []
+    for i, (gpu_type, gpus, menu_types, deadline_s, restoring_until_s) in enumerate(jobs):
+        menu = tuple(option(t, n, 1e4 * TYPES[t] * 4 / (n + 3))
+                     for t in sorted(menu_types) for n in (1, 2, 4, 8))
+        own = option(gpu_type, gpus, 1e4 * TYPES[gpu_type] * 4 / (gpus + 3))
+        runs.append(RunningJob(f"r{i}", own, ((f"n{i}", tuple(range(gpus))),), 0.0, 1e5,
+                               options=menu, deadline_s=deadline_s,
+                               restoring_until_s=restoring_until_s))
+    menus = Menus()
+    for now_s, displace in asks:
+        scratch: dict = {}
+        for run in runs:
+            if run.options and not run.deadline_s and run.restoring_until_s <= now_s:
+                steps = narrower_steps(run, Menu(run.options))
+                others = other_types(run, Menu(run.options)) if displace else []
+                if steps or others:
+                    scratch.setdefault(run.option.gpu_type, []).append(
+                        (run, full_duration_s(run), run.remaining_fraction(now_s), steps, others))
+        assert victims_by_type(runs, now_s, menus, displace) == scratch
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(sorted(TYPES)), st.sampled_from([2, 4, 8]),
+                          st.sampled_from([0.0, 50.0, 100.0])), min_size=1, max_size=6),
+       st.lists(st.tuples(st.sampled_from([0.0, 49.0, 50.0, 99.0, 100.0, 150.0]), st.booleans(),
+                          st.booleans()), min_size=1, max_size=6))
+def test_admission_candidates_kept_across_decisions_match_fresh_ones(jobs, asks) -> None:
+    """Admission's victim candidates (and spare, most freed) kept from the last decision equal
+    fresh ones as time passes restore ends, the running set changes, and displacement turns
+    on and off; spending the spare of one decision does not leak into the next."""
+    runs = []
+    for i, (gpu_type, gpus, restoring_until_s) in enumerate(jobs):
+        menu = tuple(option(t, n, 1e4 * TYPES[t] * 4 / (n + 3)) for t in sorted(TYPES)
+                     for n in (1, 2, 4, 8))
+        own = option(gpu_type, gpus, 1e4 * TYPES[gpu_type] * 4 / (gpus + 3))
+        runs.append(RunningJob(f"r{i}", own, ((f"n{i}", tuple(range(gpus))),), 0.0, 1e5,
+                               options=menu, restoring_until_s=restoring_until_s))
+    policy = HasPolicy()
+    for now_s, displace, drop_one in sorted(asks):
+        running = runs[1:] if drop_one else runs
+        candidates, spare, most = policy._candidates(running, now_s, displace)
+        fresh = victim_candidates(running, now_s, Menus(), displace)
+        assert (candidates, spare, most) == (fresh, spare_gpus(fresh), most_freed(fresh))
+        for gpu_type in spare:
+            spare[gpu_type] -= 1

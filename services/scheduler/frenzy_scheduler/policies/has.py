@@ -25,16 +25,18 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass, field
-from operator import attrgetter
+from operator import attrgetter, is_
 from typing import Sequence
 
 from frenzy.domain import PlanOption
 from frenzy_scheduler.core import (Alternative, ClusterView, Decision, Placement, QueuedJob,
                                   RunningJob)
 from frenzy_scheduler.placement import Assignments, FreeIndex
-from frenzy_scheduler.policies.elastic import (Menus, Shrinkable, ShrinkPlan, Victims, apply_shrinks,
-                                               grow, most_freed, reclaim, shrink_plan, shrinkable,
-                                               spare_gpus, undo_shrinks, victims_by_type)
+from frenzy_scheduler.policies.elastic import (Candidates, Menus, Shrinkable, ShrinkPlan, Victims,
+                                               apply_shrinks, fill_floor, floor_items, grow,
+                                               most_freed, reclaim, shrink_plan, shrinkable,
+                                               spare_gpus, undo_shrinks, victim_candidates,
+                                               with_work_left)
 from frenzy_scheduler.policies.releases import ReleaseTimes, release_lists
 from frenzy_scheduler.queuediff import IdentityDiff
 
@@ -133,7 +135,9 @@ class _ReleaseProfile:
 
     Built lazily: a decision in which every scored option can start now never needs it.
     One per decision, shared by the admission step and the pass (same running jobs, same
-    time), with its answers memoised in `waits`."""
+    time). Its answers are memoised as absolute times in `ends` (the wait is `end - now`):
+    with `kept`, those memos outlive the decision for every type whose release list did not
+    change (`ReleaseTimes.memo`), since the answer is a function of that list alone."""
 
     def __init__(self, running: Sequence[RunningJob], now_s: float,
                  kept: ReleaseTimes | None = None) -> None:
@@ -142,9 +146,9 @@ class _ReleaseProfile:
         self._kept = kept  # the lists kept up to date across decisions; None: from scratch
         self._ends: dict[str, list[float]] | None = None
         self._cumulative: dict[str, list[int]] = {}
-        # type -> GPUs short -> `time_until`: the profile is fixed for the decision, so these
-        # never go stale (claims and binds only change which entry is asked for)
-        self.waits: dict[str, dict[int, float]] = {}
+        # type -> GPUs short (>= 1) -> when they are released (inf: never): fixed while the
+        # type's list is, so claims and binds never make them stale
+        self.ends: dict[str, dict[int, float]] = {}
 
     def _build(self) -> dict[str, list[float]]:
         self._ends, self._cumulative = (self._kept.of(self._running) if self._kept is not None
@@ -154,23 +158,27 @@ class _ReleaseProfile:
     def time_until(self, gpu_type: str, gpus_needed: int) -> float:
         """Seconds until `gpus_needed` more GPUs of the type are released (inf if never); an
         overdue job is taken to release its GPUs now."""
-        if gpus_needed <= 0:
-            return 0.0
-        ends = self._ends if self._ends is not None else self._build()
-        cum = self._cumulative.get(gpu_type)
-        if not cum or cum[-1] < gpus_needed:
-            return INF
-        return max(0.0, ends[gpu_type][bisect.bisect_left(cum, gpus_needed)] - self._now_s)
+        return self.wait_s(gpu_type, gpus_needed) if gpus_needed > 0 else 0.0
 
     def wait_s(self, gpu_type: str, short: int) -> float:
-        """`time_until(gpu_type, short)` for short >= 1, memoised in `waits`."""
-        memo = self.waits.get(gpu_type)
+        """`time_until(gpu_type, short)` for short >= 1, from `end_s`."""
+        wait_s = self.end_s(gpu_type, short) - self._now_s
+        return wait_s if wait_s > 0.0 else 0.0
+
+    def end_s(self, gpu_type: str, short: int) -> float:
+        """When `short` (>= 1) more GPUs of the type will have been released (inf if never),
+        memoised in `ends`."""
+        memo = self.ends.get(gpu_type)
         if memo is None:
-            memo = self.waits[gpu_type] = {}
-        wait_s = memo.get(short)
-        if wait_s is None:
-            wait_s = memo[short] = self.time_until(gpu_type, short)
-        return wait_s
+            ends = self._ends if self._ends is not None else self._build()
+            memo = self.ends[gpu_type] = (self._kept.memo(gpu_type, ends.get(gpu_type))
+                                          if self._kept is not None else {})
+        end_s = memo.get(short)
+        if end_s is None:
+            cum = self._cumulative.get(gpu_type)
+            end_s = memo[short] = INF if not cum or cum[-1] < short else \
+                self._ends[gpu_type][bisect.bisect_left(cum, short)]
+        return end_s
 
     def total(self, gpu_type: str) -> int:
         """All GPUs of the type that running jobs will ever release."""
@@ -201,15 +209,15 @@ class _Pass:
     claimed: dict[str, int] = field(default_factory=dict)  # GPUs held jobs already wait for
     reservations: dict[str, _Reservation] = field(default_factory=dict)
     fits: dict[int, bool] = field(default_factory=dict)  # filter memo by need_id; reset on bind
-    # type -> GPUs still short -> seconds until released (`releases.waits`, read inline)
-    release_waits: dict[str, dict[int, float]] = field(init=False)
+    # type -> GPUs still short -> when released (`releases.ends`, read inline)
+    release_ends: dict[str, dict[int, float]] = field(init=False)
     # Types on which no job of this pass can start later than now any more: reserved, and
     # claimed past every GPU the running jobs will release (`changed` keeps it up to date)
     closed: set[str] = field(default_factory=set)
     reason: str | None = None  # the placements' decision reason, formatted once
 
     def __post_init__(self) -> None:
-        self.release_waits = self.releases.waits
+        self.release_ends = self.releases.ends
 
     def expected_wait_s(self, gpu_type: str, gpus: int) -> float:
         """Seconds until `gpus` GPUs of the type could be ours; asked only for an option that
@@ -292,6 +300,8 @@ class HasPolicy:
         self._deadlines: dict[int, _JobFacts] = {}
         self._order: list[_JobFacts] = []
         self._demand = 0
+        # Admission's victim candidates, spare and most freed, with what they were built for
+        self._kept_candidates: tuple | None = None
 
     def schedule(self, queue: Sequence[QueuedJob], cluster: ClusterView, now_s: float,
                  running: Sequence[RunningJob] = ()) -> list[Placement]:
@@ -384,10 +394,12 @@ class HasPolicy:
         restart_s = cfg.restart_floor_s + cfg.launch_s(1)
         claimed: dict[str, int] = {}
         victims: Victims | None = None
+        candidates_by_type: Candidates = {}
         spare: dict[str, int] = {}
         displaced_room: dict[str, int] | None = None  # the free GPUs the memo below is for
         displaced: dict = {}  # job id -> its displacement there (elastic.shrink_plan's memo)
         most: dict[str, list[int]] = {}
+        release_ends = releases.ends
         for facts in ordered[:16]:  # the head of the priority order
             if len(moves) >= cfg.max_moves:
                 break
@@ -420,13 +432,21 @@ class HasPolicy:
                 if total_s >= baseline_s:
                     break  # fastest first: no later entry can end earlier
                 short = n + claimed.get(t, 0) - free.get(t, 0)
-                end_s = total_s + (releases.wait_s(t, short) if short > 0 else 0.0)
+                if short > 0:  # releases.wait_s, inlined
+                    memo = release_ends.get(t)
+                    released_s = memo.get(short) if memo is not None else None
+                    if released_s is None:
+                        released_s = releases.end_s(t, short)
+                    wait_s = released_s - now_s
+                    end_s = total_s + (wait_s if wait_s > 0.0 else 0.0)
+                else:
+                    end_s = total_s
                 if end_s < baseline_s:
                     baseline_s, baseline = end_s, entry
             best: tuple[float, _Entry, ShrinkPlan] | None = None
-            room = self._displace_room(free, claimed) if displace else None
-            if room is not None and room != displaced_room:  # displacements depend on it alone
-                displaced, displaced_room = {}, room
+            room: dict[str, int] | None = None  # set when this job's first plan needs it
+            room_set = not displace
+            floors: dict[str, list[tuple[float, int]]] = {}  # type -> floor_items, this job
             for entry in facts.entries:  # fastest first
                 _, gpu_type, gpus, total_s, _, _ = entry
                 # Every plan costs at least two restarts: nothing slower can net more.
@@ -437,9 +457,8 @@ class HasPolicy:
                 if deficit <= 0:
                     continue
                 if victims is None:  # built once, on the first option that needs it
-                    victims = victims_by_type(running, now_s, self._menus, displace)
-                    spare = spare_gpus(victims)
-                    most = most_freed(victims)
+                    candidates_by_type, spare, most = self._candidates(running, now_s, displace)
+                    victims = {}  # each type's `Victims` entries, when a plan first needs them
                 if deficit > spare.get(gpu_type, 0):
                     continue
                 # Each job the plan must touch costs two restarts (a displacement too, and
@@ -448,6 +467,24 @@ class HasPolicy:
                 touched = bisect.bisect_left(most[gpu_type], deficit) + 1
                 if baseline_s - total_s - (1.0 + cfg.min_gain_fraction) * \
                         (2 * restart_s * touched * (1.0 - 1e-9)) <= (best[0] if best else 0.0):
+                    continue
+                if gpu_type not in victims:
+                    victims[gpu_type] = with_work_left(candidates_by_type[gpu_type], now_s)
+                # A floor under the plan's loss (`shrink_loss_floor`): most plans cannot pay
+                # even at that. First from the per-GPU costs derived for a faster option of
+                # this type (a shorter horizon: still a floor), then from this option's own
+                if not room_set:  # the GPUs a displaced victim may take
+                    room, room_set = self._displace_room(free, claimed), True
+                    if room != displaced_room:  # displacements depend on it alone
+                        displaced, displaced_room = {}, room
+                items = floors.get(gpu_type)
+                if items is not None and baseline_s - total_s - (1.0 + cfg.min_gain_fraction) * \
+                        (fill_floor(items, deficit) * (1.0 - 1e-9)) <= (best[0] if best else 0.0):
+                    continue
+                items = floors[gpu_type] = floor_items(victims, gpu_type, total_s, restart_s,
+                                                       acted, room, displaced)
+                if baseline_s - total_s - (1.0 + cfg.min_gain_fraction) * \
+                        (fill_floor(items, deficit) * (1.0 - 1e-9)) <= (best[0] if best else 0.0):
                     continue
                 plan = shrink_plan(victims, gpu_type, deficit, total_s, restart_s, acted,
                                    room, displaced)
@@ -482,6 +519,26 @@ class HasPolicy:
                              "best without shrinking (start now, or wait for releases)")))))
         return moves, placed
 
+    def _candidates(self, running: Sequence[RunningJob], now_s: float, displace: bool
+                    ) -> tuple[Candidates, dict[str, int], dict[str, list[int]]]:
+        """`victim_candidates`, `spare_gpus` (a copy: admission spends it) and `most_freed`,
+        kept from the last decision while they cannot differ: the same running jobs (by
+        identity: a `RunningJob` is immutable, a start or reshape makes a new one), the same
+        `displace`, and no job's restore ending in between (restoring jobs are left out), so
+        a decision on an arrival alone reuses them."""
+        kept = self._kept_candidates
+        if self.shortcuts and kept is not None and kept[1] == displace and \
+                kept[2] <= now_s < kept[3] and len(kept[0]) == len(running) and \
+                all(map(is_, kept[0], running)):
+            return kept[4], dict(kept[5]), kept[6]
+        candidates = victim_candidates(running, now_s, self._menus, displace)
+        spare, most = spare_gpus(candidates), most_freed(candidates)
+        restored_s = min((r.restoring_until_s for r in running if r.restoring_until_s > now_s),
+                         default=INF)  # the next restore to end: the filter changes there
+        self._kept_candidates = (list(running), displace, now_s, restored_s, candidates, spare,
+                                 most)
+        return candidates, dict(spare), most
+
     @staticmethod
     def _displace_room(free: dict[str, int], claimed: dict[str, int]) -> dict[str, int]:
         """GPUs a displaced job may take, per type: free now, less what the jobs ahead in the
@@ -492,44 +549,42 @@ class HasPolicy:
 
     def _derive_facts(self, job: QueuedJob, index: FreeIndex) -> _JobFacts | None:
         """Rank the job's options and derive what the pass needs from them (cache miss)."""
-        usable = [o for o in job.options if o.gpu_type in index.node_size]
+        node_size = index.node_size
+        usable = [o for o in job.options if o.gpu_type in node_size]
         if not usable:
             return None
         # A start costs its launch (more nodes, longer): time to completion is launch + run,
         # and the GPUs are held for both. This is what keeps a 10-minute job off 64 GPUs.
         launch = self._launch_s
-        node_size = index.node_size
         keyed = []  # (time to completion, GPUs, type, position: a stable sort's tie-break, option)
         for position, o in enumerate(usable):
-            nodes = -(-o.num_gpus // node_size[o.gpu_type])
+            gpus, gpu_type = o.num_gpus, o.gpu_type
+            nodes = -(-gpus // node_size[gpu_type])
             launch_s = launch.get(nodes)
             if launch_s is None:
                 launch_s = launch[nodes] = self.config.launch_s(nodes)
-            keyed.append((launch_s + o.duration_s, o.num_gpus, o.gpu_type, position, o))
+            keyed.append((launch_s + o.duration_s, gpus, gpu_type, position, o))
         keyed.sort()
-        timed = [(o, total_s) for total_s, _, _, _, o in keyed]
-        ranked = [o for o, _ in timed]
         capacity = index.capacity
-        entries = tuple((o, o.gpu_type, o.num_gpus, total_s, total_s * o.num_gpus, o.plan.tp)
-                        for o, total_s in timed if o.num_gpus <= capacity.get(o.gpu_type, 0))
-        fewest: dict[str, int] = {}
-        for _, gpu_type, gpus, _, _, _ in entries:
-            fewest[gpu_type] = min(gpus, fewest.get(gpu_type, gpus))
-        need = tuple(sorted(fewest.items(), key=lambda item: (item[1], item[0])))
-        frontier, narrowest = [], {}
-        for i, (_, gpu_type, gpus, _, _, _) in enumerate(entries):  # fastest first
+        entries = tuple([(o, gpu_type, gpus, total_s, total_s * gpus, o.plan.tp)
+                         for total_s, gpus, gpu_type, _, o in keyed
+                         if gpus <= capacity.get(gpu_type, 0)])
+        frontier, narrowest = [], {}  # narrowest: per type, the fewest GPUs of any entry
+        shortest: dict[str, float] = {}
+        for i, (_, gpu_type, gpus, total_s, _, _) in enumerate(entries):  # fastest first
             if gpus < narrowest.get(gpu_type, gpus + 1):
                 narrowest[gpu_type] = gpus
                 frontier.append(i)
-        shortest: dict[str, float] = {}
-        for _, gpu_type, _, total_s, _, _ in entries:  # fastest first
-            shortest.setdefault(gpu_type, total_s)
-        best_s = timed[0][1]
+            if gpu_type not in shortest:
+                shortest[gpu_type] = total_s
+        need = tuple(sorted(narrowest.items(), key=lambda item: (item[1], item[0])))
+        best_s = keyed[0][0]
         facts = _JobFacts(
             job.options, job.submit_time_s, entries, need,
             self._need_ids.setdefault(need, len(self._need_ids)), tuple(frontier),
-            tuple(shortest[gpu_type] for gpu_type, _ in need), best_s,
-            min(total_s * o.num_gpus for o, total_s in timed), min(o.num_gpus for o in ranked),
+            tuple([shortest[gpu_type] for gpu_type, _ in need]), best_s,
+            min([total_s * gpus for total_s, gpus, _, _, _ in keyed]),
+            min([gpus for _, gpus, _, _, _ in keyed]),
             (1, best_s + self.config.aging_rate * job.submit_time_s, job.submit_time_s, job.job_id))
         self._facts[job.job_id] = facts
         return facts
@@ -668,7 +723,7 @@ class HasPolicy:
         free = index.free_by_type
         reservations = state.reservations
         claimed = state.claimed
-        release_waits = state.release_waits
+        release_ends = state.release_ends
         releases = state.releases
         now_s = state.now_s
         hold: PlanOption | None = None  # the best option to wait for: (hold_value, hold_rank)
@@ -695,10 +750,13 @@ class HasPolicy:
             short = gpus + claimed.get(gpu_type, 0) - have
             if short < 1:
                 short = 1
-            memo = release_waits.get(gpu_type)
-            wait_s = memo.get(short) if memo is not None else None
-            if wait_s is None:
-                wait_s = releases.wait_s(gpu_type, short)
+            memo = release_ends.get(gpu_type)
+            end_s = memo.get(short) if memo is not None else None
+            if end_s is None:
+                end_s = releases.end_s(gpu_type, short)
+            wait_s = end_s - now_s
+            if not wait_s > 0.0:
+                wait_s = 0.0
             if reservation is not None and reservation.shadow_s - now_s > wait_s:
                 wait_s = reservation.shadow_s - now_s
             value = wait_s + cost

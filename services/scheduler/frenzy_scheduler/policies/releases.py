@@ -7,7 +7,9 @@ at 10,000 GPUs, 5,000 running jobs and about 5 ms, for a set that changes by a j
 between decisions. So they are maintained by deltas: `IdentityDiff` finds the jobs that
 started and ended since the last call (a `RunningJob` is immutable and the callers make a
 new one for every start or reshape), each is inserted into or removed from its type's sorted
-list, and only the changed types' derived lists are rebuilt (at C speed).
+list, and only the changed types' derived lists are rebuilt (at C speed). What callers derive
+from a type's lists (has: when n more GPUs are released) is kept for them in `memo` until
+that type's lists change.
 
 The lists are a function of the multiset of (expected end, GPUs) per type alone, so the
 answer is the same as a rebuild from scratch, whatever the order of the running jobs.
@@ -60,6 +62,17 @@ class ReleaseTimes:
         self._sorted: dict[str, list[tuple[float, int]]] = {}  # (end, GPUs) per type, ascending
         self._ends: Ends = {}
         self._cumulative: Cumulative = {}
+        # Per type: the ends list an answer memo was built from, and the memo (the caller's)
+        self._memos: dict[str, tuple[list[float] | None, dict]] = {}
+
+    def memo(self, gpu_type: str, ends: list[float] | None) -> dict:
+        """A memo for answers that are a function of the type's `ends` list (and its
+        cumulative list, which changes with it): kept until the type's list changes. A changed
+        list is a new object, so identity tells; the memo holds it, so its id is never reused."""
+        entry = self._memos.get(gpu_type)
+        if entry is None or entry[0] is not ends:
+            entry = self._memos[gpu_type] = (ends, {})
+        return entry[1]
 
     def of(self, running: Sequence[RunningJob]) -> tuple[Ends, Cumulative]:
         """The lists for `running` (read-only for the caller: they change on the next call)."""
