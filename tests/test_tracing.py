@@ -57,7 +57,9 @@ def collector():
 
 
 @pytest.fixture(scope="module")
-def cluster(local_cluster, collector):
+def cluster(collector, local_cluster):
+    """The collector first, so it is torn down last: stopped before the cluster, it made every
+    service's last export wait out the exporter's timeout (a 9-15 s teardown)."""
     return local_cluster("tracing", extra_env={"FRENZY_OTLP_ENDPOINT": collector,
                                                "OTEL_BSP_SCHEDULE_DELAY": "200"})
 
