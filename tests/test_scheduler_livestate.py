@@ -211,7 +211,7 @@ def test_the_service_runs_the_policy_once_per_batch_and_publishes_its_placements
 
 
 def test_a_job_held_for_a_release_is_decided_again_at_the_predicted_end_without_an_event():
-    """`has` holds a job for GPUs a running job is predicted to free in half a second. That job
+    """`has` holds a job for GPUs a running job is predicted to free in two seconds. That job
     overruns and sends nothing: no event comes. The service's timer runs the policy at the
     predicted end, where the job is shown as ending never, so the held job starts on what is
     free. (Before: it waited for some event, possibly the overrunning job's end.)"""
@@ -238,14 +238,14 @@ def test_a_job_held_for_a_release_is_decided_again_at_the_predicted_end_without_
         await service.on_availability(envelope(availability([2, 3], 1, jobs=["r"])), "n1")
         record = types_pb2.Job(id="r", state=types_pb2.RUNNING, version=5, option=option_to_proto(narrow),
                                assignments=[types_pb2.GpuAssignment(node_id="n1", gpu_indices=[0, 1])])
-        record.started_at.FromNanoseconds(int((time.time() - narrow.duration_s + 0.5) * 1e9))
+        record.started_at.FromNanoseconds(int((time.time() - narrow.duration_s + 2.0) * 1e9))
         await service.on_status(envelope(events_pb2.JobStatusChanged(
             job_id="r", state=types_pb2.RUNNING, source=events_pb2.ORCHESTRATOR, job=record)), "r")
         await service.on_planned(envelope(events_pb2.JobPlanned(
             job_id="q", options=[option_to_proto(wide), option_to_proto(narrow)])), "q")
         await service.on_status(envelope(status("q", types_pb2.QUEUED, 3)), "q")
         await service.schedule_if_changed()
-        assert bus.published == []  # held: the 4-GPU option is worth the half-second wait
+        assert bus.published == []  # held: the 4-GPU option is worth the two-second wait
         timer = asyncio.create_task(service.redecide_loop())
         started = time.monotonic()
         try:
@@ -259,4 +259,4 @@ def test_a_job_held_for_a_release_is_decided_again_at_the_predicted_end_without_
     [(_, key, placed)] = bus.published
     assert key == "q" and placed.option.num_gpus == 2, placed
     assert [tuple(a.gpu_indices) for a in placed.assignments] == [(2, 3)]
-    assert waited_s < 10, waited_s  # at the predicted end, not the 600 s fallback
+    assert 1.0 < waited_s < 30, waited_s  # just after the predicted end, not the 600 s fallback
