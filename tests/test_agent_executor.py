@@ -251,9 +251,13 @@ def test_checkpoint_commits_are_tracked_apart_from_progress(tmp_path):
     job = ended_job(tmp_path, [0])
     with open(job.progress_file, "a") as f:
         f.write('{"event": "resumed", "step": 4}\n{"step": 5, "loss": 6.0}\n'
-                '{"event": "checkpoint", "step": 6}\n')
+                '{"event": "checkpoint", "step": 6, "save_s": 0.02, "write_s": 1.5}\n')
     assert read_progress(job) == {"step": 5, "loss": 6.0}  # events are not progress
-    assert job.checkpoint_step == 6
+    assert job.checkpoint_step == 6 and job.checkpoint_write_s == 1.5  # what a save takes
+    with open(job.progress_file, "a") as f:
+        f.write('{"event": "checkpoint", "step": 9, "write_s": "x"}\n')  # not a number: kept
+    read_progress(job)
+    assert job.checkpoint_step == 9 and job.checkpoint_write_s == 1.5
 
 
 def test_a_preempted_status_is_read_as_preemption_and_nothing_else_is(tmp_path):

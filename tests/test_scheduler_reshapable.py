@@ -166,6 +166,17 @@ def test_the_menu_is_put_in_the_jobs_measured_seconds_with_its_measured_restart(
     assert math.isclose(run.restart_s, 11.0)
 
 
+def test_before_any_move_the_restart_adds_the_save_its_trainer_reported():
+    """Placement to first step leaves out a move's save; the trainer reports how long its last
+    checkpoint took (start to commit): 11 s + 4 s."""
+    state = _state(_GrowAll())
+    for version, step, now_s in ((1, 2, 1010.0), (2, 22, 1030.0)):
+        status = _running(version, step)
+        status.job.progress.checkpoint_write_s = 4.0
+        state.on_status(status, now_s=now_s)
+    assert math.isclose(state.running["a"].restart_s, 11.0 + 4.0)
+
+
 def test_after_a_move_of_ours_the_restart_is_measured_from_its_decision():
     """A first start measures placement to first step (11 s here); after a reshape the scheduler
     published, the new attempt's restart is measured from that decision, so it holds the save
@@ -181,6 +192,7 @@ def test_after_a_move_of_ours_the_restart_is_measured_from_its_decision():
         new.job.resumed_from_step = 35
         new.job.placed_at.FromSeconds(1045)
         new.job.started_at.FromSeconds(1046)
+        new.job.progress.checkpoint_write_s = 4.0  # inside the measure already: not added
         state.on_status(new, now_s=now_s)
     # from step 40 at 1055 to 60 at 1065: 2 steps/s, so step 35 was productive from 1052.5
     assert math.isclose(state.running["a"].restart_s, 1052.5 - 1030.0)
@@ -189,9 +201,10 @@ def test_after_a_move_of_ours_the_restart_is_measured_from_its_decision():
     later.job.resumed_from_step = 65
     later.job.placed_at.FromSeconds(1100)
     later.job.started_at.FromSeconds(1101)
+    later.job.progress.checkpoint_write_s = 4.0
     state.on_status(later, now_s=1105.0)
     state.on_status(_with(later, 9, 80), now_s=1110.0)
-    assert math.isclose(state.running["a"].restart_s, 1105.0 - 5 / 2 - 1100.0)
+    assert math.isclose(state.running["a"].restart_s, 1105.0 - 5 / 2 - 1100.0 + 4.0)
 
 
 def _with(status: events_pb2.JobStatusChanged, version: int, step: int) -> events_pb2.JobStatusChanged:

@@ -199,20 +199,22 @@ class DecisionAlternative(_message.Message):
     def __init__(self, option: _Optional[_Union[PlanOption, _Mapping]] = ..., estimated_start_s: _Optional[float] = ..., estimated_completion_s: _Optional[float] = ..., verdict: _Optional[str] = ...) -> None: ...
 
 class Progress(_message.Message):
-    __slots__ = ("step", "steps", "tokens", "loss", "peak_memory_bytes", "fraction")
+    __slots__ = ("step", "steps", "tokens", "loss", "peak_memory_bytes", "fraction", "checkpoint_write_s")
     STEP_FIELD_NUMBER: _ClassVar[int]
     STEPS_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     LOSS_FIELD_NUMBER: _ClassVar[int]
     PEAK_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     FRACTION_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_WRITE_S_FIELD_NUMBER: _ClassVar[int]
     step: int
     steps: int
     tokens: int
     loss: float
     peak_memory_bytes: int
     fraction: float
-    def __init__(self, step: _Optional[int] = ..., steps: _Optional[int] = ..., tokens: _Optional[int] = ..., loss: _Optional[float] = ..., peak_memory_bytes: _Optional[int] = ..., fraction: _Optional[float] = ...) -> None: ...
+    checkpoint_write_s: float
+    def __init__(self, step: _Optional[int] = ..., steps: _Optional[int] = ..., tokens: _Optional[int] = ..., loss: _Optional[float] = ..., peak_memory_bytes: _Optional[int] = ..., fraction: _Optional[float] = ..., checkpoint_write_s: _Optional[float] = ...) -> None: ...
 
 class GpuAssignment(_message.Message):
     __slots__ = ("node_id", "gpu_indices")

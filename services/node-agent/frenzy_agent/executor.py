@@ -52,6 +52,7 @@ class RunningJob:
     last_progress: dict = field(default_factory=dict)
     progress_offset: int = 0  # bytes of the progress file already read
     checkpoint_step: int | None = None  # the newest committed checkpoint the trainer reported
+    checkpoint_write_s: float = 0.0  # how long that save took, start to commit
 
     @property
     def progress_file(self) -> Path:
@@ -248,7 +249,8 @@ def group_alive(pgid: int) -> bool:
 def read_progress(job: RunningJob) -> dict:
     """The last complete progress line of the job's progress file. Polled every few tens of ms,
     so it reads only the lines written since the last call: a long job's file grows by a line a
-    step. Checkpoint commits (`{"event": "checkpoint", "step": N}`) go to `job.checkpoint_step`."""
+    step. Checkpoint commits (`{"event": "checkpoint", "step": N, "write_s": S}`) go to
+    `job.checkpoint_step` and `job.checkpoint_write_s`."""
     try:
         with open(job.progress_file, "rb") as f:
             f.seek(job.progress_offset)
@@ -266,6 +268,9 @@ def read_progress(job: RunningJob) -> dict:
             continue
         if data.get("event") == "checkpoint":
             job.checkpoint_step = max(job.checkpoint_step or 0, data["step"])
+            write_s = data.get("write_s")
+            if isinstance(write_s, (int, float)) and write_s >= 0:
+                job.checkpoint_write_s = float(write_s)
         elif data.get("event") != "resumed":
             job.last_progress = data
     return job.last_progress

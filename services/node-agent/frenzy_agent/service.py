@@ -77,7 +77,8 @@ class NodeAgent:
             status.progress.CopyFrom(types_pb2.Progress(
                 step=int(p.get("step", 0)), steps=steps, tokens=int(p.get("tokens", 0)),
                 loss=float(p.get("loss", 0.0)), peak_memory_bytes=int(p.get("peak_memory_bytes", 0)),
-                fraction=min(1.0, int(p.get("step", 0)) / steps) if steps else 0.0))
+                fraction=min(1.0, int(p.get("step", 0)) / steps) if steps else 0.0,
+                checkpoint_write_s=job.checkpoint_write_s))
         if job.checkpoint_step is not None:
             status.checkpoint_step = job.checkpoint_step
         await self.bus.publish(topics.JOBS_STATUS, job.job_id, status, trace_id=job.job_id)

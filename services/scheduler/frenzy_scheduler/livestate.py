@@ -166,6 +166,8 @@ class LiveState:
             full = replace(full, duration_s=full.duration_s * speed)
             menu = tuple(replace(o, duration_s=o.duration_s * speed) for o in menu)
             restart_s = max(0.0, productive_from_s - self._restart_began_s(record, start_s))
+            if not self._moved_into(record):  # the measure holds no save: add the last one's
+                restart_s += record.progress.checkpoint_write_s
         option = replace(full, duration_s=full.duration_s * fraction_at_start)
         assignments = tuple((a.node_id, tuple(a.gpu_indices)) for a in record.assignments)
         self.running[record.id] = RunningJob(
@@ -181,13 +183,17 @@ class LiveState:
         attempt that a reshape of ours started: the reshape's decision, so the measure holds all
         that a move costs (the save on request, the stop, the relaunch, the restore), which is
         what the next move will cost. Any other attempt: its placement (else its start), which
-        leaves out the save and the stop: its first start measured a third of what its moves
-        took (docs/has.md, "Live")."""
-        moved = self.moved.get(record.id)
-        if moved is not None and record.attempt == moved[0] + 1:
-            return moved[1]
+        leaves out the save and the stop (its first start measured a third of what its moves
+        took, docs/has.md "Live"); the caller adds the save its trainer last reported."""
+        if self._moved_into(record):
+            return self.moved[record.id][1]
         placed_s = record.placed_at.ToNanoseconds() / 1e9 or start_s
         return min(placed_s, start_s)
+
+    def _moved_into(self, record: types_pb2.Job) -> bool:
+        """Whether a reshape this scheduler published started this attempt."""
+        moved = self.moved.get(record.id)
+        return moved is not None and record.attempt == moved[0] + 1
 
     def on_availability(self, event: events_pb2.GpuAvailabilityChanged) -> None:
         if event.version and event.version <= self.node_versions.get(event.node_id, 0):
