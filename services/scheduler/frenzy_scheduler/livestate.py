@@ -237,10 +237,8 @@ class LiveState:
 
     def next_change_s(self, now_s: float) -> float | None:
         """When this view changes with no event: the first running job to pass its predicted
-        end, from which it is shown as ending never (`schedule`), so a job held for its GPUs
-        should be decided again then. None when no job waits (no placement could change)."""
-        if not self.waiting():
-            return None
+        end after `now_s`, from which it is shown as ending never (`schedule`), so a job held
+        for its GPUs should be decided again then. None: no running job has an end ahead."""
         return min((r.expected_end_s for r in self.running.values() if r.expected_end_s > now_s),
                    default=None)
 

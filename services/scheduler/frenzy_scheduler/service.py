@@ -124,16 +124,16 @@ class SchedulerService:
         while True:
             self._decided.clear()
             now_s = time.time()
-            delay_s: float | None = None
-            if self.state.waiting():
+            waiting = len(self.state.waiting())
+            delay_s: float | None = None  # nothing waits: no placement could change
+            if waiting:
                 due_s = self.state.next_change_s(now_s - OVERDUE_GRACE_S)
                 delay_s = self._redecide_s if due_s is None else \
                     min(self._redecide_s, due_s + OVERDUE_GRACE_S - now_s)
             try:
                 await asyncio.wait_for(self._decided.wait(), timeout=delay_s)
             except asyncio.TimeoutError:
-                log.info("deciding again without an event", waiting=len(self.state.waiting()),
-                         after_s=round(delay_s or 0.0, 3))
+                log.info("deciding again without an event", waiting=waiting, after_s=round(delay_s, 3))
                 await self._schedule()
 
     async def on_planned(self, env: events_pb2.Envelope, key: str) -> None:
