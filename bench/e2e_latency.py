@@ -22,6 +22,7 @@ with their job ids and hops, which lead to the services' logs (printed at the en
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 import asyncio
 import json
 import os
@@ -98,9 +99,13 @@ class Records:
         self.agent_running: dict[tuple[str, int], float] = {}  # first agent RUNNING report
         self.agent_succeeded: dict[str, float] = {}  # job -> first agent SUCCEEDED report
         self.released: dict[str, float] = {}  # job -> last availability "job X finished"
+        self.kinds: Counter[str] = Counter()  # records per payload (agents' statuses by state)
         for env in envelopes:
             at = seconds(env.produced_at)
             kind = env.WhichOneof("payload")
+            self.kinds[kind] += 1
+            if kind == "job_status_changed" and env.job_status_changed.source == events_pb2.AGENT:
+                self.kinds["agent " + types_pb2.JobState.Name(env.job_status_changed.state)] += 1
             if kind == "job_placed":
                 self.placed[env.job_placed.job_id] = env
             elif kind == "job_planned":
@@ -363,6 +368,7 @@ def main() -> None:
         "arrival_hops": summarise(arrival_hops(arrivals, records)),
         "cpu_percent_idle_before": idle_before, "cpu_percent_idle_after": idle_after,
         "cpu_percent_during_burst": run_cpu,
+        "records_by_kind": dict(records.kinds.most_common()),
     }
     print(f"e2e latency {args.label}: {result['jobs']} jobs + {result['arrivals']} arrivals on the "
           f"demo cluster ({args.policy}), {result['succeeded']} succeeded, {wall_s:.0f}s wall, "
@@ -380,6 +386,7 @@ def main() -> None:
     print(f"  idle CPU % of a core before {idle_before}")
     print(f"  idle CPU % of a core after  {idle_after}")
     print(f"  CPU % of a core during the burst {run_cpu}")
+    print(f"  records read back, by kind: {result['records_by_kind']}")
     print(f"  slowest reactions (ms): {result['slowest_reactions']}")
     print(f"  services' logs: {workdir / 'logs'}")
     save_result(result, args.out)
