@@ -97,7 +97,9 @@ class Records:
         self.queued: dict[str, float] = {}  # job -> first orchestrator QUEUED produced
         self.launch: dict[tuple[str, int], float] = {}  # (job, attempt) -> first LaunchJob
         self.agent_running: dict[tuple[str, int], float] = {}  # first agent RUNNING report
-        self.agent_succeeded: dict[str, float] = {}  # job -> first agent SUCCEEDED report
+        # job -> its last agent SUCCEEDED report: a job of several nodes ends (and its GPUs are
+        # released) with the last node's report, so the hop to the release starts there.
+        self.agent_succeeded: dict[str, float] = {}
         self.released: dict[str, float] = {}  # job -> last availability "job X finished"
         self.kinds: Counter[str] = Counter()  # records per payload (agents' statuses by state)
         for env in envelopes:
@@ -124,7 +126,7 @@ class Records:
                 elif s.source == events_pb2.AGENT and s.state == types_pb2.RUNNING:
                     self.agent_running.setdefault((s.job_id, s.attempt), at)
                 elif s.source == events_pb2.AGENT and s.state == types_pb2.SUCCEEDED:
-                    self.agent_succeeded.setdefault(s.job_id, at)
+                    self.agent_succeeded[s.job_id] = max(at, self.agent_succeeded.get(s.job_id, 0.0))
 
 
 def reaction_hops(jobs: list[types_pb2.Job], rec: Records,
