@@ -71,7 +71,8 @@ def test_fixed_plan_table():
 @pytest.mark.parametrize("args, option", [
     (["predict", "--model", "no-such-model", "--seq-len", "256", "--global-batch", "8"], "--model"),
     (BASE + ["--gpu-type", "A100-80GB", "--tp", "3"], "--tp"),
-    (BASE + ["--gpu-type", "A100-80GB", "--pp", "3"], "--pp"),
+    (BASE + ["--gpu-type", "A100-80GB", "--pp", "3", "--framework", "megatron"], "--pp"),
+    (BASE + ["--gpu-type", "A100-80GB", "--pp", "64"], "--pp"),  # more stages than layers
     (BASE + ["--gpu-type", "A100-80GB", "--dp", "0"], "--dp"),
     (BASE + ["--gpu-type", "A100-80GB", "--micro-batch", "-1"], "--micro-batch"),
     (BASE + ["--gpu-type", "A100-80GB", "--dp", "3"], "--micro-batch"),

@@ -161,9 +161,14 @@ def _check_fixed_plan(arch: ModelArch, training: TrainingSpec, plan: ParallelPla
     if plan.tp > gpu.typical_gpus_per_node:
         raise click.BadParameter(f"tp {plan.tp} exceeds the {gpu.typical_gpus_per_node} GPUs of "
                                  f"a {gpu.name} node", param_hint="--tp")
-    if arch.num_layers % plan.pp:
-        raise click.BadParameter(f"{arch.name} has {arch.num_layers} layers, not divisible by pp "
-                                 f"{plan.pp}", param_hint="--pp")
+    from frenzy_predictor.memory import recipe_profile
+
+    try:  # the stack's own split of the layers over the stages (pipeline_split.py)
+        recipe_profile(training.recipe.framework).pipeline_split(arch.num_layers, plan.pp, 1)
+    except ValueError as err:
+        raise click.BadParameter(f"{arch.name} has {arch.num_layers} layers: "
+                                 f"{training.recipe.framework} cannot split them over pp "
+                                 f"{plan.pp} ({err})", param_hint="--pp") from None
     if training.global_batch_size % (plan.dp * plan.micro_batch):
         raise click.BadParameter(
             f"global batch {training.global_batch_size} is not a multiple of dp x micro-batch "
@@ -236,6 +241,8 @@ def _evaluate_plan(arch: ModelArch, training: TrainingSpec, plan: ParallelPlan,
         "device_peak_bytes": memory.device_peak_bytes,
         "peak_tensor_bytes": memory.peak_tensor_bytes, "peak_bytes": memory.peak_bytes,
         "breakdown": dict(memory.breakdown), "capacity_bytes": gpu.memory_bytes,
+        # the stack's split of the layers over the pipeline stages, and the stage of the peak
+        "stage_layers": list(memory.stage_layers), "peak_stage": memory.peak_stage,
         "usable_bytes": int(usable_bytes(gpu)), "memory_margin": margin,
         "fits": memory.device_peak_bytes * margin <= usable_bytes(gpu),
         # why the framework's launcher would refuse this plan (frenzy.runnable); null: it runs it
@@ -271,6 +278,9 @@ def _print_plan(result: dict[str, Any]) -> None:
                   f"{result['peak_allocated_bytes'] / GIB:.2f} GiB")
     table.add_row("peak reserved", f"{result['peak_reserved_bytes'] / GIB:.2f} GiB")
     table.add_row("device peak", f"{result['device_peak_bytes'] / GIB:.2f} GiB")
+    if len(result["stage_layers"]) > 1:
+        table.add_row("layers per stage", " ".join(map(str, result["stage_layers"])))
+        table.add_row("peak on stage", str(result["peak_stage"]))
     table.add_row("learned margin", f"x {result['memory_margin']:.3g}")
     table.add_row("usable per GPU", f"{result['usable_bytes'] / GIB:.2f} GiB")
     for name, value in result["step_time_breakdown"].items():

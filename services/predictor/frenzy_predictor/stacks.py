@@ -17,6 +17,7 @@ from frenzy_predictor.memory import (FP32_BYTES, MIB, RecipeProfile, _act_bytes,
                                      korthikanti_layer_activation_bytes, layer_backward_transient_bytes,
                                      layer_bytes, logits_loss_bytes, mlp_saved_bytes,
                                      model_state_bytes, rank_layer_params)
+from frenzy_predictor.pipeline_split import megatron_split, torchtitan_split
 
 # torchtitan's run_train.sh sets PYTORCH_ALLOC_CONF=expandable_segments:True: the allocator maps
 # 2 MiB pages into one growing segment per stream instead of caching whole blocks, so reserved
@@ -132,6 +133,7 @@ MEGATRON = RecipeProfile("megatron", model_states=megatron_model_state_bytes,
                          deferred_output_wgrad=megatron_deferred_output_wgrad_bytes,
                          fused_logits_loss=megatron_fused_logits_loss_bytes,
                          context_parallel_attention=megatron_context_parallel_attention_bytes,
+                         pipeline_split=megatron_split,
                          workspace_bytes=TORCH_CUBLAS_WORKSPACE_BYTES + TE_CUBLAS_WORKSPACE_BYTES)
 
 
@@ -189,7 +191,8 @@ TORCHTITAN = RecipeProfile("torchtitan", model_states=torchtitan_model_state_byt
                            allocator_slack_fraction=EXPANDABLE_SEGMENTS_SLACK_FRACTION,
                            zero_stages=(0, 2, 3),  # DDP, FSDP2 without / with reshard
                            context_parallel=True,  # experimental.context_parallel_degree
-                           workspace_bytes=TORCH_CUBLAS_WORKSPACE_BYTES, fsdp_stream_pools=True)
+                           workspace_bytes=TORCH_CUBLAS_WORKSPACE_BYTES, fsdp_stream_pools=True,
+                           pipeline_split=torchtitan_split)
 
 
 # ---------------------------------------------------------------- DeepSpeed (ZeRO)
