@@ -126,6 +126,9 @@ def megatron_split(num_layers: int, pp: int, virtual_stages: int = 1, *,
     if uneven and (account_for_embedding or account_for_loss):
         raise ValueError("pipeline split: Megatron refuses --decoder-first/last-pipeline-num-layers "
                          "with --account-for-embedding/loss-in-pipeline-split")
+    if uneven and pp < 2:
+        raise ValueError("pipeline split: --decoder-first/last-pipeline-num-layers need a "
+                         "pipeline (pp > 1)")
     if uneven:
         per_rank = [None] * pp
         rest, left = num_layers, pp
