@@ -937,10 +937,13 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
                            reduce_bucket_elements)
     stages = peak_stage_candidates(split) if stage is None else [stage]
     peak_layers = 0  # the layers of the stage holding the peak
+    layer_peaks: dict[int, tuple] = {}
     for stage in stages:
         first, last = stage == 0, stage == plan.pp - 1
         layers = split.stage_layers[stage]
-        blocks, buffers, k, loss_weights, layer_weights = layer_peak(layers)
+        if layers not in layer_peaks:  # stages of as many layers share it (even splits: all)
+            layer_peaks[layers] = layer_peak(layers)
+        blocks, buffers, k, loss_weights, layer_weights = layer_peaks[layers]
         peak_block = blocks[k]
         layer_phase = "layer_backward" if k == 0 else f"layer_{peak_block}_backward"
         in_flight = pipeline_in_flight(plan, stage, accum, virtual_stages, microbatch_group)

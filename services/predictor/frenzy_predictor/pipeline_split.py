@@ -20,7 +20,8 @@ their pipelines must split evenly.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
 
 
 @dataclass(frozen=True)
@@ -31,25 +32,25 @@ class PipelineSplit:
     rank's last chunk."""
 
     chunk_layers: tuple[tuple[int, ...], ...]
+    # Derived once (estimate_memory reads them per stage, per plan of a search):
+    stage_layers: tuple[int, ...] = field(init=False)  # layers each rank holds, all its chunks
+    even: bool = field(init=False)  # every chunk of every rank as many: the per-stage formula
 
-    @property
-    def stage_layers(self) -> tuple[int, ...]:
-        """Layers each pipeline rank holds, over all its chunks."""
-        return tuple(sum(chunks) for chunks in self.chunk_layers)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stage_layers",
+                           tuple(sum(chunks) for chunks in self.chunk_layers))
+        first = self.chunk_layers[0][0]
+        object.__setattr__(self, "even", all(n == first for chunks in self.chunk_layers
+                                             for n in chunks))
 
     def even_chunks(self, stage: int) -> bool:
         """Whether every chunk of `stage` holds as many layers (in-flight counts are then whole
         stages, as estimate_memory counted them before uneven splits)."""
         chunks = self.chunk_layers[stage]
-        return all(n == chunks[0] for n in chunks)
-
-    @property
-    def even(self) -> bool:
-        """Every chunk of every rank holds as many layers: today's per-stage formula applies."""
-        first = self.chunk_layers[0][0]
-        return all(n == first for chunks in self.chunk_layers for n in chunks)
+        return self.even or all(n == chunks[0] for n in chunks)
 
 
+@lru_cache(maxsize=256)  # pure; the plan search asks again per plan
 def even_split(num_layers: int, pp: int, virtual_stages: int = 1) -> PipelineSplit:
     """Every chunk the same number of layers; ValueError naming plan.pp (or virtual_stages) when
     they do not divide the layers. DeepSpeed's and the HF Trainer's pipelines, as MARP models
@@ -69,6 +70,7 @@ def _check_stages(num_layers: int, pp: int) -> None:
                          f"would hold no layers")
 
 
+@lru_cache(maxsize=256)  # pure; the plan search asks again per plan
 def reference_split(num_layers: int, pp: int, virtual_stages: int = 1) -> PipelineSplit:
     """The reference trainer (frenzy_trainer.parallelize.stage_layers): divmod(num_layers, pp),
     the first num_layers % pp stages take one layer more. No interleaved schedule."""
@@ -80,6 +82,7 @@ def reference_split(num_layers: int, pp: int, virtual_stages: int = 1) -> Pipeli
     return PipelineSplit(tuple((base + (stage < extra),) for stage in range(pp)))
 
 
+@lru_cache(maxsize=256)  # pure; the plan search asks again per plan
 def torchtitan_split(num_layers: int, pp: int, virtual_stages: int = 1) -> PipelineSplit:
     """torchtitan 9dec370, `generate_split_points` (no pipeline_parallel_split_points given):
     over pp x virtual_stages stages, base = L // stages and extra = L % stages; the first stage
@@ -106,6 +109,7 @@ def torchtitan_split(num_layers: int, pp: int, virtual_stages: int = 1) -> Pipel
                                for rank in range(pp)))
 
 
+@lru_cache(maxsize=256)  # pure; the plan search asks again per plan
 def megatron_split(num_layers: int, pp: int, virtual_stages: int = 1, *,
                    first_stage_layers: int | None = None, last_stage_layers: int | None = None,
                    account_for_embedding: bool = False,
