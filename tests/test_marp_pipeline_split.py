@@ -186,6 +186,26 @@ def test_plan_search_finds_an_uneven_pipeline_for_405b():
     from frenzy.catalog.gpus import gpu_catalog
     from frenzy_predictor.plans import enumerate_options
 
-    training = TrainingSpec(8192, 256, 10**10, Recipe(framework="torchtitan"))
-    options = enumerate_options(LLAMA405B, training, [gpu_catalog()["H100-80GB"]])
-    assert any(126 % o.plan.pp for o in options)  # 15-16 layers a stage fit; 63 do not
+    for framework in ("frenzy", "torchtitan"):
+        training = TrainingSpec(2048, 256, 10**10, Recipe(framework=framework))
+        options = enumerate_options(LLAMA405B, training, [gpu_catalog()["H100-80GB"]])
+        assert any(126 % o.plan.pp for o in options), framework  # pp 16: 7-8 layers a stage
+
+
+def test_torchtitan_pipelines_keep_weights_gathered_and_gradients_unsharded():
+    """pp > 1: FSDP2 without reshard (apply_fsdp) and no-sync backward under
+    torch.distributed.pipelining: 16-bit weights and fp32 gradients of the stage's whole
+    parameters, masters and moments over dp (ZeRO-1's terms); pp 1 keeps FSDP's."""
+    from frenzy_predictor.stacks import torchtitan_plan_as_run
+
+    plan = ParallelPlan(dp=8, tp=8, pp=8, zero=2, micro_batch=1, recompute="full",
+                        sequence_parallel=True)
+    assert torchtitan_plan_as_run(plan) == replace(plan, zero=1)
+    assert torchtitan_plan_as_run(replace(plan, pp=1)) == replace(plan, pp=1)
+    est = estimate_memory(LLAMA405B, R, plan, 8192, framework="torchtitan", grad_accum=8,
+                          stage=1)
+    params = stage_params(LLAMA405B, plan, 1, 16)
+    padded = -(-params // 8) * 8
+    assert est.breakdown["parameters"] == -(-padded * 2 // 512) * 512
+    assert est.breakdown["gradients"] == -(-padded * 4 // 512) * 512
+    assert est.breakdown["pipeline_buffers"] > 0

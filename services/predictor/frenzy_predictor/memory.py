@@ -621,6 +621,9 @@ class RecipeProfile:
     # stay whole and only the profile's model_states term knows the stage.
     fsdp_stages: tuple[int, ...] = (2, 3)
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)  # what the stack offers: the plan search tries these
+    # ... of which those it combines with pipelining (Megatron and DeepSpeed refuse ZeRO-2/3
+    # with pp > 1: they would shard gradients per micro-batch)
+    pipeline_zero_stages: tuple[int, ...] = (0, 1)
     # Whether the stack splits sequences over context-parallel ranks (Megatron's
     # --context-parallel-size, torchtitan's context_parallel_degree): the plan search tries cp > 1
     # for long sequences only where it does. The reference trainer has no context parallelism.

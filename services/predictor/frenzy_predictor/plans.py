@@ -194,6 +194,7 @@ class _JobSpace:
 
     def __init__(self, arch: ModelArch, training: TrainingSpec, zero_stages: Sequence[int]):
         self.arch, self.training, self.zero_stages = arch, training, sorted(set(zero_stages))
+        self.pipeline_zero_stages = recipe_profile(training.recipe.framework).pipeline_zero_stages
         self._micro_batches: dict[tuple[int, int, int, int], list[int]] = {}
         self._zeros: dict[tuple[int, int], list[int]] = {}
 
@@ -222,15 +223,16 @@ class _JobSpace:
         return mbs
 
     def zeros(self, pp: int, dp: int) -> list[int]:
-        """ZeRO stages worth trying: none without replicas; 0-1 with pipelines (Megatron and
-        DeepSpeed refuse ZeRO-2/3 with pipelining: they shard grads per micro-batch). `dp` counts
-        the ranks that shard: dp x cp."""
+        """ZeRO stages worth trying: none without replicas; with pipelines those the stack
+        combines with them (RecipeProfile.pipeline_zero_stages: 0-1, as Megatron and DeepSpeed
+        refuse ZeRO-2/3 with pipelining; torchtitan 0 and 2). `dp` counts the ranks that
+        shard: dp x cp."""
         zeros = self._zeros.get((pp, dp))
         if zeros is None:
             if dp == 1:
                 zeros = [0]
             elif pp > 1:
-                zeros = [z for z in self.zero_stages if z <= 1] or [0]
+                zeros = [z for z in self.zero_stages if z in self.pipeline_zero_stages] or [0]
             else:
                 zeros = self.zero_stages
             self._zeros[(pp, dp)] = zeros
