@@ -21,6 +21,9 @@ Three peaks, named for what they compare with (docs/marp-memory.md, "Three peaks
   peak_allocated_bytes  torch.cuda.max_memory_allocated (the tensors above)
   peak_reserved_bytes   torch.cuda.max_memory_reserved (+ the caching allocator's slack)
   device_peak_bytes     what the device must hold (+ CUDA context, NCCL): decides a fit
+Pipelines: each stage holds the layers of its stack's own split (frenzy_predictor.pipeline_split,
+uneven when pp does not divide the layers); the per-rank peak is the largest stage's, each with
+its own layers, in-flight micro-batches and end modules.
 `framework` picks the recipe profile: "frenzy" (this module, the reference trainer) or another
 training stack's (frenzy_predictor.stacks: megatron, torchtitan, deepspeed, hf).
 """
