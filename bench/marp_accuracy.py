@@ -104,6 +104,11 @@ PARALLEL_GRID: list[tuple] = [
     ("tinyllama-1.1b", 1024, 1, 2, 1, "none", {}, 2, 2, 4),
     ("llama3.2-1b", 2048, 1, 1, 0, "none", {"dropout": 0.1}, 2, 2, 2),
     ("llama2-7b", 4096, 1, 1, 1, "full", {}, 4, 2, 8),
+    # uneven pipelines: pp does not divide the layers, the trainer's stage_layers gives the
+    # first stages one more (4 over 3: 2, 1, 1; 16 over 3: 6, 5, 5)
+    ("tiny-llama", 256, 2, 1, 0, "none", {}, 1, 3, 3),
+    ("tiny-gpt2", 256, 2, 1, 0, "full", {}, 1, 3, 6),
+    ("llama3.2-1b", 2048, 1, 1, 0, "none", {}, 1, 3, 6),
 ]
 QUICK = [0, 2, 3, 16, 21, 23]
 QUICK_PARALLEL = [0, 7, 12]
@@ -116,6 +121,8 @@ def _full(cfg: tuple) -> tuple:
 
 def plan_kind(cfg: tuple) -> str:
     tp, pp = _full(cfg)[7:9]
+    if model_catalog()[cfg[0]].num_layers % pp:
+        return "pp uneven" if tp == 1 else "tp+pp uneven"
     return {(False, False): "dp/zero", (True, False): "tp", (False, True): "pp"}.get(
         (tp > 1, pp > 1), "tp+pp")
 
@@ -181,7 +188,8 @@ def run(grid: list[tuple], use_cache: bool = True) -> dict:
                      "error_pct": {k: round(100 * (v - truth) / truth, 3) for k, v in preds.items()}})
     summary = _summary(rows)
     by_kind = {kind: _summary([r for r in rows if r["kind"] == kind])
-               for kind in ("dp/zero", "tp", "pp", "tp+pp") if any(r["kind"] == kind for r in rows)}
+               for kind in ("dp/zero", "tp", "pp", "tp+pp", "pp uneven", "tp+pp uneven")
+               if any(r["kind"] == kind for r in rows)}
     return {"configs": len(rows), "summary": summary, "by_kind": by_kind, "rows": rows,
             "estimate_us": round(time_estimate_us(), 2)}
 

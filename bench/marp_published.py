@@ -36,6 +36,7 @@ for sub in ("", "services/predictor", "bench"):
 from frenzy.catalog.models import ModelArch, model_catalog  # noqa: E402
 from frenzy.domain import ParallelPlan, Recipe  # noqa: E402
 from frenzy_predictor.memory import estimate_memory  # noqa: E402
+from frenzy_predictor.pipeline_split import PipelineSplit, megatron_split  # noqa: E402
 from marp_accuracy import korthikanti_acts  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "marp_published.yaml"
@@ -95,6 +96,20 @@ def baselines(arch: ModelArch, plan: ParallelPlan, seq_len: int) -> dict[str, fl
             "deepspeed": 2 * n + 18 * n / plan.dp + plain}
 
 
+def row_pipeline_split(row: dict, arch: ModelArch) -> PipelineSplit | None:
+    """Megatron's pipeline-split options the row's run set (--decoder-first/last-pipeline-num-
+    layers, --account-for-embedding/loss-in-pipeline-split); None: the stack's default split."""
+    options = {"first_stage_layers": row.get("first_pipeline_num_layers"),
+               "last_stage_layers": row.get("last_pipeline_num_layers"),
+               "account_for_embedding": row.get("account_for_embedding_in_pipeline_split", False),
+               "account_for_loss": row.get("account_for_loss_in_pipeline_split", False)}
+    if not any(options.values()):
+        return None
+    if row["stack"] != "megatron":
+        raise ValueError(f"{row['id']}: pipeline-split options are Megatron's")
+    return megatron_split(arch.num_layers, row["pp"], row.get("virtual_stages", 1), **options)
+
+
 def predict(row: dict) -> dict[str, float]:
     arch, recipe, plan, seq_len, accum = row_job(row)
     stage = plan.pp - 1 if row["rank"] == "last" else None
@@ -105,7 +120,8 @@ def predict(row: dict) -> dict[str, float]:
                           fused_loss=row.get("cross_entropy_fusion", False),
                           reduce_bucket_elements=row.get("reduce_bucket_size"),
                           sub_group_elements=row.get("sub_group_size"),
-                          saved_weight_views=row.get("zero_init") is False)
+                          saved_weight_views=row.get("zero_init") is False,
+                          pipeline_split=row_pipeline_split(row, arch))
     ours = est.peak_allocated_bytes if row["metric"] == "allocated" else est.peak_reserved_bytes
     before = estimate_memory(arch, recipe, plan, seq_len, grad_accum=accum)
     return {"ours": ours, "frenzy": before.peak_tensor_bytes, **baselines(arch, plan, seq_len)}

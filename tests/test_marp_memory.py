@@ -75,7 +75,7 @@ def test_eager_attention_costs_more_than_flash_at_long_sequences():
 @pytest.mark.parametrize("plan, seq_len, field", [
     (ParallelPlan(tp=3), 512, "num_heads"),
     (ParallelPlan(tp=64), 512, "num_heads"),
-    (ParallelPlan(pp=3), 512, "num_layers"),
+    (ParallelPlan(pp=64), 512, "num_layers"),  # more stages than layers (pp 3: uneven, runs)
     (ParallelPlan(dp=0), 512, "plan.dp"),
     (ParallelPlan(micro_batch=0), 512, "plan.micro_batch"),
     (ParallelPlan(zero=4), 512, "plan.zero"),

@@ -11,7 +11,7 @@ from frenzy.catalog.gpus import get_gpu, gpu_catalog
 from frenzy.catalog.models import load_model
 from frenzy.domain import Constraints, ParallelPlan, Recipe, TrainingSpec
 from frenzy_predictor.cost import CostModel, generation, mfu, step_time_breakdown, step_time_s
-from frenzy_predictor.memory import estimate_memory
+from frenzy_predictor.memory import estimate_memory, recipe_profile
 from frenzy_predictor.plans import (MAX_GPUS, MemoryTable, enumerate_options, pareto_front,
                                     usable_bytes)
 
@@ -44,7 +44,8 @@ def _check_feasible(arch, training, options, types, limit=MAX_GPUS):
         gpu, plan = by_name[o.gpu_type], o.plan
         assert o.gpu_type in by_name
         assert arch.num_heads % plan.tp == 0 and arch.num_kv_heads % plan.tp == 0
-        assert arch.num_layers % plan.pp == 0
+        # pp is one the stack's own split runs (the reference trainer's: any pp <= layers)
+        recipe_profile(training.recipe.framework).pipeline_split(arch.num_layers, plan.pp, 1)
         assert plan.tp <= gpu.typical_gpus_per_node
         ga = plan.grad_accum(training.global_batch_size)
         assert ga >= 1 and plan.dp * plan.micro_batch * ga == training.global_batch_size

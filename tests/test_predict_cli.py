@@ -71,7 +71,8 @@ def test_fixed_plan_table():
 @pytest.mark.parametrize("args, option", [
     (["predict", "--model", "no-such-model", "--seq-len", "256", "--global-batch", "8"], "--model"),
     (BASE + ["--gpu-type", "A100-80GB", "--tp", "3"], "--tp"),
-    (BASE + ["--gpu-type", "A100-80GB", "--pp", "3"], "--pp"),
+    (BASE + ["--gpu-type", "A100-80GB", "--pp", "3", "--framework", "megatron"], "--pp"),
+    (BASE + ["--gpu-type", "A100-80GB", "--pp", "64"], "--pp"),  # more stages than layers
     (BASE + ["--gpu-type", "A100-80GB", "--dp", "0"], "--dp"),
     (BASE + ["--gpu-type", "A100-80GB", "--micro-batch", "-1"], "--micro-batch"),
     (BASE + ["--gpu-type", "A100-80GB", "--dp", "3"], "--micro-batch"),
@@ -197,3 +198,25 @@ def test_the_option_table_names_the_recipe_and_the_margins_applied(tmp_path):
     result = run(*BASE, "--gpu-types", "A100-80GB", "--framework", "hf", "--margins", str(path))
     assert result.exit_code == 0, result.output
     assert "hf recipe" in result.output and "A100-80GB x1.3" in result.output
+
+
+def test_fixed_uneven_pipeline_prints_the_plan_and_its_stages():
+    """126 layers over pp 8 (issue 10): torchtitan's own split, Megatron's with its flags; Megatron
+    without them refuses naming --pp, a flag for another stack names itself."""
+    job = ["predict", "--model", "llama3.1-405b", "--seq-len", "8192", "--global-batch", "256",
+           "--dp", "8", "--tp", "8", "--pp", "8", "--zero", "1", "--recompute", "full",
+           "--sequence-parallel", "--gpu-type", "H100-80GB", "--json"]
+    titan = run(*job, "--framework", "torchtitan")
+    assert titan.exit_code == 0, titan.output
+    assert json.loads(titan.output)["stage_layers"] == [15, 16, 16, 16, 16, 16, 16, 15]
+    megatron = run(*job, "--framework", "megatron", "--first-stage-layers", "15",
+                   "--last-stage-layers", "15")
+    assert megatron.exit_code == 0, megatron.output
+    assert json.loads(megatron.output)["stage_layers"] == [15, 16, 16, 16, 16, 16, 16, 15]
+    for extra, option in ((["--framework", "megatron"], "--pp"),
+                          (["--framework", "megatron", "--first-stage-layers", "14",
+                            "--last-stage-layers", "15"], "--first-stage-layers"),
+                          (["--framework", "torchtitan", "--account-for-loss"],
+                           "--account-for-loss")):
+        refused = run(*job, *extra)
+        assert refused.exit_code == 2 and option in refused.output, refused.output

@@ -143,8 +143,36 @@ def _print_options(arch: ModelArch, training: TrainingSpec, options: list[PlanOp
         click.echo("no GPU type fits any plan", err=True)
 
 
+# Megatron's pipeline-split flags: (CLI option, megatron_split keyword, Megatron's own flag)
+SPLIT_OPTIONS = (("first_stage_layers", "--first-stage-layers",
+                  "--decoder-first-pipeline-num-layers"),
+                 ("last_stage_layers", "--last-stage-layers", "--decoder-last-pipeline-num-layers"),
+                 ("account_for_embedding", "--account-for-embedding",
+                  "--account-for-embedding-in-pipeline-split"),
+                 ("account_for_loss", "--account-for-loss", "--account-for-loss-in-pipeline-split"))
+
+
+def _pipeline_split(arch: ModelArch, framework: str, pp: int, split_options: dict[str, Any]):
+    """The split Megatron's pipeline-split flags give (pipeline_split.megatron_split), or None
+    without them; BadParameter naming the option when the stack or the layers refuse it."""
+    given = {k: v for k, v in split_options.items() if v not in (None, False)}
+    if not given:
+        return None
+    option = next(o for k, o, _ in SPLIT_OPTIONS if k in given)
+    if framework != "megatron":
+        raise click.BadParameter(f"a Megatron pipeline-split option; the {framework} stack "
+                                 f"splits by its own rule", param_hint=option)
+    from frenzy_predictor.pipeline_split import megatron_split
+
+    try:
+        return megatron_split(arch.num_layers, pp, **given)
+    except ValueError as err:
+        raise click.BadParameter(f"{arch.name} has {arch.num_layers} layers: {err}",
+                                 param_hint=option) from None
+
+
 def _check_fixed_plan(arch: ModelArch, training: TrainingSpec, plan: ParallelPlan,
-                      gpu: GpuType) -> None:
+                      gpu: GpuType, split_given: bool = False) -> None:
     for option, value in (("--dp", plan.dp), ("--tp", plan.tp), ("--pp", plan.pp),
                           ("--micro-batch", plan.micro_batch), ("--cp", plan.cp), ("--ep", plan.ep)):
         _positive(value, option)
@@ -161,9 +189,15 @@ def _check_fixed_plan(arch: ModelArch, training: TrainingSpec, plan: ParallelPla
     if plan.tp > gpu.typical_gpus_per_node:
         raise click.BadParameter(f"tp {plan.tp} exceeds the {gpu.typical_gpus_per_node} GPUs of "
                                  f"a {gpu.name} node", param_hint="--tp")
-    if arch.num_layers % plan.pp:
-        raise click.BadParameter(f"{arch.name} has {arch.num_layers} layers, not divisible by pp "
-                                 f"{plan.pp}", param_hint="--pp")
+    from frenzy_predictor.memory import recipe_profile
+
+    try:  # the stack's own split of the layers over the stages (pipeline_split.py)
+        if not split_given:  # Megatron's split flags: checked by _pipeline_split
+            recipe_profile(training.recipe.framework).pipeline_split(arch.num_layers, plan.pp, 1)
+    except ValueError as err:
+        raise click.BadParameter(f"{arch.name} has {arch.num_layers} layers: "
+                                 f"{training.recipe.framework} cannot split them over pp "
+                                 f"{plan.pp} ({err})", param_hint="--pp") from None
     if training.global_batch_size % (plan.dp * plan.micro_batch):
         raise click.BadParameter(
             f"global batch {training.global_batch_size} is not a multiple of dp x micro-batch "
@@ -212,7 +246,7 @@ def _margin(margins: dict[str, float], arch: ModelArch, framework: str, gpu_type
 
 
 def _evaluate_plan(arch: ModelArch, training: TrainingSpec, plan: ParallelPlan,
-                   gpu: GpuType, margin: float = 1.0) -> dict[str, Any]:
+                   gpu: GpuType, margin: float = 1.0, pipeline_split=None) -> dict[str, Any]:
     from frenzy_predictor.cost import CostModel
     from frenzy_predictor.memory import estimate_memory
     from frenzy_predictor.plans import usable_bytes
@@ -220,7 +254,8 @@ def _evaluate_plan(arch: ModelArch, training: TrainingSpec, plan: ParallelPlan,
     from frenzy.runnable import runnable_plan
 
     memory = estimate_memory(arch, training.recipe, plan, training.seq_len,
-                             grad_accum=plan.grad_accum(training.global_batch_size))
+                             grad_accum=plan.grad_accum(training.global_batch_size),
+                             pipeline_split=pipeline_split)
     times = CostModel(arch, training, gpu, plan.ep).breakdown(plan)
     refused = runnable_plan(arch, plan, seq_len=training.seq_len,
                             global_batch=training.global_batch_size,
@@ -236,6 +271,8 @@ def _evaluate_plan(arch: ModelArch, training: TrainingSpec, plan: ParallelPlan,
         "device_peak_bytes": memory.device_peak_bytes,
         "peak_tensor_bytes": memory.peak_tensor_bytes, "peak_bytes": memory.peak_bytes,
         "breakdown": dict(memory.breakdown), "capacity_bytes": gpu.memory_bytes,
+        # the stack's split of the layers over the pipeline stages, and the stage of the peak
+        "stage_layers": list(memory.stage_layers), "peak_stage": memory.peak_stage,
         "usable_bytes": int(usable_bytes(gpu)), "memory_margin": margin,
         "fits": memory.device_peak_bytes * margin <= usable_bytes(gpu),
         # why the framework's launcher would refuse this plan (frenzy.runnable); null: it runs it
@@ -271,6 +308,9 @@ def _print_plan(result: dict[str, Any]) -> None:
                   f"{result['peak_allocated_bytes'] / GIB:.2f} GiB")
     table.add_row("peak reserved", f"{result['peak_reserved_bytes'] / GIB:.2f} GiB")
     table.add_row("device peak", f"{result['device_peak_bytes'] / GIB:.2f} GiB")
+    if len(result["stage_layers"]) > 1:
+        table.add_row("layers per stage", " ".join(map(str, result["stage_layers"])))
+        table.add_row("peak on stage", str(result["peak_stage"]))
     table.add_row("learned margin", f"x {result['memory_margin']:.3g}")
     table.add_row("usable per GPU", f"{result['usable_bytes'] / GIB:.2f} GiB")
     for name, value in result["step_time_breakdown"].items():
@@ -309,6 +349,14 @@ def _print_plan(result: dict[str, Any]) -> None:
               "the search tries it for long sequences on stacks that have it).")
 @click.option("--ep", type=int, default=1, show_default=True,
               help="Expert parallelism of a mixture-of-experts model (also in the plan search).")
+@click.option("--first-stage-layers", type=int, help="Megatron's "
+              "--decoder-first-pipeline-num-layers (fixed plan, --framework megatron).")
+@click.option("--last-stage-layers", type=int, help="Megatron's "
+              "--decoder-last-pipeline-num-layers (fixed plan, --framework megatron).")
+@click.option("--account-for-embedding", is_flag=True, help="Megatron's "
+              "--account-for-embedding-in-pipeline-split (fixed plan, --framework megatron).")
+@click.option("--account-for-loss", is_flag=True, help="Megatron's "
+              "--account-for-loss-in-pipeline-split (fixed plan, --framework megatron).")
 @click.option("--margins", "margins_from", help="Learned memory margins: the error recorder's "
               "/memory-margins/ URL or a saved copy of it (default: none).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
@@ -317,14 +365,20 @@ def predict(ctx: click.Context, model: str, seq_len: int, global_batch: int, tok
             steps: str | None, precision: str, grad_dtype: str, optimizer: str, attention: str,
             dropout: float, framework: str, gpu_types: str, max_gpus: int, gpu_type: str | None, dp: int, tp: int,
             pp: int, zero: int, micro_batch: int, recompute: str, sequence_parallel: bool,
-            cp: int, ep: int, margins_from: str | None, as_json: bool) -> None:
+            cp: int, ep: int, first_stage_layers: int | None, last_stage_layers: int | None,
+            account_for_embedding: bool, account_for_loss: bool, margins_from: str | None,
+            as_json: bool) -> None:
     """Predict per-GPU memory and speed of parallel plans; list the best per GPU type."""
     arch = _resolve_model(model)
     recipe = Recipe(precision, grad_dtype, optimizer, attention, dropout, framework)
     training = _training(arch, seq_len, global_batch, tokens, steps, recipe)
     margins = _load_margins(margins_from)
+    split_options = {"first_stage_layers": first_stage_layers,
+                     "last_stage_layers": last_stage_layers,
+                     "account_for_embedding": account_for_embedding,
+                     "account_for_loss": account_for_loss}
     plan_flags = [name for name in ("dp", "tp", "pp", "zero", "micro_batch", "recompute",
-                                    "sequence_parallel", "cp")
+                                    "sequence_parallel", "cp", *split_options)
                   if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE]
 
     fixed = {"dp", "tp", "pp"} <= set(plan_flags)  # all of dp/tp/pp: that plan, not a search
@@ -334,8 +388,10 @@ def predict(ctx: click.Context, model: str, seq_len: int, global_batch: int, tok
     if gpu_type is not None:
         gpu = _resolve_gpu(gpu_type, "--gpu-type")
         plan = ParallelPlan(dp, tp, pp, zero, micro_batch, recompute, sequence_parallel, cp, ep)
-        _check_fixed_plan(arch, training, plan, gpu)
-        result = _evaluate_plan(arch, training, plan, gpu, _margin(margins, arch, framework, gpu.name))
+        split = _pipeline_split(arch, framework, plan.pp, split_options)
+        _check_fixed_plan(arch, training, plan, gpu, split is not None)
+        result = _evaluate_plan(arch, training, plan, gpu, _margin(margins, arch, framework, gpu.name),
+                                split)
         click.echo(json.dumps(result, indent=2)) if as_json else _print_plan(result)
         return
     if plan_flags:

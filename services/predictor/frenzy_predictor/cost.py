@@ -183,7 +183,10 @@ class CostModel:
 
         # Compute: the stage's share of layers plus the lm head (Megatron puts it on the last stage).
         # Attention: each rank's s / cp queries see the whole sequence (cp > 1: the K/V ring).
-        layers = arch.num_layers / pp
+        # An uneven split runs at its heaviest stage's pace: ceil(layers / pp) for the stacks
+        # the plan search splits unevenly (frenzy_predictor.pipeline_split: the reference
+        # trainer's and torchtitan's rules put at most one layer more on a stage).
+        layers = float(-(-arch.num_layers // pp))  # a float, as num_layers / pp was
         stage_params = layers * self.layer_params + arch.vocab_size * h
         matmul_fwd = 2 * stage_params * tokens_mb / tp
         attention_fwd = 4 * layers * h * s * tokens_mb / tp

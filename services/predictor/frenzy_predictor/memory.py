@@ -21,6 +21,9 @@ Three peaks, named for what they compare with (docs/marp-memory.md, "Three peaks
   peak_allocated_bytes  torch.cuda.max_memory_allocated (the tensors above)
   peak_reserved_bytes   torch.cuda.max_memory_reserved (+ the caching allocator's slack)
   device_peak_bytes     what the device must hold (+ CUDA context, NCCL): decides a fit
+Pipelines: each stage holds the layers of its stack's own split (frenzy_predictor.pipeline_split,
+uneven when pp does not divide the layers); the per-rank peak is the largest stage's, each with
+its own layers, in-flight micro-batches and end modules.
 `framework` picks the recipe profile: "frenzy" (this module, the reference trainer) or another
 training stack's (frenzy_predictor.stacks: megatron, torchtitan, deepspeed, hf).
 """
@@ -33,6 +36,7 @@ from typing import Callable
 
 from frenzy.catalog.models import ModelArch
 from frenzy.domain import FRAMEWORKS, MAX_SEQ_LEN, OPTIMIZER_MOMENT_BYTES, ParallelPlan, Recipe
+from frenzy_predictor.pipeline_split import PipelineSplit, even_split, reference_split
 
 GIB = 1024**3
 MIB = 1024**2
@@ -64,6 +68,7 @@ class MemoryEstimate:
     peak_phase: str = ""
     peak_stage: int = 0  # pipeline stage holding the per-rank peak
     framework: str = "frenzy"  # the recipe profile that produced it
+    stage_layers: tuple[int, ...] = ()  # transformer layers per pipeline stage (the stack's split)
 
     @property
     def peak_tensor_bytes(self) -> int:
@@ -106,9 +111,11 @@ def expert_replica_params(arch: ModelArch, plan: ParallelPlan) -> int:
     experts = arch.expert_layer_params() * (arch.num_layers // plan.pp)
     return -(-(experts - experts // plan.ep) // plan.tp)
 
-def stage_params(arch: ModelArch, plan: ParallelPlan, stage: int) -> int:
-    """Parameters one tensor-parallel rank of pipeline `stage` holds (embedding first, head last)."""
-    n = rank_layer_params(arch, plan) * (arch.num_layers // plan.pp)
+def stage_params(arch: ModelArch, plan: ParallelPlan, stage: int, layers: int | None = None) -> int:
+    """Parameters one tensor-parallel rank of pipeline `stage` holds (embedding first, head last).
+    layers: the stage's transformer layers (its stack's pipeline split); None: an even split."""
+    layers = arch.num_layers // plan.pp if layers is None else layers
+    n = rank_layer_params(arch, plan) * layers
     if stage == 0:
         n += arch.embedding_params()
     if stage == plan.pp - 1:
@@ -464,8 +471,6 @@ def validate_inputs(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
         raise ValueError(f"plan.tp {plan.tp} must divide model.num_heads {arch.num_heads}")
     if arch.num_kv_heads % plan.tp:
         raise ValueError(f"plan.tp {plan.tp} must divide model.num_kv_heads {arch.num_kv_heads}")
-    if arch.num_layers % plan.pp:
-        raise ValueError(f"plan.pp {plan.pp} must divide model.num_layers {arch.num_layers}")
     if plan.ep > 1 and (not arch.is_moe or arch.num_experts % plan.ep):
         raise ValueError(f"plan.ep {plan.ep} must divide model.num_experts {arch.num_experts}")
     if not job_valid:
@@ -619,6 +624,9 @@ class RecipeProfile:
     # stay whole and only the profile's model_states term knows the stage.
     fsdp_stages: tuple[int, ...] = (2, 3)
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)  # what the stack offers: the plan search tries these
+    # ... of which those it combines with pipelining (Megatron and DeepSpeed refuse ZeRO-2/3
+    # with pp > 1: they would shard gradients per micro-batch)
+    pipeline_zero_stages: tuple[int, ...] = (0, 1)
     # Whether the stack splits sequences over context-parallel ranks (Megatron's
     # --context-parallel-size, torchtitan's context_parallel_degree): the plan search tries cp > 1
     # for long sequences only where it does. The reference trainer has no context parallelism.
@@ -659,6 +667,10 @@ class RecipeProfile:
     # Pipelines hold no gradients until the step's first backward (FSDP's no-sync accumulation
     # under torch.distributed.pipelining), when stage 0 has the most micro-batches in flight.
     pipeline_grads_after_first_backward: bool = False
+    # (num_layers, pp, virtual_stages) -> the layers of each pipeline rank's model chunks, by the
+    # stack's own split rule (frenzy_predictor.pipeline_split); ValueError for a split the stack
+    # cannot run. Default: even splits only.
+    pipeline_split: Callable[[int, int, int], PipelineSplit] = even_split
     # (arch, recipe, plan, block) -> gathered 16-bit weights autograd's saved views keep alive
     # at the loss (block None) or while `block` runs backward, for a model built outside the
     # stack's memory-efficient linear (DeepSpeed ZeRO-3 without zero.Init); None: no such case.
@@ -716,6 +728,52 @@ def pipeline_in_flight(plan: ParallelPlan, stage: int, accum: int, virtual_stage
     return min(chunks, accum * virtual_stages) / virtual_stages
 
 
+def check_pipeline_split(split: PipelineSplit, arch: ModelArch, plan: ParallelPlan,
+                         virtual_stages: int) -> None:
+    """ValueError naming pipeline_split unless it has plan.pp ranks of virtual_stages chunks
+    that hold every layer, at least one per rank."""
+    shape = {len(chunks) for chunks in split.chunk_layers}
+    if len(split.chunk_layers) != plan.pp or shape != {virtual_stages}:
+        raise ValueError(f"pipeline_split: {split.chunk_layers} is not {plan.pp} stages of "
+                         f"{virtual_stages} chunks")
+    if sum(split.stage_layers) != arch.num_layers or min(min(c) for c in split.chunk_layers) < 0 \
+            or min(split.stage_layers) <= 0:
+        raise ValueError(f"pipeline_split: {split.stage_layers} must hold model.num_layers "
+                         f"{arch.num_layers}, at least one on every stage")
+
+
+def peak_stage_candidates(split: PipelineSplit) -> list[int]:
+    """Pipeline stages that may hold the per-rank peak: the first (the most micro-batches in
+    flight, the embedding), the last (the output layer and the loss) and each middle stage
+    holding more layers than every stage before it (an uneven split's heavier stages). A middle
+    stage with no more layers than an earlier one holds fewer micro-batches of no more layers and
+    neither end's modules: below that one. Even splits: the first and the last."""
+    layers = split.stage_layers
+    stages, most = [0], layers[0]
+    for stage in range(1, len(layers) - 1):
+        if layers[stage] > most:
+            stages.append(stage)
+            most = layers[stage]
+    return stages + ([len(layers) - 1] if len(layers) > 1 else [])
+
+
+def chunk_in_flight(split: PipelineSplit, plan: ParallelPlan, stage: int, in_flight: float,
+                    virtual_stages: int, microbatch_group: int | None = None) -> tuple[int, int]:
+    """(layers, micro-batches of the stage's end modules) in flight on `stage` when its model
+    chunks hold different numbers of layers: `in_flight` x virtual_stages chunk forwards, taken
+    in Megatron's interleaved order (schedules.py get_model_chunk_id: forward k runs chunk
+    (k mod g·v) // g, g micro-batches per chunk in turn). The embedding rides with chunk 0 of
+    the first stage, the output layer with the last chunk of the last stage."""
+    group = plan.pp if microbatch_group is None else microbatch_group
+    chunks = split.chunk_layers[stage]
+    counts = [0] * len(chunks)
+    for k in range(round(in_flight * virtual_stages)):
+        counts[(k % (group * virtual_stages)) // group] += 1
+    held = sum(n * c for n, c in zip(counts, chunks))
+    ends = (counts[0] if stage == 0 else 0) + (counts[-1] if stage == plan.pp - 1 else 0)
+    return held, ends
+
+
 def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len: int, *,
                     grad_accum: int | None = None, memo: dict | None = None,
                     framework: str | None = None, stage: int | None = None,
@@ -724,7 +782,8 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
                     fused_loss: bool = False,
                     reduce_bucket_elements: int | None = None,
                     sub_group_elements: int | None = None,
-                    saved_weight_views: bool = False) -> MemoryEstimate:
+                    saved_weight_views: bool = False,
+                    pipeline_split: PipelineSplit | None = None) -> MemoryEstimate:
     """Per-rank peak memory of one training step of the reference recipe, or of another
     stack's recipe profile (`framework`, default recipe.framework; see frenzy_predictor.stacks).
 
@@ -741,6 +800,9 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
     (DeepSpeed ZeRO-3 without deepspeed.zero.Init, as when an HF model is loaded before the
     Trainer's arguments name the DeepSpeed config), so autograd's saved weight views keep
     gathered weights alive until their backward (stacks.deepspeed_saved_weight_view_bytes).
+    pipeline_split: the layers of each pipeline rank's chunks when the job sets them
+    (Megatron's --decoder-first/last-pipeline-num-layers, --account-for-*-in-pipeline-split:
+    pipeline_split.megatron_split); None: the stack's default rule (profile.pipeline_split).
     defer_output_wgrad: the output layer's
     weight gradient waits for the pipeline flush (Megatron's --defer-embedding-wgrad-compute),
     so the last stage keeps every micro-batch's buffers through backward.
@@ -762,11 +824,19 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
     validate_inputs(arch, recipe, plan, seq_len, grad_accum, job_valid=job_valid)
     if stage is not None and not 0 <= stage < plan.pp:
         raise ValueError(f"stage: {stage} is not a pipeline stage of pp {plan.pp}")
-    if virtual_stages < 1 or (arch.num_layers // plan.pp) % virtual_stages:
-        raise ValueError(f"virtual_stages: {virtual_stages} must divide the "
-                         f"{arch.num_layers // plan.pp} layers of a stage")
+    if virtual_stages < 1:
+        raise ValueError(f"virtual_stages: must be positive, got {virtual_stages}")
     if microbatch_group is not None and microbatch_group <= 0:
         raise ValueError(f"microbatch_group: must be positive, got {microbatch_group}")
+    # The stack's own split of the layers over the pipeline (its rule refuses what it cannot run)
+    split = pipeline_split or _memoised(memo, ("split", plan.pp, virtual_stages),
+                                        profile.pipeline_split, arch.num_layers, plan.pp,
+                                        virtual_stages)
+    if pipeline_split is not None:
+        check_pipeline_split(split, arch, plan, virtual_stages)
+    if plan.ep > 1 and not split.even:
+        raise ValueError(f"plan.ep: {plan.ep}: expert parallelism with an uneven pipeline split "
+                         f"{split.stage_layers} is not modelled")
     if reduce_bucket_elements is not None and reduce_bucket_elements <= 0:
         raise ValueError(f"reduce_bucket_elements: must be positive, got {reduce_bucket_elements}")
     model_states = profile.model_states
@@ -801,7 +871,6 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
         plan = profile.plan_as_run(plan)
     accum = grad_accum if grad_accum is not None else max(2, plan.pp)
     grads_in_backward = accum > 1 and not profile.step_only_grads
-    layers = arch.num_layers // plan.pp
     # The profile's model states see the plan's ZeRO stage; the FSDP terms see it only where the
     # stack gathers weights FSDP-style (DeepSpeed ZeRO-2 keeps whole 16-bit weights).
     states_plan = plan
@@ -820,41 +889,50 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
     pending = _memoised(memo, ("pending", plan.ep, plan.tp, plan.pp, plan.zero),
                         pending_embedding_grad_bytes, arch, recipe, plan)
     fsdp = plan.zero >= 2
-    # Blocks whose backward may hold the peak. FSDP: block layers-1 runs backward first, block 0
-    # last; in between, activations shrink and sharded grads grow linearly, and the buffers
-    # change only next to the ends, so the peak is at block layers-1, layers-2, 1 or 0. Block 1
-    # holds a layer's activations and a block's 16-bit weights (ZeRO-3's prefetch, ZeRO-2's own)
-    # more than block 0 and one fp32 grad shard (4/dp of a block) fewer: it dominates if dp > 1.
-    # Without FSDP only the first (the last layer) can be the peak.
-    blocks = [layers - 1]
-    if fsdp:
-        for i in (layers - 2, 1, 0 if plan.dp == 1 else -1):  # descending, without repeats
-            if 0 <= i < blocks[-1]:
-                blocks.append(i)
-    # What differs between those blocks is the same on every stage: i layers' activations, FSDP
-    # buffers, gathered weights and (no accumulation) the fp32 grad shards of the blocks already
-    # through backward. Pick the block here; the stages add what all blocks share.
-    buffers = _memoised(memo, ("buffers", plan.ep, plan.tp, plan.dp, plan.zero, full, layers, *blocks),
-                        fsdp_block_backward_bytes, arch, recipe, plan, layers, blocks)
-    differing = [i * layer_act + b for i, b in zip(blocks, buffers)]
     block_shard = 0
     if fsdp:
         block = -(-rank_layer_params(arch, plan) // plan.tp)
         block_shard = _r(-(-block // plan.dp) * 4)
-        for k, i in enumerate(blocks):  # gathered blocks' weights; grad shards without accumulation
-            differing[k] += fsdp_gathered_blocks(plan, i) * block * _act_bytes(recipe) \
-                + ((layers - 1 - i) * block_shard if accum == 1 else 0)
-    k = differing.index(max(differing))
-    peak_block = blocks[k]
-    layer_phase = "layer_backward" if peak_block == layers - 1 else f"layer_{peak_block}_backward"
-    if fsdp:  # gathered at the loss (every ZeRO-2 block, ZeRO-3's last) and in the peak block
-        loss_blocks = fsdp_gathered_blocks(plan, layers - 1)
-        loss_weights = _memoised(memo, ("gathered", plan.ep, plan.tp, loss_blocks),
-                                 fsdp_gathered_bytes, arch, recipe, plan, loss_blocks)
-        peak_blocks = fsdp_gathered_blocks(plan, peak_block)
-        layer_weights = loss_weights if peak_block == layers - 1 else \
-            _memoised(memo, ("gathered", plan.ep, plan.tp, peak_blocks),
-                      fsdp_gathered_bytes, arch, recipe, plan, peak_blocks)
+
+    def layer_peak(layers: int) -> tuple[list[int], list[int], int, int, int]:
+        """(blocks, their FSDP buffers, index of the peak block, gathered weights at the loss,
+        in the peak block) on a stage of `layers` layers.
+
+        Blocks whose backward may hold the peak. FSDP: block layers-1 runs backward first, block
+        0 last; in between, activations shrink and sharded grads grow linearly, and the buffers
+        change only next to the ends, so the peak is at block layers-1, layers-2, 1 or 0. Block
+        1 holds a layer's activations and a block's 16-bit weights (ZeRO-3's prefetch, ZeRO-2's
+        own) more than block 0 and one fp32 grad shard (4/dp of a block) fewer: it dominates if
+        dp > 1. Without FSDP only the first (the last layer) can be the peak.
+        What differs between those blocks is the same on every stage of as many layers: i
+        layers' activations, FSDP buffers, gathered weights and (no accumulation) the fp32 grad
+        shards of the blocks already through backward. Pick the block here; the stage adds what
+        all blocks share."""
+        blocks = [layers - 1]
+        if fsdp:
+            for i in (layers - 2, 1, 0 if plan.dp == 1 else -1):  # descending, without repeats
+                if 0 <= i < blocks[-1]:
+                    blocks.append(i)
+        buffers = _memoised(memo, ("buffers", plan.ep, plan.tp, plan.dp, plan.zero, full, layers,
+                                   *blocks),
+                            fsdp_block_backward_bytes, arch, recipe, plan, layers, blocks)
+        differing = [i * layer_act + b for i, b in zip(blocks, buffers)]
+        if fsdp:
+            for k, i in enumerate(blocks):  # gathered weights; grad shards without accumulation
+                differing[k] += fsdp_gathered_blocks(plan, i) * block * _act_bytes(recipe) \
+                    + ((layers - 1 - i) * block_shard if accum == 1 else 0)
+        k = differing.index(max(differing))
+        loss_weights = layer_weights = 0
+        if fsdp:  # gathered at the loss (every ZeRO-2 block, ZeRO-3's last) and in the peak block
+            loss_blocks = fsdp_gathered_blocks(plan, layers - 1)
+            loss_weights = _memoised(memo, ("gathered", plan.ep, plan.tp, loss_blocks),
+                                     fsdp_gathered_bytes, arch, recipe, plan, loss_blocks)
+            peak_blocks = fsdp_gathered_blocks(plan, blocks[k])
+            layer_weights = loss_weights if k == 0 else \
+                _memoised(memo, ("gathered", plan.ep, plan.tp, peak_blocks),
+                          fsdp_gathered_bytes, arch, recipe, plan, peak_blocks)
+        return blocks, buffers, k, loss_weights, layer_weights
+
     best: tuple[int, dict[str, int], str, int] | None = None
     gathered_max = compute_max = 0  # side-stream pools: see the reserved peak below
     copies = (0, 0)  # bucket copies: (the largest in a layer's backward, the largest at all)
@@ -863,11 +941,20 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
                                   states_plan.zero),
                            profile.reduce_scatter_copies, arch, recipe, states_plan,
                            reduce_bucket_elements)
-    stages = sorted({0, plan.pp - 1}) if stage is None else [stage]  # middle ones: below the first
+    stages = peak_stage_candidates(split) if stage is None else [stage]
+    peak_layers = 0  # the layers of the stage holding the peak
+    layer_peaks: dict[int, tuple] = {}
     for stage in stages:
         first, last = stage == 0, stage == plan.pp - 1
+        layers = split.stage_layers[stage]
+        if layers not in layer_peaks:  # stages of as many layers share it (even splits: all)
+            layer_peaks[layers] = layer_peak(layers)
+        blocks, buffers, k, loss_weights, layer_weights = layer_peaks[layers]
+        peak_block = blocks[k]
+        layer_phase = "layer_backward" if k == 0 else f"layer_{peak_block}_backward"
         in_flight = pipeline_in_flight(plan, stage, accum, virtual_stages, microbatch_group)
-        params = _memoised(memo, ("params", plan.ep, plan.tp, plan.pp, stage), stage_params, arch, plan, stage)
+        params = _memoised(memo, ("params", plan.ep, plan.tp, plan.pp, stage, layers),
+                           stage_params, arch, plan, stage, layers)
         states_bwd = dict(_memoised(memo, ("states", plan.ep, plan.tp, plan.pp, plan.dp,
                                            states_plan.zero, params, grads_in_backward),
                                     model_states, arch, recipe, states_plan, params,
@@ -891,7 +978,14 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
         backward_phases: list[tuple[str, dict[str, int]]] = []
         for flying, grads_live, done in rounds:
             states = states_bwd if grads_live else {**states_bwd, "gradients": 0}
-            acts = int(flying * (layers * layer_act + outside))
+            if split.even_chunks(stage):
+                acts = int(flying * (layers * layer_act + outside))
+                others = int((flying - 1) * layers * layer_act)  # beside the one in backward
+            else:  # chunks of different sizes: count each chunk's micro-batches in flight
+                held, held_outside = chunk_in_flight(split, plan, stage, flying, virtual_stages,
+                                                     microbatch_group)
+                acts = held * layer_act + held_outside * outside
+                others = (held - layers) * layer_act
             backward = {**states, "activations": acts, "logits_loss": loss, "temporaries": inputs}
             pipeline = profile.pipeline_buffers(arch, recipe, plan, seq_len, stage, accum, flying,
                                                 done) if profile.pipeline_buffers else 0
@@ -902,7 +996,7 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
             # FSDP buffers larger than a layer's activations). Block i keeps i layers'
             # activations (+ its own input under full recompute); with FSDP and no
             # accumulation, the blocks after it already hold their fp32 grad shards.
-            layer_acts = int((flying - 1) * layers * layer_act) + peak_block * layer_act \
+            layer_acts = others + peak_block * layer_act \
                 + (layer_act if full else 0) + layer_live
             layer_bwd = {**states, "activations": layer_acts, "logits_loss": 0,
                          "temporaries": inputs + pending + buffers[k]}
@@ -978,11 +1072,12 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
             compute_max = max(compute_max, total - gathered - terms.get("reduce_scatter_copy", 0))
             if best is None or total > best[0]:
                 best = (total, terms, phase, stage)
+                peak_layers = layers
     peak, terms, phase, stage = best
     slack = profile.allocator_slack_fraction
     reserved = peak + allocator_slack_bytes(peak, slack)
     if fsdp and profile.fsdp_stream_pools and plan.dp > 1:
-        reserved += fsdp_stream_pool_bytes(arch, recipe, plan, phase, layers,
+        reserved += fsdp_stream_pool_bytes(arch, recipe, plan, phase, peak_layers,
                                            terms.get("gradients", 0))
     if fsdp and profile.stream_pools is not None:
         # each pool stays reserved at its own high water, whichever phase reached it
@@ -990,10 +1085,11 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
         reserved = max(reserved, compute_max + allocator_slack_bytes(compute_max, slack) + pools)
     device = reserved + device_overhead_bytes(gpus_plan) - profile.workspace_bytes  # counted once
     breakdown = {**terms, "framework_overhead": device - peak}
-    return MemoryEstimate(peak, reserved, device, breakdown, phase, stage, framework)
+    return MemoryEstimate(peak, reserved, device, breakdown, phase, stage, framework,
+                          split.stage_layers)
 
 
 FRENZY = RecipeProfile("frenzy", model_states=model_state_bytes, layer=reference_layer_bytes,
                        logits_loss=replicated_logits_loss_bytes,
                        plan_as_run=reference_plan_as_run, pipeline_buffers=pipeline_buffer_bytes,
-                       pipeline_grads_after_first_backward=True)
+                       pipeline_grads_after_first_backward=True, pipeline_split=reference_split)

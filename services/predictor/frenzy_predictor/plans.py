@@ -147,10 +147,15 @@ def powers_of_two(limit: int) -> Iterator[int]:
         value *= 2
 
 
-def model_parallel_shapes(arch: ModelArch, gpu: GpuType, limit: int) -> list[tuple[int, int]]:
+def model_parallel_shapes(arch: ModelArch, gpu: GpuType, limit: int,
+                          framework: str = "frenzy") -> list[tuple[int, int]]:
     """(tp, pp) pairs: tp divides the heads, kv heads, vocabulary and FFN width (what the
     reference trainer's tensor parallelism splits evenly; gpt2's 50257 tokens allow none without
-    Megatron's vocabulary padding) and fits a node, pp divides the layers.
+    Megatron's vocabulary padding) and fits a node; pp is one the stack's own pipeline split
+    runs with its defaults (frenzy_predictor.pipeline_split): any pp up to the layer count for
+    the reference trainer and torchtitan, which split unevenly; a divisor of the layers for
+    Megatron (uneven only when the job sets --decoder-first/last-pipeline-num-layers, which a
+    plan cannot carry), DeepSpeed and the HF Trainer.
 
     Pipelines take the widest tp on NVLink cards (Narayanan et al. 2021: fill the node with tp
     first, then pipeline across nodes) and no tp on PCIe cards, whose tp all-reduces are slow.
@@ -158,10 +163,20 @@ def model_parallel_shapes(arch: ModelArch, gpu: GpuType, limit: int) -> list[tup
     tps = [t for t in powers_of_two(min(MAX_TP, gpu.typical_gpus_per_node, limit))
            if not (arch.num_heads % t or arch.num_kv_heads % t or arch.vocab_size % t
                    or arch.ffn_hidden_size % t)]
-    pps = [p for p in powers_of_two(min(MAX_PP, arch.num_layers, limit)) if arch.num_layers % p == 0]
+    pps = [p for p in powers_of_two(min(MAX_PP, arch.num_layers, limit))
+           if _splits(recipe_profile(framework), arch.num_layers, p)]
     pipeline_tp = tps[-1] if gpu.nvlink_gbs_per_gpu > 0 else 1
     shapes = [(t, 1) for t in tps] + [(pipeline_tp, p) for p in pps if p > 1]
     return sorted(s for s in shapes if s[0] * s[1] <= limit)
+
+
+def _splits(profile, num_layers: int, pp: int) -> bool:
+    """Whether the stack's pipeline split runs num_layers over pp stages."""
+    try:
+        profile.pipeline_split(num_layers, pp, 1)
+    except ValueError:
+        return False
+    return True
 
 
 def micro_batches(global_batch: int, dp: int, seq_len: int, cp: int = 1) -> list[int]:
@@ -179,6 +194,7 @@ class _JobSpace:
 
     def __init__(self, arch: ModelArch, training: TrainingSpec, zero_stages: Sequence[int]):
         self.arch, self.training, self.zero_stages = arch, training, sorted(set(zero_stages))
+        self.pipeline_zero_stages = recipe_profile(training.recipe.framework).pipeline_zero_stages
         self._micro_batches: dict[tuple[int, int, int, int], list[int]] = {}
         self._zeros: dict[tuple[int, int], list[int]] = {}
 
@@ -192,7 +208,8 @@ class _JobSpace:
     def shapes(self, gpu: GpuType, limit: int) -> list[tuple[int, int]]:
         """model_parallel_shapes the launcher runs with some dp and micro-batch (one replica and
         micro-batches of one give a pipeline the most micro-batches)."""
-        return [(tp, pp) for tp, pp in model_parallel_shapes(self.arch, gpu, limit)
+        return [(tp, pp) for tp, pp in model_parallel_shapes(self.arch, gpu, limit,
+                                                             self.training.recipe.framework)
                 if self.runnable(tp, pp, 1, 1)]
 
     def micro_batches(self, dp: int, tp: int = 1, pp: int = 1, cp: int = 1) -> list[int]:
@@ -206,15 +223,16 @@ class _JobSpace:
         return mbs
 
     def zeros(self, pp: int, dp: int) -> list[int]:
-        """ZeRO stages worth trying: none without replicas; 0-1 with pipelines (Megatron and
-        DeepSpeed refuse ZeRO-2/3 with pipelining: they shard grads per micro-batch). `dp` counts
-        the ranks that shard: dp x cp."""
+        """ZeRO stages worth trying: none without replicas; with pipelines those the stack
+        combines with them (RecipeProfile.pipeline_zero_stages: 0-1, as Megatron and DeepSpeed
+        refuse ZeRO-2/3 with pipelining; torchtitan 0 and 2). `dp` counts the ranks that
+        shard: dp x cp."""
         zeros = self._zeros.get((pp, dp))
         if zeros is None:
             if dp == 1:
                 zeros = [0]
             elif pp > 1:
-                zeros = [z for z in self.zero_stages if z <= 1] or [0]
+                zeros = [z for z in self.zero_stages if z in self.pipeline_zero_stages] or [0]
             else:
                 zeros = self.zero_stages
             self._zeros[(pp, dp)] = zeros

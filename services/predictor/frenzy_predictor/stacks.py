@@ -16,7 +16,8 @@ from frenzy.domain import OPTIMIZER_MOMENT_BYTES, ParallelPlan, Recipe
 from frenzy_predictor.memory import (FP32_BYTES, MIB, RecipeProfile, _act_bytes, _r,
                                      korthikanti_layer_activation_bytes, layer_backward_transient_bytes,
                                      layer_bytes, logits_loss_bytes, mlp_saved_bytes,
-                                     model_state_bytes, rank_layer_params)
+                                     model_state_bytes, pipeline_buffer_bytes, rank_layer_params)
+from frenzy_predictor.pipeline_split import megatron_split, torchtitan_split
 
 # torchtitan's run_train.sh sets PYTORCH_ALLOC_CONF=expandable_segments:True: the allocator maps
 # 2 MiB pages into one growing segment per stream instead of caching whole blocks, so reserved
@@ -132,6 +133,7 @@ MEGATRON = RecipeProfile("megatron", model_states=megatron_model_state_bytes,
                          deferred_output_wgrad=megatron_deferred_output_wgrad_bytes,
                          fused_logits_loss=megatron_fused_logits_loss_bytes,
                          context_parallel_attention=megatron_context_parallel_attention_bytes,
+                         pipeline_split=megatron_split,
                          workspace_bytes=TORCH_CUBLAS_WORKSPACE_BYTES + TE_CUBLAS_WORKSPACE_BYTES)
 
 
@@ -184,12 +186,35 @@ def torchtitan_logits_loss_bytes(arch: ModelArch, recipe: Recipe, plan: Parallel
     return logits_loss_bytes(arch, recipe, plan, seq_len)
 
 
+def torchtitan_plan_as_run(plan: ParallelPlan) -> ParallelPlan:
+    """Pipelines keep their weights gathered and their gradients unsharded through the step.
+
+    With pp > 1 torchtitan shards with FSDP2 without resharding after forward
+    (parallelisms/parallelize_llama.py `apply_fsdp` at 9dec370: `if pp_enabled: ...
+    reshard_after_forward = False`), and torch.distributed.pipelining runs each micro-batch's
+    backward without gradient sync (PipelineStage.backward_maybe_with_nosync), reduce-scattering
+    once after the last: 16-bit weights whole, fp32 gradients accumulated unsharded (reduce_dtype
+    fp32), fp32 masters and moments over dp. That is the reference trainer's pipeline (the same
+    torch code; memory.reference_plan_as_run, profiled): ZeRO-1's terms."""
+    if plan.pp == 1 or plan.zero <= 1:
+        return plan
+    return ParallelPlan(plan.dp, plan.tp, plan.pp, 1, plan.micro_batch, plan.recompute,
+                        plan.sequence_parallel, plan.cp, plan.ep)
+
+
 TORCHTITAN = RecipeProfile("torchtitan", model_states=torchtitan_model_state_bytes,
                            layer=torchtitan_layer_bytes, logits_loss=torchtitan_logits_loss_bytes,
                            allocator_slack_fraction=EXPANDABLE_SEGMENTS_SLACK_FRACTION,
                            zero_stages=(0, 2, 3),  # DDP, FSDP2 without / with reshard
+                           # with pp > 1: DDP, or FSDP2 without reshard (apply_fsdp at 9dec370)
+                           pipeline_zero_stages=(0, 2),
                            context_parallel=True,  # experimental.context_parallel_degree
-                           workspace_bytes=TORCH_CUBLAS_WORKSPACE_BYTES, fsdp_stream_pools=True)
+                           workspace_bytes=TORCH_CUBLAS_WORKSPACE_BYTES, fsdp_stream_pools=True,
+                           pipeline_split=torchtitan_split,
+                           # torch.distributed.pipelining, as the reference trainer's pipelines
+                           plan_as_run=torchtitan_plan_as_run,
+                           pipeline_buffers=pipeline_buffer_bytes,
+                           pipeline_grads_after_first_backward=True)
 
 
 # ---------------------------------------------------------------- DeepSpeed (ZeRO)
