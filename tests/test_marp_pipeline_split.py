@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from frenzy.catalog.models import model_catalog
-from frenzy.domain import ParallelPlan, Recipe, TrainingSpec
+from frenzy.domain import ParallelPlan, Recipe
 from frenzy.runnable import runnable_plan
 from frenzy_predictor.memory import (chunk_in_flight, estimate_memory, peak_stage_candidates,
                                      stage_params)
@@ -167,29 +167,21 @@ def test_uneven_peak_is_never_below_the_even_formula_per_stage(layers, pp, frame
     assert uneven.device_peak_bytes >= even.device_peak_bytes
 
 
-def test_plan_search_offers_uneven_pp_only_where_the_stack_runs_it():
-    """126 layers: the reference trainer and torchtitan split any pp; Megatron's default, DeepSpeed
-    and the HF Trainer need a divisor (126 = 2 x 63: pp 2 only)."""
+def test_plan_search_offers_only_pipelines_that_divide_the_layers_for_now():
+    """126 layers = 2 x 63: pp 2 only, for every stack (plans.model_parallel_shapes says why the
+    search does not offer uneven splits yet); MARP still predicts an uneven plan given to it,
+    and the reference trainer's launcher runs it (frenzy.runnable)."""
     from frenzy.catalog.gpus import gpu_catalog
 
     gpu = gpu_catalog()["H100-80GB"]
-    for framework, pps in (("frenzy", {1, 2, 4, 8, 16}), ("torchtitan", {1, 2, 4, 8, 16}),
-                           ("megatron", {1, 2}), ("deepspeed", {1, 2}), ("hf", {1, 2})):
+    for framework in ("frenzy", "torchtitan", "megatron", "deepspeed", "hf"):
         shapes = model_parallel_shapes(LLAMA405B, gpu, 512, framework)
-        assert {pp for _, pp in shapes} == pps, framework
-    # and the reference trainer's launcher runs what is offered (frenzy.runnable)
+        assert {pp for _, pp in shapes} == {1, 2}, framework
     assert runnable_plan(LLAMA405B, ParallelPlan(dp=1, tp=8, pp=8), seq_len=8192,
                          global_batch=64) is None
-
-
-def test_plan_search_finds_an_uneven_pipeline_for_405b():
-    from frenzy.catalog.gpus import gpu_catalog
-    from frenzy_predictor.plans import enumerate_options
-
-    for framework in ("frenzy", "torchtitan"):
-        training = TrainingSpec(2048, 256, 10**10, Recipe(framework=framework))
-        options = enumerate_options(LLAMA405B, training, [gpu_catalog()["H100-80GB"]])
-        assert any(126 % o.plan.pp for o in options), framework  # pp 16: 7-8 layers a stage
+    est = estimate_memory(LLAMA405B, R, ParallelPlan(dp=1, tp=8, pp=8, micro_batch=1), 8192,
+                          framework="torchtitan", grad_accum=8)
+    assert est.peak_allocated_bytes > 0
 
 
 def test_torchtitan_pipelines_keep_weights_gathered_and_gradients_unsharded():

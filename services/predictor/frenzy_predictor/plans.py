@@ -151,11 +151,14 @@ def model_parallel_shapes(arch: ModelArch, gpu: GpuType, limit: int,
                           framework: str = "frenzy") -> list[tuple[int, int]]:
     """(tp, pp) pairs: tp divides the heads, kv heads, vocabulary and FFN width (what the
     reference trainer's tensor parallelism splits evenly; gpt2's 50257 tokens allow none without
-    Megatron's vocabulary padding) and fits a node; pp is one the stack's own pipeline split
-    runs with its defaults (frenzy_predictor.pipeline_split): any pp up to the layer count for
-    the reference trainer and torchtitan, which split unevenly; a divisor of the layers for
-    Megatron (uneven only when the job sets --decoder-first/last-pipeline-num-layers, which a
-    plan cannot carry), DeepSpeed and the HF Trainer.
+    Megatron's vocabulary padding) and fits a node; pp divides the layers, and the stack's own
+    pipeline split runs it with its defaults (frenzy_predictor.pipeline_split).
+
+    The search does not offer uneven pipelines yet, though MARP predicts them and the reference
+    trainer and torchtitan run them (`frenzy predict --pp`, a fixed plan): offering them changes
+    the menus of a quarter of the simulated trace jobs (gpt2's 12 layers and tinyllama's 22 at
+    pp 4 and 8), and every scheduling figure (docs/has.md) would have to be measured again
+    on the new menus first.
 
     Pipelines take the widest tp on NVLink cards (Narayanan et al. 2021: fill the node with tp
     first, then pipeline across nodes) and no tp on PCIe cards, whose tp all-reduces are slow.
@@ -164,7 +167,7 @@ def model_parallel_shapes(arch: ModelArch, gpu: GpuType, limit: int,
            if not (arch.num_heads % t or arch.num_kv_heads % t or arch.vocab_size % t
                    or arch.ffn_hidden_size % t)]
     pps = [p for p in powers_of_two(min(MAX_PP, arch.num_layers, limit))
-           if _splits(recipe_profile(framework), arch.num_layers, p)]
+           if arch.num_layers % p == 0 and _splits(recipe_profile(framework), arch.num_layers, p)]
     pipeline_tp = tps[-1] if gpu.nvlink_gbs_per_gpu > 0 else 1
     shapes = [(t, 1) for t in tps] + [(pipeline_tp, p) for p in pps if p > 1]
     return sorted(s for s in shapes if s[0] * s[1] <= limit)
