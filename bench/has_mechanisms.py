@@ -33,7 +33,6 @@ VARIANTS = {
     "no-admission": HasConfig(shrink_after_s=math.inf),  # no admission by shrinking
     "no-start-now": HasConfig(start_now=False),
     "no-displace": HasConfig(displace=False),  # admission by shrinking only (before i9jct)
-    "no-grow-back": HasConfig(grow_back=False),  # admission's victims grow as any job (before i9jct2)
     "no-grow-per-gpu": HasConfig(grow_per_gpu=False),
     "none-of-the-three": HasConfig(shrink_after_s=math.inf, start_now=False, grow_per_gpu=False),
     "non-elastic": HasConfig(elastic=False),

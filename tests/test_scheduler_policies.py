@@ -320,50 +320,6 @@ def test_has_admits_a_waiting_job_by_displacing_a_running_one_to_idle_slower_gpu
                                      option("RTX-3090", 4, 12_000.0)))]) == []
 
 
-
-def test_has_grows_an_admission_victim_back_when_its_newcomer_ends() -> None:
-    # Admission charges a victim its slowdown over the newcomer's run plus two restarts, the
-    # second for growing back when the newcomer ends; so when it ends, the victim gets its GPUs
-    # back, ahead of the queued jobs it would finish before (shortest first, as the queue is
-    # sorted). 'flat' (4 A100s) gives 2 to 'new' (1000 s). At 1500 s 'new' has ended: 'flat'
-    # (0.8 of its work left: 9600 s on 2 GPUs, 8000 s + a 180 s restart on 4) grows back
-    # ahead of 'queued' (20000 s on those 2 GPUs), although 'flat' restarted within
-    # `reshape_interval_s`. Before the rule (grow_back=False) 'queued' took them and 'flat'
-    # stayed on 2 GPUs. A queued job shorter than 'flat' still goes first ('flat' then grows
-    # back into what the queue leaves); and while 'new' runs, GPUs freed by another job are
-    # not owed to 'flat'.
-    menu = (option("A100-80GB", 2, 12_000.0), option("A100-80GB", 4, 10_000.0))
-    fixed = (option("A100-80GB", 4, 10_000.0),)  # nothing narrower: never a victim
-    linear = RunningJob("linear", fixed[0], (("a", (0, 1, 2, 3)),), 0.0, 9100.0, fixed)
-    flat = RunningJob("flat", menu[1], (("a", (4, 5, 6, 7)),), 0.0, 9100.0, menu)
-
-    def decide(config: HasConfig, later_s: float, queued_s: float,
-               linear_ended: bool = False) -> dict[str, tuple[str, int]]:
-        policy = HasPolicy(config)
-        first = {a.job_id: a for a in policy.schedule(
-            [job("new", 100.0, option("A100-80GB", 2, 1000.0))], nodes({"a": ("A100-80GB", 8, [])}),
-            100.0, [linear, flat])}
-        assert (first["flat"].kind, first["flat"].option.num_gpus) == ("resize", 2)
-        shrunk = RunningJob("flat", first["flat"].option, first["flat"].assignments, 100.0,
-                            300.0 + 0.9 * 12_000.0, menu, fraction_at_start=0.9,
-                            restoring_until_s=300.0, restarts=1)
-        new = RunningJob("new", first["new"].option, first["new"].assignments, 100.0, 1160.0)
-        running = [shrunk] + ([new] if later_s < 1160.0 else []) + ([] if linear_ended else [linear])
-        busy = {g for r in running for _, gpus in r.assignments for g in gpus}
-        cluster = nodes({"a": ("A100-80GB", 8, [g for g in range(8) if g not in busy])})
-        queue = [job("queued", later_s - 100.0, option("A100-80GB", 2, queued_s))]
-        return {a.job_id: (a.kind, a.option.num_gpus)
-                for a in policy.schedule(queue, cluster, later_s, running)}
-
-    assert decide(HasConfig(), 1500.0, 20_000.0) == {"flat": ("resize", 4)}
-    assert decide(HasConfig(grow_back=False), 1500.0, 20_000.0) == {"queued": ("place", 2)}
-    assert decide(HasConfig(), 1500.0, 1000.0) == {"queued": ("place", 2)}
-    # ... and then, after the queue's pass, into what is left
-    assert decide(HasConfig(), 1500.0, 1000.0, linear_ended=True) == {
-        "queued": ("place", 2), "flat": ("resize", 4)}
-    assert decide(HasConfig(), 600.0, 20_000.0, linear_ended=True) == {"queued": ("place", 2)}
-
-
 @st.composite
 def busy_scenarios(draw: st.DrawFn) -> tuple[list[QueuedJob], ClusterView, list[RunningJob]]:
     """Full or nearly full nodes held by elastic running jobs, and a queue of newcomers."""

@@ -15,8 +15,7 @@ own predicted gain, so a decision stays fast. What keeps it stable:
   most per GPU added;
 * hysteresis: a job grows or migrates at most once per `reshape_interval_s`, never while
   restoring; a shrink has to pass the admission test above, so grow and shrink cannot chase
-  each other for free; the one exemption is a victim's growth back once its newcomer ended
-  (`grow_back`), whose restart admission already charged;
+  each other for free;
 * growth only uses GPUs that no queued job wants now (the queue pass has already run, and
   GPUs that held jobs wait for are claimed), and at most `grow_cost_limit` x the job's cheapest
   GPU-seconds (MARP's wide options burn GPU-time; this bounds the waste);
@@ -286,68 +285,6 @@ def grow(runs: Sequence[RunningJob], index: FreeIndex, blocked_types: set[str], 
                     f"({restart_s:.0f} s), on GPUs no queued job wants",
             (Alternative(option, restart_s, new_s, "chosen"),
              Alternative(run.option, 0.0, current_s, "current: slower")))))
-    return actions
-
-
-def grow_back(runs: Sequence[RunningJob], owed: dict[str, tuple[str, int]], index: FreeIndex,
-              now_s: float, restart_floor_s: float, max_moves: int, policy: str, menus: Menus,
-              launch_s: Callable[[int], float] = lambda nodes: 0.0,
-              before_s: dict[str, float] | None = None) -> list[Placement]:
-    """Give admission's victims back the GPUs they gave up, from the free GPUs of their type,
-    before the queue's pass takes them: admission charged each victim its slowdown only over
-    the newcomer's run and two restarts (the shrink and this growth back), so this is the move
-    that model counted on (the caller passes the victims whose newcomer has ended). Without it
-    a victim stays narrow to its end whenever a queue wants its type (growth only uses GPUs no
-    queued job wants), and loses far more than admission weighed. Exempt from
-    `reshape_interval_s` (its restart was already charged), never while restoring; at most
-    back to the width it had (`owed`: job id -> (type, GPUs)); per job the step that saves
-    the most per GPU added, after its restart; best jobs first, as in `grow`. `before_s`: per
-    type, grow back only to a time left (restart included) below this."""
-    free = index.free_by_type
-    wanted = []
-    for run in runs:
-        promise = owed.get(run.job_id)
-        if promise is None or run.restoring_until_s > now_s or not run.options:
-            continue
-        gpu_type, width = promise
-        have = free.get(gpu_type, 0)
-        if run.option.gpu_type != gpu_type or run.num_gpus >= width or have == 0:
-            continue
-        left = run.remaining_fraction(now_s)
-        current_s = left * full_duration_s(run)
-        best: tuple[float, float, PlanOption, float] | None = None
-        for option, option_type, gpus, duration_s, _ in menus.of(run.options).entries:
-            if option_type != gpu_type or not run.num_gpus < gpus <= min(width, run.num_gpus + have):
-                continue
-            nodes = -(-gpus // max(1, index.node_size.get(gpu_type, 1)))
-            restart_s = (run.restart_s or restart_floor_s + launch_s(nodes)) + run.redo_s(now_s)
-            new_s = restart_s + left * duration_s
-            if new_s >= current_s or (before_s is not None and
-                                      new_s >= before_s.get(gpu_type, math.inf)):
-                continue
-            value = (current_s - new_s) / (gpus - run.num_gpus)
-            if best is None or (value, -new_s) > (best[0], -best[1]):
-                best = (value, new_s, option, restart_s)
-        if best is not None:
-            wanted.append((-best[0], run.job_id, run, current_s, *best[1:]))
-    wanted.sort(key=lambda w: w[:2])
-    actions: list[Placement] = []
-    for _, _, run, current_s, new_s, option, restart_s in wanted:
-        if len(actions) >= max_moves:
-            break
-        if option.num_gpus > free.get(option.gpu_type, 0) + run.num_gpus:
-            continue  # an earlier grow-back took them
-        index.release(run.assignments)
-        assignments = index.best_fit(option.gpu_type, option.num_gpus, option.plan.tp)
-        if assignments is None:
-            index.take(run.assignments)
-            continue
-        index.take(assignments)
-        actions.append(Placement(run.job_id, option, assignments, RESIZE, Decision(
-            policy, f"grown back after it was shrunk to admit a waiting job: predicted "
-                    f"{current_s:.0f} s left -> {new_s:.0f} s with the restart ({restart_s:.0f} s)",
-            (Alternative(option, restart_s, new_s, "chosen"),
-             Alternative(run.option, 0.0, current_s, "current: shrunk for a newcomer")))))
     return actions
 
 

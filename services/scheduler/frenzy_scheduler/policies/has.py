@@ -34,7 +34,6 @@ from frenzy_scheduler.core import (Alternative, ClusterView, Decision, Placement
 from frenzy_scheduler.placement import Assignments, FreeIndex
 from frenzy_scheduler.policies.elastic import (Candidates, Menus, Shrinkable, ShrinkPlan, Victims,
                                                apply_shrinks, fill_floor, floor_items, grow,
-                                               grow_back,
                                                most_freed, reclaim, shrink_plan, shrinkable,
                                                spare_gpus, undo_shrinks, victim_candidates,
                                                with_work_left)
@@ -68,10 +67,6 @@ class HasConfig:
     # ... or by displacing a running job whole to GPUs of another type that are free now
     # (elastic.shrink_plan): slow types idle while the fast ones queue is what this uses
     displace: bool = True
-    # Admission's victims get their GPUs back once the newcomer they gave them to has ended
-    # (elastic.grow_back: the growth back admission's loss counts on), exempt from
-    # `reshape_interval_s`; ahead of the queued jobs they would finish before, else after them
-    grow_back: bool = True
     max_moves: int = 4  # elastic moves per decision (keeps a decision sub-millisecond)
     # A job that holds for a faster type reserves it at once (EASY backfill: later jobs may use
     # it only if they end before the job's expected start), so the wait it counted on holds.
@@ -307,11 +302,6 @@ class HasPolicy:
         self._demand = 0
         # Admission's victim candidates, spare and most freed, with what they were built for
         self._kept_candidates: tuple | None = None
-        # Admission's victims still narrower than before: job id -> (type, the GPUs it had,
-        # the newcomer it last gave GPUs to), what `grow_back` returns them to. Decision
-        # state, not a cache: a scheduler that restarts forgets it, and its victims then grow
-        # only as any job does.
-        self._owed: dict[str, tuple[str, int, str]] = {}
 
     def schedule(self, queue: Sequence[QueuedJob], cluster: ClusterView, now_s: float,
                  running: Sequence[RunningJob] = ()) -> list[Placement]:
@@ -327,21 +317,14 @@ class HasPolicy:
                                    self._release_times if self.shortcuts else None)
         if queue:
             ordered, demand = self._sort(queue, index, now_s)
-        if elastic and self._owed:  # the victims that end before the queue's head could
-            moves = self._grow_back(running, index, now_s, [], [], set(),
-                                    self._shortest_startable(ordered[:16], index))
-        if queue and elastic:
-            # Displace only while the queue fits in the free GPUs: under pressure the queue's
-            # pass takes the idle GPUs a displaced job would run on. The jobs just grown back
-            # are on new GPUs: no victims in this decision.
-            grown = {m.job_id for m in moves}
-            shrinks, admitted = self._admit(
-                ordered, [r for r in running if r.job_id not in grown] if grown else running,
-                index, releases, now_s, demand <= index.total_free(), len(moves))
-            moves += shrinks
-            if admitted:  # the pass skips them
-                taken = {p.job_id for p in admitted}
-                ordered = [f for f in ordered if f.job.job_id not in taken]
+            if elastic:
+                # Displace only while the queue fits in the free GPUs: under pressure the
+                # queue's pass takes the idle GPUs a displaced job would run on
+                moves, admitted = self._admit(ordered, running, index, releases, now_s,
+                                              demand <= index.total_free())
+                if admitted:  # the pass skips them
+                    taken = {p.job_id for p in admitted}
+                    ordered = [f for f in ordered if f.job.job_id not in taken]
         total_free = index.total_free()
         if total_free == 0:
             return moves + admitted
@@ -382,66 +365,17 @@ class HasPolicy:
                 break
         if elastic and total_free > 0:
             cfg = self.config
-            blocked = set(state.claimed) | set(state.reservations)
-            if self._owed:  # the other victims due, into what the pass left
-                moves += self._grow_back(running, index, now_s, moves, admitted, blocked)
             acted = {m.job_id for m in moves}
+            blocked = set(state.claimed) | set(state.reservations)
             moves += grow([r for r in running if r.job_id not in acted], index, blocked, now_s,
                           cfg.reshape_interval_s, cfg.min_gain_fraction, cfg.min_gain_s,
                           cfg.restart_floor_s, cfg.grow_cost_limit, cfg.max_moves - len(moves),
                           self.name, self._menus, cfg.launch_s, cfg.grow_per_gpu)
         return moves + admitted + placements
 
-    @staticmethod
-    def _shortest_startable(head: list[_JobFacts], index: FreeIndex) -> dict[str, float]:
-        """Per type, the shortest option (launch included) that a job at the head of the
-        order (the jobs admission looks at) could start on the type's free GPUs now: a victim
-        grows back ahead of the queue only if it would finish before that (shortest first,
-        the queue's own order)."""
-        free = index.free_by_type
-        out: dict[str, float] = {}
-        for facts in head:
-            for _, gpu_type, gpus, total_s, _, _ in facts.entries:
-                if gpus <= free.get(gpu_type, 0) and total_s < out.get(gpu_type, INF):
-                    out[gpu_type] = total_s
-        return out
-
-    def _grow_back(self, running: Sequence[RunningJob], index: FreeIndex, now_s: float,
-                   moves: list[Placement], admitted: list[Placement], blocked: set[str],
-                   before_s: dict[str, float] | None = None) -> list[Placement]:
-        """Forget the victims that ended, moved to another type or are back to their width;
-        `grow_back` those whose newcomer has ended (the end of the horizon admission charged
-        them for) into their type's free GPUs: before admission and the pass when they would
-        finish before the queue's head jobs could on those GPUs (`before_s`), else after the
-        pass, onto types no held job waits for (`blocked`). `moves`, `admitted`: this
-        decision's so far. Tied to the newcomer's end, not to any release: returned whenever
-        a GPU of their type freed, victims took the queue's GPUs and were shrunk again at
-        once (first 10,000 trace jobs: 14,802 restarts, one job 1,152 times). Ahead of every
-        queued job, a long victim took back GPUs a short newcomer then waited hours for
-        (`tests/test_simulator_engine.py`, 'late')."""
-        owed = self._owed
-        newcomers = {newcomer for _, _, newcomer in owed.values()}
-        by_id = {r.job_id: r for r in running if r.job_id in owed or r.job_id in newcomers}
-        acted = {m.job_id for m in moves}  # shrunk in this decision: still at their width
-        for job_id in [j for j, (gpu_type, width, _) in owed.items() if j not in acted and (
-                j not in by_id or by_id[j].option.gpu_type != gpu_type
-                or by_id[j].num_gpus >= width)]:
-            del owed[job_id]
-        if not self.config.grow_back:
-            return []
-        started = {p.job_id for p in admitted}
-        due = {j: (t, w) for j, (t, w, newcomer) in owed.items()
-               if newcomer not in by_id and newcomer not in started and j not in acted
-               and t not in blocked}
-        if not due:
-            return []
-        cfg = self.config
-        return grow_back([by_id[j] for j in due], due, index, now_s, cfg.restart_floor_s,
-                         cfg.max_moves - len(moves), self.name, self._menus, cfg.launch_s, before_s)
-
     def _admit(self, ordered: list[_JobFacts], running: Sequence[RunningJob], index: FreeIndex,
-               releases: _ReleaseProfile, now_s: float, displace: bool = True,
-               moved: int = 0) -> tuple[list[Placement], list[Placement]]:
+               releases: _ReleaseProfile, now_s: float, displace: bool = True
+               ) -> tuple[list[Placement], list[Placement]]:
         """Before the pass, admission by shrinking: a job at the head of the order whose best
         completion (start now, or wait for GPUs to free) is later than it would be on GPUs that
         running jobs can spare, takes them when its gain beats their loss. The loss is each
@@ -449,9 +383,7 @@ class HasPolicy:
         restarts; the gain must exceed it by `min_gain_fraction` (prediction error). Victims
         step down their own options where the loss per GPU is smallest, so a wide job gives a
         few GPUs rather than falling to one. An urgent deadline job may also preempt
-        (`reclaim`). `moved`: moves this decision made already (`max_moves` counts them).
-        Each victim shrunk on its type is remembered with the width it had (`_owed`), so
-        `grow_back` returns it there. Returns (reshapes, placements of the admitted jobs)."""
+        (`reclaim`). Returns (reshapes, placements of the admitted jobs)."""
         cfg = self.config
         displace = displace and cfg.displace
         free = index.free_by_type
@@ -469,7 +401,7 @@ class HasPolicy:
         most: dict[str, list[int]] = {}
         release_ends = releases.ends
         for facts in ordered[:16]:  # the head of the priority order
-            if len(moves) + moved >= cfg.max_moves:
+            if len(moves) >= cfg.max_moves:
                 break
             job = facts.job
             if not facts.entries or now_s - job.submit_time_s < cfg.shrink_after_s:
@@ -580,12 +512,6 @@ class HasPolicy:
             for shrunk_run, narrower in plan:  # what they can still give is less now
                 spare[gpu_type] -= shrunk_run.num_gpus - (
                     narrower.num_gpus if narrower.gpu_type == gpu_type else 0)
-                if narrower.gpu_type == gpu_type:  # owed its width back at the newcomer's end
-                    _, width, _ = self._owed.get(shrunk_run.job_id, (gpu_type, 0, ""))
-                    self._owed[shrunk_run.job_id] = (gpu_type, max(width, shrunk_run.num_gpus),
-                                                     job.job_id)
-                else:  # displaced: it moved to another type whole
-                    self._owed.pop(shrunk_run.job_id, None)
             placed.append(Placement(job.job_id, option, assignments, decision=Decision(
                 self.name, f"admitted by shrinking running jobs: {reason}",
                 (Alternative(option, 0.0, total_s, "chosen"),
