@@ -1,7 +1,7 @@
 """Where has's JCT goes against elastic Sia's on one benchmark window: each job's JCT under has
 minus under sia, summed by what has did to it (placed or admitted by shrinking; then shrunk or
-displaced for a later newcomer, or not; grown back once its newcomer ended; grown or migrated
-into GPUs no queued job wanted), with the queueing totals.
+displaced for a later newcomer, or not; grown or migrated into GPUs no queued job wanted, or
+not), with the queueing totals.
 The diagnosis in docs/has.md ("Where has loses"), reproduced in seconds: sia takes about 20 s
 of CPU on a window, has under one.
 
@@ -44,8 +44,6 @@ class Recorder:
             reason = action.decision.reason if action.decision else ""
             if action.kind == PLACE:
                 kind = "admitted" if "admitted by shrinking" in reason else "placed"
-            elif reason.startswith("grown back"):
-                kind = "grown back"  # elastic.grow_back: its newcomer ended
             elif "to admit" in reason:
                 kind = "shrunk" if action.option.gpu_type == before[action.job_id].option.gpu_type \
                     else "displaced"
@@ -92,7 +90,6 @@ def main() -> None:
         kinds = history[job_id]
         group = ("admitted by shrinking" if kinds and kinds[0] == "admitted" else "placed") + \
             (", then shrunk or displaced" if {"shrunk", "displaced"} & set(kinds) else "") + \
-            (", grown back" if "grown back" in kinds else "") + \
             (", grown" if "grown" in kinds else "")
         groups_[group][0] += 1
         groups_[group][1] += hours(has, job_id) - hours(sia, job_id)

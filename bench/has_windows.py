@@ -7,7 +7,7 @@ over windows of per-window ratios; p99 and GPU-hours as ratios of the means) per
     .venv/bin/python bench/has_windows.py                      # all 4 settings, 5 windows
     .venv/bin/python bench/has_windows.py --settings frenzy-288/trace --windows 5000,25000,35000
     .venv/bin/python bench/has_windows.py --set min_gain_fraction=0.1   # a HasConfig variant
-    .venv/bin/python bench/has_windows.py --versus grow_back=0 --seeds 0,1,2  # has against has
+    .venv/bin/python bench/has_windows.py --versus displace=0 --seeds 0,1,2    # has against has
 
 `--versus` compares two has configurations window by window (avg JCT of --set's over the
 --versus one's, mean over windows), for each seed of the duration errors: a paired check that
