@@ -14,6 +14,7 @@ import argparse
 import math
 import statistics
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from frenzy.clusterfile import load_cluster_file
@@ -43,16 +44,17 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--start", type=int, default=0, help="trace job index of the first job")
     parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--seed", type=int, default=0, help="of the duration errors")
     args = parser.parse_args()
     trace = load_trace(PHILLY)
     groups = load_cluster_file(ROOT / "deploy/clusters/frenzy-288.yaml")
     jobs = prepare_jobs(trace, groups, start_s=trace[args.start].submit_time_s, count=args.jobs,
-                        seed=0)
+                        seed=args.seed)
     fastest_s = {j.job_id: min((o.duration_s for o in j.options), default=0.0) for j in jobs}
     for name in args.variants.split(","):
         tick = time.process_time()
         result = simulate(jobs, build_cluster(list(groups)), HasPolicy(VARIANTS[name]),
-                          config=SimConfig.realistic())
+                          config=replace(SimConfig.realistic(), seed=args.seed))
         done = [r for r in result.records if not math.isnan(r.end_time_s)]
         jct_h = [(r.end_time_s - r.submit_time_s) / 3600 for r in done]
         queue_h = [(r.first_start_s - r.submit_time_s) / 3600 for r in done]

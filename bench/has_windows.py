@@ -7,6 +7,11 @@ over windows of per-window ratios; p99 and GPU-hours as ratios of the means) per
     .venv/bin/python bench/has_windows.py                      # all 4 settings, 5 windows
     .venv/bin/python bench/has_windows.py --settings frenzy-288/trace --windows 5000,25000,35000
     .venv/bin/python bench/has_windows.py --set min_gain_fraction=0.1   # a HasConfig variant
+    .venv/bin/python bench/has_windows.py --versus displace=0 --seeds 0,1,2    # has against has
+
+`--versus` compares two has configurations window by window (avg JCT of --set's over the
+--versus one's, mean over windows), for each seed of the duration errors: a paired check that
+a change holds beyond the one draw of errors the saved sia windows were run with (seed 0).
 
 Not a result: the figures of record come from bench/scheduling.py.
 """
@@ -53,8 +58,14 @@ def main() -> None:
     parser.add_argument("--settings", default=",".join(SETTINGS))
     parser.add_argument("--windows", default="", help="start indices (default: the saved ones)")
     parser.add_argument("--set", action="append", default=[], help="HasConfig field=value")
+    parser.add_argument("--versus", action="append", default=[],
+                        help="HasConfig field=value of the has to compare with, paired, instead of sia")
+    parser.add_argument("--seeds", default="0", help="duration-error seeds (with --versus)")
     args = parser.parse_args()
     config = parse_config(args.set)
+    if args.versus:
+        return versus(config, parse_config(args.versus), [int(s) for s in args.seeds.split(",")],
+                      args.settings.split(","))
     saved = json.loads(SAVED.read_text())["clusters"]
     trace = load_trace(PHILLY)
     wanted = {int(w) for w in args.windows.split(",") if w}
@@ -82,6 +93,30 @@ def main() -> None:
               f" p99 {statistics.fmean(p99) / statistics.fmean(p99_sia):.3f} GPU-h "
               f"{statistics.fmean(gpu_h) / statistics.fmean(gpu_h_sia):.3f} "
               f"({time.process_time() - tick:.0f} s CPU)", flush=True)
+
+
+def versus(config: HasConfig, other: HasConfig, seeds: list[int], settings: list[str]) -> None:
+    """Per setting and seed, has with `config` over has with `other`: the mean over windows
+    of per-window avg JCT ratios (the same jobs and errors for both)."""
+    saved = json.loads(SAVED.read_text())["clusters"]
+    trace = load_trace(PHILLY)
+    for setting in settings:
+        cluster, _, load_name = setting.partition("/")
+        load = 0.0 if load_name == "trace" else float(load_name.split()[-1])
+        groups = load_cluster_file(CLUSTERS[cluster])
+        per_seed = []
+        for seed in seeds:
+            sim = replace(SimConfig.realistic(), seed=seed)
+            ratios = []
+            for window in saved[cluster][load_name]["windows"]:
+                jobs = prepare_jobs(trace, groups, start_s=window["start_s"], count=500,
+                                    load=load, seed=seed)
+                ours, theirs = (summarize(simulate(jobs, build_cluster(list(groups)),
+                                                   HasPolicy(c), config=sim))["avg_jct_s"]
+                                for c in (config, other))
+                ratios.append(ours / theirs)
+            per_seed.append(f"seed {seed} {statistics.fmean(ratios):.3f}")
+        print(f"{setting}: has / has --versus avg JCT: {', '.join(per_seed)}", flush=True)
 
 
 if __name__ == "__main__":
