@@ -736,8 +736,10 @@ class HasPolicy:
         A `dominated` option is only checked for a start now: an option of its type with no
         more GPUs was visited before it (no higher cost, and a lower rank on a tie), and the
         wait is non-decreasing in GPUs within one call, so its (wait + cost, rank) is never
-        below that option's, which either ended the scan or is a candidate already. Most
-        options of a long queue's jobs are such (wider, less GPU-efficient ones)."""
+        below that option's, which either ended the scan or is a candidate already; except
+        when every candidate so far waits forever: then all values are infinite and the
+        lowest rank wins the tie, which a dominated option can have, so it is scored. Most
+        options of a long queue's jobs are dominated (wider, less GPU-efficient ones)."""
         costs, by_cost = facts.scored(state.exponent)
         dominated = facts.dominated if state.prune_holds else (False,) * len(by_cost)
         entries = facts.entries
@@ -757,7 +759,7 @@ class HasPolicy:
                 break  # nothing left can beat holding (elastic: a wait shorter than a move)
             option, gpu_type, gpus, duration_s, _, tp = entries[rank]
             have = free.get(gpu_type, 0)
-            if have < gpus and dominated[rank]:
+            if have < gpus and dominated[rank] and hold_value < INF:
                 continue  # cannot start now, and its hold never wins
             reservation = reservations.get(gpu_type) if reservations else None
             if have >= gpus and (reservation is None or now_s + duration_s <= reservation.shadow_s
@@ -771,7 +773,7 @@ class HasPolicy:
                 assignments = index.best_fit(gpu_type, gpus, tp)
                 if assignments is not None:
                     return option, assignments
-            if dominated[rank]:
+            if dominated[rank] and hold_value < INF:
                 continue
             short = gpus + claimed.get(gpu_type, 0) - have
             if short < 1:
