@@ -297,10 +297,11 @@ class EventState:
         running job may outlive its predicted end (as prediction error makes jobs do): a
         moved or preempted one keeps at least MIN_LEFT of its work, never a 0 s option.
         Returns the jobs placed."""
+        moved: dict[str, RunningJob] = {}  # the reshaped jobs as they ran before
         for action in actions:
             if action.kind == PLACE:
                 continue
-            job = self.running.pop(action.job_id)
+            job = moved[action.job_id] = self.running.pop(action.job_id)
             self.cluster.give_back(job.assignments)
             if action.kind == PREEMPT:
                 left = max(MIN_LEFT, job.remaining_fraction(now_s))
@@ -320,11 +321,11 @@ class EventState:
                     job.submit_time_s, job.deadline_s, 0
                 placed += 1
             else:  # a reshape's option is from the full menu: its duration is for all the work
-                old = self.running[action.job_id] if action.job_id in self.running else None
-                left = max(MIN_LEFT, old.remaining_fraction(now_s)) if old else 1.0
+                old = moved[action.job_id]
+                left = max(MIN_LEFT, old.remaining_fraction(now_s))
                 option = replace(option, duration_s=option.duration_s * left)
-                submit_s, deadline_s = (old.submit_time_s, old.deadline_s) if old else (0.0, 0.0)
-                restarts = old.restarts + 1 if old else 1
+                submit_s, deadline_s, restarts = old.submit_time_s, old.deadline_s, \
+                    old.restarts + 1
             self.running[action.job_id] = RunningJob(
                 action.job_id, option, action.assignments, now_s, now_s + option.duration_s,
                 self.menus[action.job_id], left, submit_time_s=submit_s, deadline_s=deadline_s,

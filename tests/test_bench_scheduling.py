@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from frenzy_scheduler.core import Placement
+from frenzy_scheduler.core import RESIZE, Placement
 from frenzy_scheduler.policies.has import HasPolicy
 from frenzy_scheduler.simulator.trace import load_trace
 
@@ -99,3 +99,16 @@ def test_an_answer_is_executed_with_the_simulators_checks(bench, point) -> None:
     busy = running[0]
     with pytest.raises(ValueError, match="not free"):
         state.apply([Placement(queue[0].job_id, queue[0].options[0], busy.assignments)], 0.0)
+
+
+def test_a_reshaped_job_keeps_its_submit_time_and_counts_a_restart(bench, point) -> None:
+    _, queue, cluster, running = point
+    state = bench.EventState.of(queue, cluster, running)
+    job = running[0]
+    (node_id, gpus), = job.assignments
+    state.apply([Placement(job.job_id, job.option, ((node_id, gpus[:1]),), RESIZE)], 100.0)
+    resized = state.running[job.job_id]
+    assert resized.assignments == ((node_id, gpus[:1]),) and resized.start_time_s == 100.0
+    assert (resized.submit_time_s, resized.restarts) == (job.submit_time_s, job.restarts + 1)
+    assert resized.fraction_at_start == max(bench.MIN_LEFT, job.remaining_fraction(100.0))
+    assert state.free_gpus() == sum(n.num_free for n in cluster.nodes.values()) + len(gpus) - 1
