@@ -1,10 +1,10 @@
 """A digest of every decision `has` makes (placements, reshapes, assignments, decision records)
-over simulated Philly windows, the decision-time sweep's inputs and optionally a prefix of the
-whole trace: a change to has's mechanics (indexes, caches, bounds) must leave it byte-identical.
+over simulated Philly windows, the decision-time sweep's inputs (batch calls, and the
+per-event measurement's fill and events) and optionally a prefix of the whole trace: a change to has's mechanics (indexes, caches, bounds) must leave it byte-identical.
 
     .venv/bin/python bench/has_digest.py                  # windows + sweep points (~2 min)
     .venv/bin/python bench/has_digest.py --prefix 10000   # + the first 10,000 trace jobs
-    .venv/bin/python bench/has_digest.py --skip windows,sweep --prefix 5000 --start 30000
+    .venv/bin/python bench/has_digest.py --skip windows,sweep,events --prefix 5000 --start 30000
 
 Run it on the code before and after a change and compare the printed lines. Not a benchmark:
 it prints no speed figures (see bench/scheduling.py), only digests and decision counts.
@@ -24,7 +24,8 @@ from frenzy_scheduler.simulator import SimConfig, prepare_jobs, simulate
 from frenzy_scheduler.simulator.trace import load_trace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scheduling import CLUSTERS, PHILLY, SWEEP_GRID, sweep_inputs  # noqa: E402
+from scheduling import (CLUSTERS, PHILLY, SWEEP_GRID, EventState, draw_events,  # noqa: E402
+                        FILL_MAX_CALLS, sweep_groups, sweep_inputs, time_events)
 
 WINDOWS = ((5_000, 0.0), (15_000, 0.0), (5_000, 0.85), (25_000, 0.85))  # (trace index, load)
 WINDOW_JOBS = 500
@@ -66,6 +67,17 @@ def swept(queue, cluster, running, shortcuts: bool) -> str:
     return f"{policy.digest.hexdigest()[:16]} ({policy.calls} decisions, {policy.actions} actions)"
 
 
+def evented(trace, queue, cluster, running, gpus: int, queued: int, shortcuts: bool) -> str:
+    """The per-event measurement's calls (bench/scheduling.py `time_events`): the fill, then
+    one decision after each of the point's events, every event timed."""
+    policy = Digesting(shortcuts=shortcuts)
+    events, top_up = draw_events(trace, queue, running, sweep_groups(gpus),
+                                 random.Random(f"events:{gpus}:{queued}"),
+                                 len(queue) * FILL_MAX_CALLS)
+    time_events(policy, EventState.of(queue, cluster, running), events, top_up, budget_s=1e12)
+    return f"{policy.digest.hexdigest()[:16]} ({policy.calls} decisions, {policy.actions} actions)"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--prefix", type=int, default=0, help="also the first N trace jobs")
@@ -73,7 +85,7 @@ def main() -> None:
                         help="the trace job index --prefix starts at (the load grows later)")
     parser.add_argument("--plain", action="store_true",
                         help="HasPolicy(shortcuts=False), the straightforward path")
-    parser.add_argument("--skip", default="", help="comma-separated: windows, sweep")
+    parser.add_argument("--skip", default="", help="comma-separated: windows, sweep, events")
     args = parser.parse_args()
     shortcuts = not args.plain
     skip = set(filter(None, args.skip.split(",")))
@@ -84,9 +96,14 @@ def main() -> None:
                             count=WINDOW_JOBS, load=load, seed=0)
         print(f"window {start} load {load}: {simulated(jobs, groups, shortcuts)}", flush=True)
     rng = random.Random(0)  # the sweep's own draws, point after point
-    for gpus, queued in SWEEP_GRID if "sweep" not in skip else ():
+    for gpus, queued in SWEEP_GRID if not {"sweep", "events"} <= skip else ():
         queue, cluster, running = sweep_inputs(trace, gpus, queued, rng)
-        print(f"sweep {gpus} x {queued}: {swept(queue, cluster, running, shortcuts)}", flush=True)
+        if "sweep" not in skip:
+            print(f"sweep {gpus} x {queued}: {swept(queue, cluster, running, shortcuts)}",
+                  flush=True)
+        if "events" not in skip:
+            print(f"events {gpus} x {queued}: "
+                  f"{evented(trace, queue, cluster, running, gpus, queued, shortcuts)}", flush=True)
     if args.prefix:
         jobs = prepare_jobs(trace, groups, start_s=trace[args.start].submit_time_s,
                             count=args.prefix, seed=0)

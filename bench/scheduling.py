@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import json
 import math
 import random
 import statistics
 import sys
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,7 @@ from rich.table import Table
 
 from frenzy.clusterfile import NodeGroup, load_cluster_file, scale_groups
 from frenzy_scheduler.clusterfile import build_cluster
-from frenzy_scheduler.core import ClusterView, QueuedJob, RunningJob
+from frenzy_scheduler.core import PLACE, PREEMPT, ClusterView, Placement, QueuedJob, RunningJob
 from frenzy_scheduler.policies import get_policy
 from frenzy_scheduler.policies.sia import SiaConfig, SiaPolicy
 from frenzy_scheduler.simulator import SimConfig, prepare_jobs, run_policy
@@ -50,6 +52,13 @@ SIA_SWEEP_CAP_S = 10.0  # HiGHS time cap per sia decision in the overhead sweep
 SWEEP_BUDGET_S = 20.0  # timed calls per (point, policy): as many as fit, within the bounds below
 SWEEP_MIN_SAMPLES, SWEEP_MAX_SAMPLES = 3, 200
 SWEEP_GRID = ((100, 100), (1000, 500), (1000, 5000), (10000, 500), (10000, 5000))  # GPUs, queued
+# The per-event measurement (`time_events`): a sequence of this many events per sweep point
+# (the same for every policy), of which each policy times as many as EVENT_BUDGET_S allows
+# (at least SWEEP_MIN_SAMPLES), after at most FILL_MAX_CALLS decisions that fill the cluster
+EVENT_COUNT = 100
+EVENT_BUDGET_S = 5.0
+FILL_MAX_CALLS = 3
+MIN_LEFT = 0.01  # the least work a moved job has left in the per-event state (`EventState.apply`)
 SUMMARY_KEYS = ("avg_jct_s", "p50_jct_s", "p99_jct_s", "avg_queue_s", "p99_queue_s", "makespan_s",
                 "utilization", "utilization_arrivals", "gpu_hours", "restarts", "decision_p50_s",
                 "decision_p99_s", "decision_total_s", "unschedulable", "sim_wall_s")
@@ -177,12 +186,16 @@ def time_decisions(policy: Any, queue: list[QueuedJob], cluster: ClusterView, ru
             "cpu_p99_s": percentile(cpu, 0.99), "samples": len(wall), "time_capped": capped}
 
 
+def sweep_groups(gpus: int) -> list[NodeGroup]:
+    """frenzy-288's node groups scaled to about `gpus` GPUs."""
+    return scale_groups(load_cluster_file(CLUSTERS["frenzy-288"]), gpus / 288)
+
+
 def sweep_inputs(trace: list, gpus: int, queued: int, rng: random.Random
                  ) -> tuple[list[QueuedJob], ClusterView, list[RunningJob]]:
     """A sweep point's input: `queued` trace jobs on a `gpus`-GPU cluster whose GPUs are
     half busy (the same draws from `rng` as every run of the sweep)."""
-    base = load_cluster_file(CLUSTERS["frenzy-288"])
-    groups = scale_groups(base, gpus / 288)
+    groups = sweep_groups(gpus)
     cluster = build_cluster(groups)
     running: list[RunningJob] = []
     for node in cluster.nodes.values():  # half the GPUs busy, each busy node with one job
@@ -200,23 +213,250 @@ def sweep_inputs(trace: list, gpus: int, queued: int, rng: random.Random
 
 
 def sweep_point(trace: list, gpus: int, queued: int, policies: list[str],
-                rng: random.Random) -> dict[str, Any]:
-    """Time decisions with `queued` jobs on a `gpus`-GPU cluster whose GPUs are half busy."""
+                rng: random.Random, per_event: bool = True) -> dict[str, Any]:
+    """Time decisions with `queued` jobs on a `gpus`-GPU cluster whose GPUs are half busy:
+    the batch measurement (`time_decisions`, the input as it is) and, under `per_event`, the
+    per-event one (`time_events`, the steady state after filling it), whose events come from
+    their own rng, so the batch inputs of later points stay the draws they always were."""
     queue, cluster, running = sweep_inputs(trace, gpus, queued, rng)
     point: dict[str, Any] = {"gpus": sum(n.total_gpus for n in cluster.nodes.values()),
                              "queued": queued, "policies": {}}
     for name in policies:
-        policy = get_policy(name)
-        if isinstance(policy, SiaPolicy):  # every timed call solves the round
-            policy = SiaPolicy(SiaConfig(time_limit_s=SIA_SWEEP_CAP_S, reuse_unchanged_round=False))
-        elif hasattr(policy, "time_limit_s"):
-            policy.time_limit_s = SIA_SWEEP_CAP_S
-        timing = point["policies"][name] = time_decisions(policy, queue, cluster, running,
-                                                          SWEEP_BUDGET_S)
+        timing = point["policies"][name] = time_decisions(sweep_policy(name), queue, cluster,
+                                                          running, SWEEP_BUDGET_S)
         console.log(f"sweep {gpus} GPUs x {queued} jobs {name}: p50 {timing['p50_s'] * 1e3:.2f} ms"
                     f" p99 {timing['p99_s'] * 1e3:.2f} ms (CPU {timing['cpu_p50_s'] * 1e3:.2f} / "
                     f"{timing['cpu_p99_s'] * 1e3:.2f} ms; {timing['samples']} samples)"
                     + (" (time cap hit)" if timing["time_capped"] else ""))
+    if "sia" in point["policies"] and "has" in point["policies"]:
+        sia, has = point["policies"]["sia"], point["policies"]["has"]
+        point["sia_over_has"] = {"p50": sia["p50_s"] / has["p50_s"],
+                                 "p99": sia["p99_s"] / has["p99_s"],
+                                 "cpu_p50": sia["cpu_p50_s"] / has["cpu_p50_s"],
+                                 "cpu_p99": sia["cpu_p99_s"] / has["cpu_p99_s"]}
+    if per_event:
+        point["per_event"] = event_point(trace, queue, cluster, running, policies,
+                                         sweep_groups(gpus), random.Random(f"events:{gpus}:{queued}"))
+    return point
+
+
+@dataclass(frozen=True)
+class Event:
+    """One change between two decisions of the per-event measurement: at `time_s`, a running
+    job ends (`ends`: its id) or a job arrives (`arrives`)."""
+
+    time_s: float
+    ends: str = ""
+    arrives: QueuedJob | None = None
+
+    @property
+    def label(self) -> str:
+        return f"end {self.ends}" if self.ends else f"arrive {self.arrives.job_id}"
+
+
+@dataclass
+class EventState:
+    """What the per-event harness carries from one decision to the next: the queue and the
+    running jobs by id (the same objects from call to call, as the simulator keeps them), the
+    cluster, and every job's full option menu (a reshape picks from it)."""
+
+    queue: dict[str, QueuedJob]
+    running: dict[str, RunningJob]
+    cluster: ClusterView
+    menus: dict[str, tuple]
+
+    @staticmethod
+    def of(queue: list[QueuedJob], cluster: ClusterView, running: list[RunningJob]
+           ) -> "EventState":
+        """A private copy of a sweep point's input (the batch measurement's objects stay as
+        they are)."""
+        state = EventState({}, {r.job_id: r for r in running}, cluster.copy(),
+                           {r.job_id: tuple(r.options) for r in running})
+        for job in queue:
+            state.enqueue(job)
+        return state
+
+    def enqueue(self, job: QueuedJob) -> None:
+        self.queue[job.job_id] = job
+        self.menus[job.job_id] = tuple(job.options)
+
+    def happen(self, event: Event) -> None:
+        """Apply one event: an ending job frees its GPUs (or, if the policy had preempted it
+        back to the queue, leaves the queue); an arriving job joins the queue."""
+        if event.arrives is not None:
+            self.enqueue(event.arrives)
+        elif event.ends in self.running:
+            self.cluster.give_back(self.running.pop(event.ends).assignments)
+        else:
+            del self.queue[event.ends]
+
+    def apply(self, actions: list[Placement], now_s: float) -> int:
+        """Execute a policy's answer as the simulator does (every release first, then the
+        takes, which raise on a GPU that is not free); no launch or restart overheads (the
+        harness needs a plausible state, not JCTs). Jobs end only by events here, so a
+        running job may outlive its predicted end (as prediction error makes jobs do): a
+        moved or preempted one keeps at least MIN_LEFT of its work, never a 0 s option.
+        Returns the jobs placed."""
+        moved: dict[str, RunningJob] = {}  # the reshaped jobs as they ran before
+        for action in actions:
+            if action.kind == PLACE:
+                continue
+            job = moved[action.job_id] = self.running.pop(action.job_id)
+            self.cluster.give_back(job.assignments)
+            if action.kind == PREEMPT:
+                left = max(MIN_LEFT, job.remaining_fraction(now_s))
+                self.queue[job.job_id] = QueuedJob(
+                    job.job_id, job.submit_time_s,
+                    tuple(replace(o, duration_s=o.duration_s * left) for o in job.options),
+                    job.deadline_s, 0, left)
+        placed = 0
+        for action in actions:
+            if action.kind == PREEMPT:
+                continue
+            self.cluster.take(action.assignments)
+            option = action.option
+            if action.kind == PLACE:
+                job = self.queue.pop(action.job_id)
+                left, submit_s, deadline_s, restarts = job.remaining_fraction, \
+                    job.submit_time_s, job.deadline_s, 0
+                placed += 1
+            else:  # a reshape's option is from the full menu: its duration is for all the work
+                old = moved[action.job_id]
+                left = max(MIN_LEFT, old.remaining_fraction(now_s))
+                option = replace(option, duration_s=option.duration_s * left)
+                submit_s, deadline_s, restarts = old.submit_time_s, old.deadline_s, \
+                    old.restarts + 1
+            self.running[action.job_id] = RunningJob(
+                action.job_id, option, action.assignments, now_s, now_s + option.duration_s,
+                self.menus[action.job_id], left, submit_time_s=submit_s, deadline_s=deadline_s,
+                restarts=restarts)
+        return placed
+
+    def free_gpus(self) -> int:
+        return sum(n.num_free for n in self.cluster.nodes.values())
+
+
+def draw_events(trace: list, queue: list[QueuedJob], running: list[RunningJob], groups: list,
+                rng: random.Random, top_up_jobs: int, count: int = EVENT_COUNT
+                ) -> tuple[list[Event], list[QueuedJob]]:
+    """A sweep point's events and the jobs that keep its queue at its length while the
+    policy fills the cluster; drawn once, so every policy meets the same ones.
+
+    Each event comes 1-60 s after the previous one and is, at even odds, the end of one of
+    the input's running jobs (every policy has those, wherever it moved them), each at most
+    once, in an order drawn here; or the arrival of a trace job outside the queue. When the
+    input's running jobs are all ended, the rest are arrivals."""
+    queued_ids = {job.job_id for job in queue}
+    needed = count + top_up_jobs
+    start = rng.randrange(0, len(trace) - needed - len(queue))
+    fresh = [t for t in trace[start:start + needed + len(queue)] if t.job_id not in queued_ids]
+    jobs = prepare_jobs(fresh[:needed], groups, seed=rng.randrange(1 << 30))
+    top_up = [QueuedJob(j.job_id, -rng.uniform(0, 1e4), j.options, j.deadline_s)
+              for j in jobs[count:]]
+    arrivals = iter(jobs[:count])
+    ends = [r.job_id for r in running]
+    rng.shuffle(ends)
+    events, time_s = [], 0.0
+    for _ in range(count):
+        time_s += rng.uniform(1.0, 60.0)
+        if ends and rng.random() < 0.5:
+            events.append(Event(time_s, ends=ends.pop()))
+        else:
+            job = next(arrivals)
+            events.append(Event(time_s, arrives=QueuedJob(job.job_id, time_s, job.options,
+                                                          job.deadline_s)))
+    return events, top_up
+
+
+def time_events(policy: Any, state: EventState, events: list[Event], top_up: list[QueuedJob],
+                budget_s: float) -> dict[str, Any]:
+    """The per-event harness, the same for every policy: the steady state of a sweep point.
+
+    Fill: the policy decides on the point's input (at time 0) and its answer is applied; the
+    queue is topped up to its length from `top_up` (the same jobs, in the same order, for
+    every policy), and again, until a decision places nothing or after FILL_MAX_CALLS: the
+    cluster is then as full as the policy leaves it. The first of these calls is the cold
+    one (reported apart). Then each timed call follows ONE event and gets the state that the
+    earlier events and the policy's own answers left; the events are timed in order, as
+    many as `budget_s` allows (at least SWEEP_MIN_SAMPLES). Timing as `time_decisions`:
+    the state is gc-frozen after the fill, garbage collected before each call, wall clock
+    and process CPU time per call."""
+    queued = len(state.queue)
+    spare = iter(top_up)
+    fill_s: list[float] = []
+    capped = False
+    for _ in range(FILL_MAX_CALLS):
+        tick = time.perf_counter()
+        actions = policy.schedule(list(state.queue.values()), state.cluster, 0.0,
+                                  list(state.running.values()))
+        fill_s.append(time.perf_counter() - tick)
+        capped = capped or getattr(policy, "last_status", 0) == 1
+        placed = state.apply(actions, 0.0)
+        for job in itertools.islice(spare, max(0, queued - len(state.queue))):
+            state.enqueue(job)
+        if not placed:
+            break
+    filled = {"fill_calls": len(fill_s), "fill_s": fill_s, "free_gpus_after_fill":
+              state.free_gpus(), "running_after_fill": len(state.running)}
+    wall, cpu, timed, placed_total = [], [], [], 0
+    gc.collect()
+    gc.freeze()
+    try:
+        for event in events:
+            if len(wall) >= SWEEP_MIN_SAMPLES and sum(wall) >= budget_s:
+                break
+            state.happen(event)
+            queue, running = list(state.queue.values()), list(state.running.values())
+            gc.collect()
+            tick, tick_cpu = time.perf_counter(), time.process_time()
+            actions = policy.schedule(queue, state.cluster, event.time_s, running)
+            wall.append(time.perf_counter() - tick)
+            cpu.append(time.process_time() - tick_cpu)
+            capped = capped or getattr(policy, "last_status", 0) == 1
+            placed_total += state.apply(actions, event.time_s)
+            timed.append(event.label)
+    finally:
+        gc.unfreeze()
+    wall_sorted, cpu_sorted = sorted(wall), sorted(cpu)
+    return {"cold_s": fill_s[0], **filled,
+            "p50_s": percentile(wall_sorted, 0.5), "p99_s": percentile(wall_sorted, 0.99),
+            "max_s": wall_sorted[-1], "cpu_p50_s": percentile(cpu_sorted, 0.5),
+            "cpu_p99_s": percentile(cpu_sorted, 0.99), "samples": len(wall),
+            "time_capped": capped, "placed_per_event": placed_total / len(wall),
+            "queued_at_end": len(state.queue), "free_gpus_at_end": state.free_gpus(),
+            "events": timed}
+
+
+def sweep_policy(name: str) -> Any:
+    """A policy as the sweep times it: elastic sia solves its round on every call, and every
+    solver-backed policy is capped at SIA_SWEEP_CAP_S."""
+    policy = get_policy(name)
+    if isinstance(policy, SiaPolicy):  # every timed call solves the round
+        policy = SiaPolicy(SiaConfig(time_limit_s=SIA_SWEEP_CAP_S, reuse_unchanged_round=False))
+    elif hasattr(policy, "time_limit_s"):
+        policy.time_limit_s = SIA_SWEEP_CAP_S
+    return policy
+
+
+def event_point(trace: list, queue: list[QueuedJob], cluster: ClusterView,
+                running: list[RunningJob], policies: list[str], groups: list[NodeGroup],
+                rng: random.Random, budget_s: float = EVENT_BUDGET_S,
+                count: int = EVENT_COUNT) -> dict[str, Any]:
+    """The per-event measurement of one sweep point (its batch input and node groups, `rng`
+    for the events): every policy gets a private copy of the input, the same top-up jobs and
+    the same events."""
+    gpus = sum(n.total_gpus for n in cluster.nodes.values())
+    events, top_up = draw_events(trace, queue, running, groups, rng,
+                                 len(queue) * FILL_MAX_CALLS, count)
+    point: dict[str, Any] = {"events_drawn": len(events), "policies": {}}
+    for name in policies:
+        timing = point["policies"][name] = time_events(
+            sweep_policy(name), EventState.of(queue, cluster, running), events, top_up, budget_s)
+        console.log(f"per event {gpus} GPUs x {len(queue)} jobs {name}: p50 "
+                    f"{timing['p50_s'] * 1e3:.2f} ms p99 {timing['p99_s'] * 1e3:.2f} ms (CPU "
+                    f"{timing['cpu_p50_s'] * 1e3:.2f} / {timing['cpu_p99_s'] * 1e3:.2f} ms; "
+                    f"{timing['samples']} events; after the fill {timing['free_gpus_after_fill']}"
+                    f" GPUs free)" + (" (time cap hit)" if timing["time_capped"] else ""))
     if "sia" in point["policies"] and "has" in point["policies"]:
         sia, has = point["policies"]["sia"], point["policies"]["has"]
         point["sia_over_has"] = {"p50": sia["p50_s"] / has["p50_s"],
@@ -336,6 +576,18 @@ def overhead_sweep(trace: list, results: dict[str, Any], quick: bool) -> None:
                    "input; inputs gc-frozen, gc.collect() before each call; wall clock and "
                    "process CPU time per call; nearest-rank p50/p99; elastic sia re-solves "
                    "queued and running jobs on every call (a round)",
+        "per_event_harness": "same for every policy (time_events), under each point's "
+                             "'per_event' key: the policy fills a private copy of the point's "
+                             "input (its own placements applied, the queue topped up to its "
+                             f"length with the same jobs, up to {FILL_MAX_CALLS} calls; the "
+                             "first is cold_s), then one decision after each event, on the "
+                             "state the earlier events and answers left; the events (a running "
+                             "job of the input ends, or a trace job arrives, 1-60 s apart) are "
+                             "drawn once per point from their own rng and timed in order, as "
+                             f"many as {EVENT_BUDGET_S:.0f} s allow (>= {SWEEP_MIN_SAMPLES}); "
+                             "gc and clocks as the batch harness",
+        "per_event_budget_s": EVENT_BUDGET_S, "events_per_point": EVENT_COUNT,
+        "fill_max_calls": FILL_MAX_CALLS,
         "points": [sweep_point(trace, g, q, sweep_policies, rng) for g, q in grid]}
     for clock, p50, p99 in (("wall clock", "p50_s", "p99_s"), ("CPU time", "cpu_p50_s", "cpu_p99_s")):
         sweep = Table(title=f"decision time, steady state, {clock} (ms): p50 / p99; sia capped "
@@ -354,6 +606,35 @@ def overhead_sweep(trace: list, results: dict[str, Any], quick: bool) -> None:
             sweep.add_row(f"{point['gpus']} x {point['queued']}", *cells,
                           *(f"{ratios[prefix + q]:.0f}x" if ratios else "-" for q in ("p50", "p99")))
         Console().print(sweep)
+    for clock, p50, p99 in (("wall clock", "p50_s", "p99_s"), ("CPU time", "cpu_p50_s", "cpu_p99_s")):
+        Console().print(event_table(results["overhead_sweep"]["points"], sweep_policies, clock,
+                                    p50, p99))
+
+
+def event_table(points: list[dict[str, Any]], policies: list[str], clock: str, p50: str,
+                p99: str) -> Table:
+    """The per-event measurement beside the batch one's layout: has and elastic sia first."""
+    table = Table(title=f"decision time, ONE event each on the state the policy left (per "
+                        f"event), {clock} (ms): p50 / p99 (events timed); sia capped at "
+                        f"{SIA_SWEEP_CAP_S:.0f} s per decision")
+    table.add_column("GPUs x queued")
+    ordered = [n for n in ("has", "sia") if n in policies] + \
+        [n for n in policies if n not in ("has", "sia")]
+    for name in ordered:
+        table.add_column(name, justify="right")
+    for column in ("sia / has p50", "sia / has p99", "has GPUs free after fill"):
+        table.add_column(column, justify="right")
+    prefix = "cpu_" if clock == "CPU time" else ""
+    for point in points:
+        timings = point["per_event"]["policies"]
+        cells = [f"{timings[n][p50] * 1e3:.2f} / {timings[n][p99] * 1e3:.2f} "
+                 f"({timings[n]['samples']})" + ("*" if timings[n]["time_capped"] else "")
+                 for n in ordered]
+        ratios = point["per_event"].get("sia_over_has", {})
+        table.add_row(f"{point['gpus']} x {point['queued']}", *cells,
+                      *(f"{ratios[prefix + q]:.0f}x" if ratios else "-" for q in ("p50", "p99")),
+                      str(timings["has"]["free_gpus_after_fill"]) if "has" in timings else "-")
+    return table
 
 
 if __name__ == "__main__":

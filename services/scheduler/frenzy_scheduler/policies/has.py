@@ -105,6 +105,10 @@ class _JobFacts:
     exponent: float = -1.0  # the GPU-cost exponent `costs` / `by_cost` were scored with
     costs: tuple[float, ...] = ()
     by_cost: tuple[int, ...] = ()  # entry indices, cheapest first, ties by rank
+    # By entry index: an entry of the same type with no more GPUs comes before it in
+    # `by_cost` (cheaper, or as cheap and faster), so as an option to hold for it never wins
+    # (`HasPolicy._score`); derived with `by_cost`
+    dominated: tuple[bool, ...] = ()
     # Set by each decision's sort: the job as queued now, its sort key, the decision number.
     job: QueuedJob | None = None
     key: tuple[int, float, float, str] = (2, 0.0, 0.0, "")
@@ -121,6 +125,15 @@ class _JobFacts:
                 self.costs = tuple(e[3] for e in self.entries)
             self.by_cost = tuple(sorted(range(len(self.costs)), key=self.costs.__getitem__))
             self.exponent = exponent
+            fewest: dict[str, int] = {}  # per type, the fewest GPUs of the entries so far
+            dominated = [False] * len(self.entries)
+            for rank in self.by_cost:
+                _, gpu_type, gpus, _, _, _ = self.entries[rank]
+                if fewest.get(gpu_type, gpus + 1) <= gpus:
+                    dominated[rank] = True
+                else:
+                    fewest[gpu_type] = gpus
+            self.dominated = tuple(dominated)
         return self.costs, self.by_cost
 
 
@@ -215,6 +228,7 @@ class _Pass:
     # claimed past every GPU the running jobs will release (`changed` keeps it up to date)
     closed: set[str] = field(default_factory=set)
     reason: str | None = None  # the placements' decision reason, formatted once
+    prune_holds: bool = True  # `_score` skips the holds of dominated options (the fast path)
 
     def __post_init__(self) -> None:
         self.release_ends = self.releases.ends
@@ -335,7 +349,8 @@ class HasPolicy:
         state = _Pass(index, releases, now_s,
                       max(self.config.min_cost_exponent, pressure * self.config.gpu_cost_weight),
                       elastic and self.config.start_now and pressure == 0.0,
-                      self.config.restart_floor_s + self.config.launch_s(1))
+                      self.config.restart_floor_s + self.config.launch_s(1),
+                      prune_holds=self.shortcuts)
         placements: list[Placement] = []
         reserve_after_s = self.config.reserve_after_s
         for facts in ordered:
@@ -716,8 +731,17 @@ class HasPolicy:
         Options are visited cheapest first (cost = duration x GPU-seconds penalty). The first
         one that can start now wins unless holding for a cheaper one (wait + cost) is
         strictly better; everything after it costs more, so the scan stops there. Holding
-        candidates tie-break by rank (fastest first)."""
+        candidates tie-break by rank (fastest first).
+
+        A `dominated` option is only checked for a start now: an option of its type with no
+        more GPUs was visited before it (no higher cost, and a lower rank on a tie), and the
+        wait is non-decreasing in GPUs within one call, so its (wait + cost, rank) is never
+        below that option's, which either ended the scan or is a candidate already; except
+        when every candidate so far waits forever: then all values are infinite and the
+        lowest rank wins the tie, which a dominated option can have, so it is scored. Most
+        options of a long queue's jobs are dominated (wider, less GPU-efficient ones)."""
         costs, by_cost = facts.scored(state.exponent)
+        dominated = facts.dominated if state.prune_holds else (False,) * len(by_cost)
         entries = facts.entries
         index = state.index
         free = index.free_by_type
@@ -735,6 +759,8 @@ class HasPolicy:
                 break  # nothing left can beat holding (elastic: a wait shorter than a move)
             option, gpu_type, gpus, duration_s, _, tp = entries[rank]
             have = free.get(gpu_type, 0)
+            if have < gpus and dominated[rank] and hold_value < INF:
+                continue  # cannot start now, and its hold never wins
             reservation = reservations.get(gpu_type) if reservations else None
             if have >= gpus and (reservation is None or now_s + duration_s <= reservation.shadow_s
                                  or gpus <= reservation.spare_gpus):
@@ -747,6 +773,8 @@ class HasPolicy:
                 assignments = index.best_fit(gpu_type, gpus, tp)
                 if assignments is not None:
                     return option, assignments
+            if dominated[rank] and hold_value < INF:
+                continue
             short = gpus + claimed.get(gpu_type, 0) - have
             if short < 1:
                 short = 1

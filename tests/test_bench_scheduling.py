@@ -1,0 +1,114 @@
+"""bench/scheduling.py's per-event harness measures what it says: each timed decision follows
+exactly one event on the state the earlier events and answers left, every policy meets the
+same events, and an answer is executed with the same checks as the simulator's."""
+from __future__ import annotations
+
+import importlib.util
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from frenzy_scheduler.core import RESIZE, Placement
+from frenzy_scheduler.policies.has import HasPolicy
+from frenzy_scheduler.simulator.trace import load_trace
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE = ROOT / "tests/data/trace_philly_150.csv"
+
+
+def load_scheduling():
+    spec = importlib.util.spec_from_file_location("scheduling", ROOT / "bench/scheduling.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["scheduling"] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+class Recording(HasPolicy):
+    """has, noting what each call was given: the queued ids, the running ids, the free GPUs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inputs: list[tuple[frozenset, frozenset, int, float]] = []
+
+    def schedule(self, queue, cluster, now_s, running=()):
+        self.inputs.append((frozenset(j.job_id for j in queue),
+                            frozenset(r.job_id for r in running),
+                            sum(n.num_free for n in cluster.nodes.values()), now_s))
+        return super().schedule(queue, cluster, now_s, running)
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return load_scheduling()
+
+
+@pytest.fixture(scope="module")
+def point(bench):
+    trace = load_trace(TRACE)
+    queue, cluster, running = bench.sweep_inputs(trace, 100, 10, random.Random(0))
+    return trace, queue, cluster, running
+
+
+def test_each_timed_call_follows_one_event_on_the_state_left_before(bench, point) -> None:
+    trace, queue, cluster, running = point
+    free_before = [n.num_free for n in cluster.nodes.values()]
+    events, top_up = bench.draw_events(trace, queue, running, bench.sweep_groups(100),
+                                       random.Random(1), 3 * len(queue), count=12)
+    assert {e.ends for e in events if e.ends} <= {r.job_id for r in running}
+    assert any(e.ends for e in events) and any(e.arrives for e in events)
+    policy = Recording()
+    timing = bench.time_events(policy, bench.EventState.of(queue, cluster, running), events,
+                               top_up, budget_s=1e9)
+    assert timing["samples"] == len(events) == len(timing["events"])
+    assert [n.num_free for n in cluster.nodes.values()] == free_before  # the input untouched
+    timed = policy.inputs[timing["fill_calls"]:]
+    assert len(timed) == len(events)
+    for (queued_before, running_before, _, _), (queued, running_now, _, now_s), event in zip(
+            policy.inputs[timing["fill_calls"] - 1:], timed, events):
+        assert now_s == event.time_s
+        if event.arrives is not None:
+            assert event.arrives.job_id in queued and event.arrives.job_id not in queued_before
+        else:
+            assert event.ends not in queued | running_now
+            assert event.ends in queued_before | running_before
+    # the state moves on: no two timed calls saw the same queue and running jobs
+    assert len({(q, r) for q, r, _, _ in timed}) == len(timed)
+
+
+def test_has_and_sia_meet_the_same_events(bench, point) -> None:
+    trace, queue, cluster, running = point
+    result = bench.event_point(trace, queue, cluster, running, ["has", "sia"],
+                               bench.sweep_groups(100), random.Random(2), budget_s=0.0, count=8)
+    has, sia = result["policies"]["has"], result["policies"]["sia"]
+    assert has["samples"] == sia["samples"] == bench.SWEEP_MIN_SAMPLES
+    assert has["events"] == sia["events"]
+    assert result["sia_over_has"]["cpu_p50"] > 0
+    # drawn from the point's rng alone: the same again, in full
+    drawn = [bench.draw_events(trace, queue, running, bench.sweep_groups(100),
+                               random.Random(3), 3 * len(queue))[0] for _ in range(2)]
+    assert [e.label for e in drawn[0]] == [e.label for e in drawn[1]]
+    assert sum(1 for e in drawn[0] if e.ends) >= 5
+
+
+def test_an_answer_is_executed_with_the_simulators_checks(bench, point) -> None:
+    _, queue, cluster, running = point
+    state = bench.EventState.of(queue, cluster, running)
+    busy = running[0]
+    with pytest.raises(ValueError, match="not free"):
+        state.apply([Placement(queue[0].job_id, queue[0].options[0], busy.assignments)], 0.0)
+
+
+def test_a_reshaped_job_keeps_its_submit_time_and_counts_a_restart(bench, point) -> None:
+    _, queue, cluster, running = point
+    state = bench.EventState.of(queue, cluster, running)
+    job = running[0]
+    (node_id, gpus), = job.assignments
+    state.apply([Placement(job.job_id, job.option, ((node_id, gpus[:1]),), RESIZE)], 100.0)
+    resized = state.running[job.job_id]
+    assert resized.assignments == ((node_id, gpus[:1]),) and resized.start_time_s == 100.0
+    assert (resized.submit_time_s, resized.restarts) == (job.submit_time_s, job.restarts + 1)
+    assert resized.fraction_at_start == max(bench.MIN_LEFT, job.remaining_fraction(100.0))
+    assert state.free_gpus() == sum(n.num_free for n in cluster.nodes.values()) + len(gpus) - 1

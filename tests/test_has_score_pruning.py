@@ -1,0 +1,57 @@
+"""has's scoring skips the hold value of a dominated option (an option of the same type with no
+more GPUs comes before it in cost order): the marks against their definition, and a hand-worked
+case where a skipped option is the only one that starts now (the skip covers holds only)."""
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from frenzy.domain import ParallelPlan, PlanOption
+from frenzy_scheduler.core import ClusterView, NodeState, QueuedJob, RunningJob
+from frenzy_scheduler.placement import FreeIndex
+from frenzy_scheduler.policies.has import HasConfig, HasPolicy
+
+
+def option(gpu_type: str, gpus: int, duration_s: float) -> PlanOption:
+    return PlanOption(gpu_type, ParallelPlan(dp=gpus), 1, 1.0, duration_s)
+
+
+CLUSTER = ClusterView({"a": NodeState("a", "A", 8, list(range(8))),
+                       "b": NodeState("b", "B", 8, list(range(8)))})
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("AB"), st.sampled_from([1, 2, 4, 8]),
+                          st.floats(1.0, 1e5)), min_size=1, max_size=12),
+       st.sampled_from([0.0, 0.5, 1.0]))
+def test_dominated_marks_follow_their_definition(menu, exponent) -> None:
+    job = QueuedJob("j", 0.0, tuple(option(t, g, d) for t, g, d in menu))
+    facts = HasPolicy()._derive_facts(job, FreeIndex(CLUSTER))
+    costs, by_cost = facts.scored(exponent)
+    for position, rank in enumerate(by_cost):
+        _, gpu_type, gpus, _, _, _ = facts.entries[rank]
+        earlier = [facts.entries[r] for r in by_cost[:position]]
+        assert facts.dominated[rank] == any(t == gpu_type and g <= gpus
+                                            for _, t, g, _, _, _ in earlier)
+        for _, t, g, _, _, _ in earlier:  # what the skip relies on: no cheaper, and rank first
+            assert costs[by_cost[position - 1]] <= costs[rank]
+    assert facts.scored(exponent)[1] is by_cost  # kept while the exponent is
+
+
+def test_a_dominated_option_still_starts_now() -> None:
+    """Worked by hand: type A has 2 GPUs free, 6 busy until t=950. "big" (first in order:
+    100 s on 8 A GPUs, or a million seconds on the one free B GPU) holds for A and reserves
+    it from t=950 with no spare GPUs. The queue's pressure (demand 10 on 3 free GPUs) makes
+    cost = duration x GPU-seconds / the job's least: j's 1-GPU option (1,000 s, cost 1,000)
+    is cheaper than its 2-GPU one (900 s, cost 1,620), which is therefore dominated as a
+    hold; but only the 2-GPU one ends before the reservation, so it is the one that starts,
+    with or without the skip."""
+    cluster = ClusterView({"a": NodeState("a", "A", 8, [6, 7]), "b": NodeState("b", "B", 1, [0])})
+    running = [RunningJob("r", option("A", 6, 1.0), (("a", tuple(range(6))),), 0.0, 950.0)]
+    queue = [QueuedJob("big", 0.0, (option("A", 8, 100.0), option("B", 1, 1e6))),
+             QueuedJob("j", 0.0, (option("A", 1, 1000.0), option("A", 2, 900.0))),
+             QueuedJob("tail", 0.0, (option("A", 8, 1e5),))]
+    config = HasConfig(launch_overhead_s=0.0, elastic=False)
+    fast = HasPolicy(config).schedule(queue, cluster, 0.0, running)
+    assert fast == HasPolicy(config, shortcuts=False).schedule(queue, cluster, 0.0, running)
+    assert [(p.job_id, p.option.num_gpus) for p in fast] == [("j", 2)]
