@@ -229,11 +229,7 @@ def sweep_point(trace: list, gpus: int, queued: int, policies: list[str],
                     f"{timing['cpu_p99_s'] * 1e3:.2f} ms; {timing['samples']} samples)"
                     + (" (time cap hit)" if timing["time_capped"] else ""))
     if "sia" in point["policies"] and "has" in point["policies"]:
-        sia, has = point["policies"]["sia"], point["policies"]["has"]
-        point["sia_over_has"] = {"p50": sia["p50_s"] / has["p50_s"],
-                                 "p99": sia["p99_s"] / has["p99_s"],
-                                 "cpu_p50": sia["cpu_p50_s"] / has["cpu_p50_s"],
-                                 "cpu_p99": sia["cpu_p99_s"] / has["cpu_p99_s"]}
+        point["sia_over_has"] = sia_over_has(point["policies"]["sia"], point["policies"]["has"])
     if per_event:
         point["per_event"] = event_point(trace, queue, cluster, running, policies,
                                          sweep_groups(gpus), random.Random(f"events:{gpus}:{queued}"))
@@ -458,12 +454,14 @@ def event_point(trace: list, queue: list[QueuedJob], cluster: ClusterView,
                     f"{timing['samples']} events; after the fill {timing['free_gpus_after_fill']}"
                     f" GPUs free)" + (" (time cap hit)" if timing["time_capped"] else ""))
     if "sia" in point["policies"] and "has" in point["policies"]:
-        sia, has = point["policies"]["sia"], point["policies"]["has"]
-        point["sia_over_has"] = {"p50": sia["p50_s"] / has["p50_s"],
-                                 "p99": sia["p99_s"] / has["p99_s"],
-                                 "cpu_p50": sia["cpu_p50_s"] / has["cpu_p50_s"],
-                                 "cpu_p99": sia["cpu_p99_s"] / has["cpu_p99_s"]}
+        point["sia_over_has"] = sia_over_has(point["policies"]["sia"], point["policies"]["has"])
     return point
+
+
+def sia_over_has(sia: dict[str, Any], has: dict[str, Any]) -> dict[str, float]:
+    """Elastic Sia's decision time over has's, wall clock and CPU, p50 and p99."""
+    return {key.removesuffix("_s"): sia[key] / has[key]
+            for key in ("p50_s", "p99_s", "cpu_p50_s", "cpu_p99_s")}
 
 
 def _any_option(gpu_type: str, count: int):
