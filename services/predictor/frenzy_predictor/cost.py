@@ -183,9 +183,9 @@ class CostModel:
 
         # Compute: the stage's share of layers plus the lm head (Megatron puts it on the last stage).
         # Attention: each rank's s / cp queries see the whole sequence (cp > 1: the K/V ring).
-        # An uneven split runs at its heaviest stage's pace: ceil(layers / pp) for the stacks
-        # the plan search splits unevenly (frenzy_predictor.pipeline_split: the reference
-        # trainer's and torchtitan's rules put at most one layer more on a stage).
+        # An uneven split (a fixed plan; the search offers even ones only) runs at its heaviest
+        # stage's pace: ceil(layers / pp), as the reference trainer's and torchtitan's rules put
+        # at most one layer more on a stage (frenzy_predictor.pipeline_split).
         layers = float(-(-arch.num_layers // pp))  # a float, as num_layers / pp was
         stage_params = layers * self.layer_params + arch.vocab_size * h
         matmul_fwd = 2 * stage_params * tokens_mb / tp

@@ -147,12 +147,11 @@ def powers_of_two(limit: int) -> Iterator[int]:
         value *= 2
 
 
-def model_parallel_shapes(arch: ModelArch, gpu: GpuType, limit: int,
-                          framework: str = "frenzy") -> list[tuple[int, int]]:
+def model_parallel_shapes(arch: ModelArch, gpu: GpuType, limit: int) -> list[tuple[int, int]]:
     """(tp, pp) pairs: tp divides the heads, kv heads, vocabulary and FFN width (what the
     reference trainer's tensor parallelism splits evenly; gpt2's 50257 tokens allow none without
-    Megatron's vocabulary padding) and fits a node; pp divides the layers, and the stack's own
-    pipeline split runs it with its defaults (frenzy_predictor.pipeline_split).
+    Megatron's vocabulary padding) and fits a node; pp divides the layers (an even split, which
+    every stack's own rule runs: frenzy_predictor.pipeline_split).
 
     The search does not offer uneven pipelines yet, though MARP predicts them and the reference
     trainer and torchtitan run them (`frenzy predict --pp`, a fixed plan): offering them changes
@@ -166,20 +165,10 @@ def model_parallel_shapes(arch: ModelArch, gpu: GpuType, limit: int,
     tps = [t for t in powers_of_two(min(MAX_TP, gpu.typical_gpus_per_node, limit))
            if not (arch.num_heads % t or arch.num_kv_heads % t or arch.vocab_size % t
                    or arch.ffn_hidden_size % t)]
-    pps = [p for p in powers_of_two(min(MAX_PP, arch.num_layers, limit))
-           if arch.num_layers % p == 0 and _splits(recipe_profile(framework), arch.num_layers, p)]
+    pps = [p for p in powers_of_two(min(MAX_PP, arch.num_layers, limit)) if arch.num_layers % p == 0]
     pipeline_tp = tps[-1] if gpu.nvlink_gbs_per_gpu > 0 else 1
     shapes = [(t, 1) for t in tps] + [(pipeline_tp, p) for p in pps if p > 1]
     return sorted(s for s in shapes if s[0] * s[1] <= limit)
-
-
-def _splits(profile, num_layers: int, pp: int) -> bool:
-    """Whether the stack's pipeline split runs num_layers over pp stages."""
-    try:
-        profile.pipeline_split(num_layers, pp, 1)
-    except ValueError:
-        return False
-    return True
 
 
 def micro_batches(global_batch: int, dp: int, seq_len: int, cp: int = 1) -> list[int]:
@@ -211,8 +200,7 @@ class _JobSpace:
     def shapes(self, gpu: GpuType, limit: int) -> list[tuple[int, int]]:
         """model_parallel_shapes the launcher runs with some dp and micro-batch (one replica and
         micro-batches of one give a pipeline the most micro-batches)."""
-        return [(tp, pp) for tp, pp in model_parallel_shapes(self.arch, gpu, limit,
-                                                             self.training.recipe.framework)
+        return [(tp, pp) for tp, pp in model_parallel_shapes(self.arch, gpu, limit)
                 if self.runnable(tp, pp, 1, 1)]
 
     def micro_batches(self, dp: int, tp: int = 1, pp: int = 1, cp: int = 1) -> list[int]:
