@@ -143,13 +143,12 @@ def _print_options(arch: ModelArch, training: TrainingSpec, options: list[PlanOp
         click.echo("no GPU type fits any plan", err=True)
 
 
-# Megatron's pipeline-split flags: (CLI option, megatron_split keyword, Megatron's own flag)
-SPLIT_OPTIONS = (("first_stage_layers", "--first-stage-layers",
-                  "--decoder-first-pipeline-num-layers"),
-                 ("last_stage_layers", "--last-stage-layers", "--decoder-last-pipeline-num-layers"),
-                 ("account_for_embedding", "--account-for-embedding",
-                  "--account-for-embedding-in-pipeline-split"),
-                 ("account_for_loss", "--account-for-loss", "--account-for-loss-in-pipeline-split"))
+# Megatron's pipeline-split flags: megatron_split keyword -> this CLI's option (the options'
+# help names Megatron's own flag)
+SPLIT_OPTIONS = {"first_stage_layers": "--first-stage-layers",
+                 "last_stage_layers": "--last-stage-layers",
+                 "account_for_embedding": "--account-for-embedding",
+                 "account_for_loss": "--account-for-loss"}
 
 
 def _pipeline_split(arch: ModelArch, framework: str, pp: int, split_options: dict[str, Any]):
@@ -158,7 +157,7 @@ def _pipeline_split(arch: ModelArch, framework: str, pp: int, split_options: dic
     given = {k: v for k, v in split_options.items() if v not in (None, False)}
     if not given:
         return None
-    option = next(o for k, o, _ in SPLIT_OPTIONS if k in given)
+    option = next(o for k, o in SPLIT_OPTIONS.items() if k in given)
     if framework != "megatron":
         raise click.BadParameter(f"a Megatron pipeline-split option; the {framework} stack "
                                  f"splits by its own rule", param_hint=option)
@@ -191,13 +190,13 @@ def _check_fixed_plan(arch: ModelArch, training: TrainingSpec, plan: ParallelPla
                                  f"a {gpu.name} node", param_hint="--tp")
     from frenzy_predictor.memory import recipe_profile
 
-    try:  # the stack's own split of the layers over the stages (pipeline_split.py)
-        if not split_given:  # Megatron's split flags: checked by _pipeline_split
+    if not split_given:  # the stack's own split of the layers (Megatron's flags: _pipeline_split)
+        try:
             recipe_profile(training.recipe.framework).pipeline_split(arch.num_layers, plan.pp, 1)
-    except ValueError as err:
-        raise click.BadParameter(f"{arch.name} has {arch.num_layers} layers: "
-                                 f"{training.recipe.framework} cannot split them over pp "
-                                 f"{plan.pp} ({err})", param_hint="--pp") from None
+        except ValueError as err:
+            raise click.BadParameter(f"{arch.name} has {arch.num_layers} layers: "
+                                     f"{training.recipe.framework} cannot split them over pp "
+                                     f"{plan.pp} ({err})", param_hint="--pp") from None
     if training.global_batch_size % (plan.dp * plan.micro_batch):
         raise click.BadParameter(
             f"global batch {training.global_batch_size} is not a multiple of dp x micro-batch "
