@@ -1,6 +1,7 @@
 """A digest of every decision `has` makes (placements, reshapes, assignments, decision records)
 over simulated Philly windows, the decision-time sweep's inputs (batch calls, and the
-per-event measurement's fill and events) and optionally a prefix of the whole trace: a change to has's mechanics (indexes, caches, bounds) must leave it byte-identical.
+per-event measurement's fill and events) and optionally a prefix of the whole trace: a change
+to has's mechanics (indexes, caches, bounds) must leave it byte-identical.
 
     .venv/bin/python bench/has_digest.py                  # windows + sweep points (~2 min)
     .venv/bin/python bench/has_digest.py --prefix 10000   # + the first 10,000 trace jobs

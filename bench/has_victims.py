@@ -66,13 +66,14 @@ def main() -> None:
     groups = load_cluster_file(CLUSTERS[args.cluster])
     jobs = prepare_jobs(load_trace(PHILLY), groups, start_s=window["start_s"], count=500,
                         load=args.load, seed=0)
+    recorder = Recorder(HasPolicy(parse_config(args.set)))
     runs = {}
-    for name, policy in (("sia", get_policy("sia")), ("has", Recorder(HasPolicy(parse_config(args.set))))):
+    for name, policy in (("sia", get_policy("sia")), ("has", recorder)):
         tick = time.process_time()
         result = simulate(jobs, build_cluster(list(groups)), policy, config=SimConfig.realistic())
         runs[name] = ({r.job_id: r for r in result.records}, result.restarts)
         print(f"{name}: {time.process_time() - tick:.1f} s CPU, {result.restarts} restarts")
-    history = policy.history
+    history = recorder.history
     sia, has = runs["sia"][0], runs["has"][0]
 
     def hours(records, job_id, start=False):
@@ -85,15 +86,15 @@ def main() -> None:
     print(f"JCT summed over jobs: has {total['has']:.1f} h (queueing {queued['has']:.1f} h), "
           f"sia {total['sia']:.1f} h (queueing {queued['sia']:.1f} h); gap "
           f"{total['has'] - total['sia']:+.1f} h")
-    groups_ = collections.defaultdict(lambda: [0, 0.0])
+    by_group = collections.defaultdict(lambda: [0, 0.0])  # group -> [jobs, JCT gap in hours]
     for job_id in has:
         kinds = history[job_id]
         group = ("admitted by shrinking" if kinds and kinds[0] == "admitted" else "placed") + \
             (", then shrunk or displaced" if {"shrunk", "displaced"} & set(kinds) else "") + \
             (", grown" if "grown" in kinds else "")
-        groups_[group][0] += 1
-        groups_[group][1] += hours(has, job_id) - hours(sia, job_id)
-    for group, (count, gap_h) in sorted(groups_.items(), key=lambda g: -g[1][1]):
+        by_group[group][0] += 1
+        by_group[group][1] += hours(has, job_id) - hours(sia, job_id)
+    for group, (count, gap_h) in sorted(by_group.items(), key=lambda g: -g[1][1]):
         print(f"  {group}: {count} jobs, JCT has - sia {gap_h:+.1f} h")
 
 
