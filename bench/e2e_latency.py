@@ -22,13 +22,13 @@ with their job ids and hops, which lead to the services' logs (printed at the en
 from __future__ import annotations
 
 import argparse
-from collections import Counter
 import asyncio
 import json
 import os
 import random
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
