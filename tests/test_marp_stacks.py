@@ -551,7 +551,11 @@ def test_zero3_side_stream_terms_in_the_estimate(framework):
     # at the loss (the same high water at the loss and in a layer's backward here)
     gathered = at_loss.breakdown["parameters"] - 2 * -(-LLAMA3_8B.num_params() // 8)
     compute = at_loss.peak_allocated_bytes - gathered
-    assert at_loss.peak_reserved_bytes == compute + int(compute * 0.05) + gathered + copy
+    # the reduce stream's pool: the larger of the bucket copy and the fp16 overflow check
+    check = stacks.deepspeed_fp16_overflow_check_bytes(LLAMA3_8B, recipe, plan,
+                                                       LLAMA3_8B.num_params())
+    assert check > copy
+    assert at_loss.peak_reserved_bytes == compute + int(compute * 0.05) + gathered + check
     for other in ("torchtitan", "frenzy"):
         e = estimate_memory(LLAMA3_8B, recipe, plan, 2048, grad_accum=1, framework=other)
         assert "reduce_scatter_copy" not in e.breakdown
@@ -572,3 +576,38 @@ def test_zero3_stream_pools_keep_memory_monotone_for_the_plan_search(framework, 
         for dp in (2, 4, 8):
             for mb in (1, 2, 4):
                 assert peak(2 * dp, mb) <= peak(dp, mb) <= peak(dp, 2 * mb), (rc, dp, mb)
+
+
+def test_deepspeed_fp16_overflow_check_is_a_16bit_copy_and_a_bool_per_partition_element():
+    """stage3.py has_overflow: torch.isinf(grad_partitions_flat_buffer) is `abs() == inf`, a
+    16-bit copy and a bool tensor of the rank's partition, live together: 3 B per element,
+    rounded per allocation; fp16 only (bf16 skips the check), ZeRO-3 only, one rank too."""
+    fp16 = Recipe(precision="fp16", grad_dtype="16bit")
+    check = stacks.deepspeed_fp16_overflow_check_bytes
+    n = LLAMA3_8B.num_params()
+    shard = -(-n // 8)
+    by_hand = -(-shard * 2 // 512) * 512 + -(-shard // 512) * 512
+    assert check(LLAMA3_8B, fp16, ParallelPlan(dp=8, zero=3), n) == by_hand
+    assert check(LLAMA3_8B, fp16, ParallelPlan(dp=1, zero=3), n) == pytest.approx(3 * n, rel=1e-6)
+    assert check(LLAMA3_8B, Recipe(precision="bf16"), ParallelPlan(dp=8, zero=3), n) == 0
+    assert check(LLAMA3_8B, fp16, ParallelPlan(dp=8, zero=2), n) == 0
+
+
+@pytest.mark.parametrize("framework", ["deepspeed", "hf"])
+def test_zero3_fp16_overflow_check_phase_and_reduce_stream_pool(framework):
+    """The check runs before the step's fp32 gradient copy: its phase holds the states backward
+    holds plus the check's temporaries, and the reduce stream keeps them reserved. Where the
+    sub-group is small (sub_group_size), the check is the allocated peak itself."""
+    fp16 = Recipe(precision="fp16", grad_dtype="16bit")
+    plan = ParallelPlan(dp=1, zero=3, micro_batch=1, recompute="full")  # one rank: 3 B/param
+    n = LLAMA3_8B.num_params()
+    check = stacks.deepspeed_fp16_overflow_check_bytes(LLAMA3_8B, fp16, plan, n)
+    tiny = estimate_memory(LLAMA3_8B, fp16, plan, 128, grad_accum=1, framework=framework,
+                           sub_group_elements=10**6, reduce_bucket_elements=500_000_000)
+    assert tiny.peak_phase == "overflow_check" and tiny.breakdown["overflow_check"] == check
+    states = stacks.deepspeed_model_state_bytes(LLAMA3_8B, fp16, plan, n, False)
+    assert tiny.peak_allocated_bytes == sum(states.values()) + check + 2 * 500_000_000 \
+        + stacks.TORCH_CUBLAS_WORKSPACE_BYTES + 2 * 128 * 8  # inputs: ids and labels (int64)
+    bf16 = estimate_memory(LLAMA3_8B, Recipe(precision="bf16", grad_dtype="16bit"), plan, 128,
+                           grad_accum=1, framework=framework, sub_group_elements=10**6)
+    assert "overflow_check" not in bf16.breakdown and bf16.peak_phase != "overflow_check"
