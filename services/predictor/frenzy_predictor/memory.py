@@ -789,6 +789,7 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
                     reduce_bucket_elements: int | None = None,
                     sub_group_elements: int | None = None,
                     saved_weight_views: bool = False,
+                    sdpa_native_gqa: bool = False,
                     pipeline_split: PipelineSplit | None = None) -> MemoryEstimate:
     """Per-rank peak memory of one training step of the reference recipe, or of another
     stack's recipe profile (`framework`, default recipe.framework; see frenzy_predictor.stacks).
@@ -806,6 +807,9 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
     (DeepSpeed ZeRO-3 without deepspeed.zero.Init, as when an HF model is loaded before the
     Trainer's arguments name the DeepSpeed config), so autograd's saved weight views keep
     gathered weights alive until their backward (stacks.deepspeed_saved_weight_view_bytes).
+    sdpa_native_gqa: a transformers model calls SDPA with enable_gqa, so a grouped-query layer
+    saves K and V at their own width (current transformers with torch >= 2.5 and no attention
+    mask); False: K and V repeated to every query head (stacks.hf_sdpa_repeated_kv_bytes).
     pipeline_split: the layers of each pipeline rank's chunks when the job sets them
     (Megatron's --decoder-first/last-pipeline-num-layers, --account-for-*-in-pipeline-split:
     pipeline_split.megatron_split); None: the stack's default rule (profile.pipeline_split).
@@ -823,7 +827,7 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
     framework = framework or recipe.framework
     profile = recipe_profile(framework)
     job = (arch, recipe, seq_len, framework, reduce_bucket_elements, sub_group_elements,
-           saved_weight_views)
+           saved_weight_views, sdpa_native_gqa)
     job_valid = memo is not None and "job" in memo  # an earlier call validated the memo's job
     if job_valid and memo["job"] != job:
         raise ValueError("memo: kept for another job (model, recipe, seq_len or framework)")
@@ -853,6 +857,12 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
         model_states = partial(profile.model_states, sub_group_elements=sub_group_elements)
     if fused_loss and profile.fused_logits_loss is None:
         raise ValueError(f"fused_loss: {framework} has no fused loss option")
+    layer_term = profile.layer
+    if sdpa_native_gqa:
+        if profile.name not in ("deepspeed", "hf"):
+            raise ValueError(f"sdpa_native_gqa: a transformers model's SDPA option, for the "
+                             f"deepspeed or hf stack, got {framework}")
+        layer_term = partial(profile.layer, sdpa_native_gqa=True)
     if saved_weight_views and profile.saved_weight_views is None:
         raise ValueError(f"saved_weight_views: {framework} gathers no weights that way "
                          f"(deepspeed and hf do, under ZeRO-3)")
@@ -886,7 +896,7 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
     # One layer: saved for backward, and live while it runs backward.
     layer_act, layer_live = _memoised(
         memo, ("layer", cp, plan.tp, plan.sequence_parallel, plan.micro_batch, plan.recompute),
-        profile.layer, arch, recipe, plan, seq_len)
+        layer_term, arch, recipe, plan, seq_len)
     if cp > 1 and profile.context_parallel_attention is not None:
         # saved unless recompute drops the attention's tensors; live in its backward either way
         extra = profile.context_parallel_attention(arch, recipe, plan, seq_len)

@@ -300,8 +300,30 @@ def hf_logits_loss_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
 
 # ---------------------------------------------------------------- HF transformers modules
 
+def hf_sdpa_repeated_kv_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
+                              seq_len: int) -> int:
+    """What a grouped-query attention layer of transformers saves beyond the reference term's
+    k and v under SDPA: transformers repeats K and V to every query head before calling
+    scaled_dot_product_attention, and SDPA saves its inputs for backward.
+
+    transformers 4.40 models/llama/modeling_llama.py LlamaSdpaAttention.forward (Qwen2, Mistral,
+    Mixtral copy it): `key_states = repeat_kv(key_states, self.num_key_value_groups)`, the same
+    for the values; repeat_kv is `expand(...).reshape(...)`, a copy, since the expanded view is
+    not viewable (the rotated k and the v_proj output are then freed: nothing else keeps them).
+    Current transformers (integrations/sdpa_attention.py sdpa_attention_forward) repeats
+    unless `use_gqa_in_sdpa` (torch >= 2.5 and no attention mask: SDPA's enable_gqa), i.e.
+    whenever the batch is padded, as the Trainer's collators pad. The reference term counts k
+    and v at kv_dim (its own attention takes GQA natively), and already repeats them for eager
+    attention. Per layer: 2 x tokens x (q_dim - kv_dim) 16-bit values over tp; none without
+    GQA (Qwen1.5-0.5B) and for GPT-2."""
+    if recipe.attention == "eager" or arch.family == "gpt2" or arch.kv_dim == arch.q_dim:
+        return 0
+    tokens, e, t = _tokens(plan, seq_len), _act_bytes(recipe), plan.tp
+    return 2 * (_r(tokens * arch.q_dim * e // t) - _r(tokens * arch.kv_dim * e // t))
+
+
 def hf_layer_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
-                   seq_len: int) -> tuple[int, int]:
+                   seq_len: int, sdpa_native_gqa: bool = False) -> tuple[int, int]:
     """A transformers decoder layer (what DeepSpeed and the HF Trainer run) saves the reference
     layer's tensors, except in its two RMSNorms. LlamaRMSNorm (models/llama/modeling_llama.py;
     Mistral, Qwen2, Mixtral, Qwen2-MoE and Phi-3 copy it) runs eagerly:
@@ -316,9 +338,15 @@ def hf_layer_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
     is LlamaRMSNorm) saves the fp32 copy and the normalised 16-bit tensor of every q and k
     element, 6 B each, where the q_proj and k_proj outputs were not saved (the attention saves
     the rotated q and k, in the reference term).
+    Under SDPA a grouped-query layer saves K and V repeated to every query head
+    (hf_sdpa_repeated_kv_bytes), unless sdpa_native_gqa: the model calls SDPA with enable_gqa
+    (current transformers with torch >= 2.5 and no attention mask).
     Full recompute keeps the block input only; the recomputed layer running backward holds the
-    norms' tensors again."""
+    norms' tensors and the repeated K and V again."""
     saved, live = layer_bytes(arch, recipe, plan, seq_len)
+    repeated = 0 if sdpa_native_gqa else hf_sdpa_repeated_kv_bytes(arch, recipe, plan, seq_len)
+    saved += 0 if plan.recompute == "full" else repeated
+    live += repeated
     if arch.family in ("gpt2", "gemma"):
         return saved, live
     rep = plan.tp if plan.sequence_parallel else 1
