@@ -40,7 +40,8 @@ in fp32 before TrainingArguments, so not under zero.Init):
    (ForCausalLM.forward: the 16-bit logits, `.float()`, the shifted `.contiguous()` copy,
    log_softmax; the Trainer drops the outputs before backward) and its backward; each
    parameter's 16-bit gradient and the ipg bucket's rules (`Buckets`); the step:
-   `has_overflow`'s isinf/isnan bool tensors on the reduce stream, `get_grad_norm_direct`'s
+   `has_overflow`'s isinf (`abs()`'s 16-bit copy and a bool tensor, ATen's `abs() == inf`) and
+   isnan (a bool tensor) on the reduce stream, `get_grad_norm_direct`'s
    `.double()` copy of each gradient partition, then per sub-group `flatten(...).to(fp32)`
    and, at the first step, FusedAdam's two moments. Two steps are replayed.
 Left out: the embedding's and final norm's activations, attention masks, the inputs, a
@@ -308,8 +309,12 @@ def trace(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len: int,
         a.free(layer_inputs.pop())
         buckets.reduce()
         # the step
-        for _ in ("isinf", "isnan"):
-            a.free(a.malloc(shard * BOOL_BYTES, stream="reduce", what="has_overflow"))
+        # isinf is `abs() == inf` (ATen TensorCompare.cpp): a 16-bit copy beside its bool
+        absolute = a.malloc(shard * HALF_BYTES, stream="reduce", what="has_overflow isinf abs()")
+        inf = a.malloc(shard * BOOL_BYTES, stream="reduce", what="has_overflow isinf")
+        a.free(absolute)
+        a.free(inf)
+        a.free(a.malloc(shard * BOOL_BYTES, stream="reduce", what="has_overflow isnan"))
         for name, elements, _ in params:
             a.free(a.malloc(-(-elements // dp) * FP64_BYTES, what=f"grad norm {name}.double()"))
         for n in sub_groups:

@@ -121,6 +121,7 @@ def predict(row: dict) -> dict[str, float]:
                           reduce_bucket_elements=row.get("reduce_bucket_size"),
                           sub_group_elements=row.get("sub_group_size"),
                           saved_weight_views=row.get("zero_init") is False,
+                          sdpa_native_gqa=row.get("sdpa_native_gqa", False),
                           pipeline_split=row_pipeline_split(row, arch))
     ours = est.peak_allocated_bytes if row["metric"] == "allocated" else est.peak_reserved_bytes
     before = estimate_memory(arch, recipe, plan, seq_len, grad_accum=accum)

@@ -319,10 +319,11 @@ def test_a_job_s_own_reduce_bucket_size_replaces_the_default(framework):
 
 def test_hf_rmsnorm_keeps_fp32_input_and_normalised_copy_per_norm():
     """Two eager LlamaRMSNorms per layer: 4 B per element more than the fused norm each; none
-    for GPT-2's fused LayerNorm; under full recompute only the recomputed layer holds them."""
+    for GPT-2's fused LayerNorm; under full recompute only the recomputed layer holds them.
+    (SDPA's enable_gqa: no repeated K and V, test_hf_sdpa_repeats_kv_...)"""
     plan = ParallelPlan(micro_batch=2)
     tokens, h = 2 * 4096, LLAMA3_8B.hidden_size
-    saved, live = stacks.hf_layer_bytes(LLAMA3_8B, R, plan, 4096)
+    saved, live = stacks.hf_layer_bytes(LLAMA3_8B, R, plan, 4096, sdpa_native_gqa=True)
     ref_saved, ref_live = layer_bytes(LLAMA3_8B, R, plan, 4096)
     assert saved - ref_saved == pytest.approx(2 * 4 * tokens * h, rel=1e-4)
     assert live - ref_live == pytest.approx(2 * 4 * tokens * h, rel=1e-4)
@@ -551,7 +552,11 @@ def test_zero3_side_stream_terms_in_the_estimate(framework):
     # at the loss (the same high water at the loss and in a layer's backward here)
     gathered = at_loss.breakdown["parameters"] - 2 * -(-LLAMA3_8B.num_params() // 8)
     compute = at_loss.peak_allocated_bytes - gathered
-    assert at_loss.peak_reserved_bytes == compute + int(compute * 0.05) + gathered + copy
+    # the reduce stream's pool: the larger of the bucket copy and the fp16 overflow check
+    check = stacks.deepspeed_fp16_overflow_check_bytes(LLAMA3_8B, recipe, plan,
+                                                       LLAMA3_8B.num_params())
+    assert check > copy
+    assert at_loss.peak_reserved_bytes == compute + int(compute * 0.05) + gathered + check
     for other in ("torchtitan", "frenzy"):
         e = estimate_memory(LLAMA3_8B, recipe, plan, 2048, grad_accum=1, framework=other)
         assert "reduce_scatter_copy" not in e.breakdown
@@ -572,3 +577,73 @@ def test_zero3_stream_pools_keep_memory_monotone_for_the_plan_search(framework, 
         for dp in (2, 4, 8):
             for mb in (1, 2, 4):
                 assert peak(2 * dp, mb) <= peak(dp, mb) <= peak(dp, 2 * mb), (rc, dp, mb)
+
+
+def test_deepspeed_fp16_overflow_check_is_a_16bit_copy_and_a_bool_per_partition_element():
+    """stage3.py has_overflow: torch.isinf(grad_partitions_flat_buffer) is `abs() == inf`, a
+    16-bit copy and a bool tensor of the rank's partition, live together: 3 B per element,
+    rounded per allocation; fp16 only (bf16 skips the check), ZeRO-3 only, one rank too."""
+    fp16 = Recipe(precision="fp16", grad_dtype="16bit")
+    check = stacks.deepspeed_fp16_overflow_check_bytes
+    n = LLAMA3_8B.num_params()
+    shard = -(-n // 8)
+    by_hand = -(-shard * 2 // 512) * 512 + -(-shard // 512) * 512
+    assert check(LLAMA3_8B, fp16, ParallelPlan(dp=8, zero=3), n) == by_hand
+    assert check(LLAMA3_8B, fp16, ParallelPlan(dp=1, zero=3), n) == pytest.approx(3 * n, rel=1e-6)
+    assert check(LLAMA3_8B, Recipe(precision="bf16"), ParallelPlan(dp=8, zero=3), n) == 0
+    assert check(LLAMA3_8B, fp16, ParallelPlan(dp=8, zero=2), n) == 0
+
+
+@pytest.mark.parametrize("framework", ["deepspeed", "hf"])
+def test_zero3_fp16_overflow_check_phase_and_reduce_stream_pool(framework):
+    """The check runs before the step's fp32 gradient copy: its phase holds the states backward
+    holds plus the check's temporaries, and the reduce stream keeps them reserved. Where the
+    sub-group is small (sub_group_size), the check is the allocated peak itself."""
+    fp16 = Recipe(precision="fp16", grad_dtype="16bit")
+    plan = ParallelPlan(dp=1, zero=3, micro_batch=1, recompute="full")  # one rank: 3 B/param
+    n = LLAMA3_8B.num_params()
+    check = stacks.deepspeed_fp16_overflow_check_bytes(LLAMA3_8B, fp16, plan, n)
+    tiny = estimate_memory(LLAMA3_8B, fp16, plan, 128, grad_accum=1, framework=framework,
+                           sub_group_elements=10**6, reduce_bucket_elements=500_000_000)
+    assert tiny.peak_phase == "overflow_check" and tiny.breakdown["overflow_check"] == check
+    states = stacks.deepspeed_model_state_bytes(LLAMA3_8B, fp16, plan, n, False)
+    assert tiny.peak_allocated_bytes == sum(states.values()) + check + 2 * 500_000_000 \
+        + stacks.TORCH_CUBLAS_WORKSPACE_BYTES + 2 * 128 * 8  # inputs: ids and labels (int64)
+    bf16 = estimate_memory(LLAMA3_8B, Recipe(precision="bf16", grad_dtype="16bit"), plan, 128,
+                           grad_accum=1, framework=framework, sub_group_elements=10**6)
+    assert "overflow_check" not in bf16.breakdown and bf16.peak_phase != "overflow_check"
+
+
+def test_hf_sdpa_repeats_kv_to_every_query_head_for_grouped_query_attention():
+    """transformers' SDPA path (4.40 LlamaSdpaAttention; current sdpa_attention_forward unless
+    use_gqa_in_sdpa) repeats K and V to the 32 query heads of Llama-3-8B before SDPA saves them:
+    2 x tokens x (4096 - 1024) 16-bit values more per layer than the reference's k and v, saved
+    (not under full recompute) and live in the layer's backward; none without GQA, for eager
+    (the reference already repeats) or with SDPA's enable_gqa."""
+    plan = ParallelPlan(micro_batch=2)
+    tokens = 2 * 2048
+    by_hand = 2 * (tokens * 4096 * 2 - tokens * 1024 * 2)
+    assert stacks.hf_sdpa_repeated_kv_bytes(LLAMA3_8B, R, plan, 2048) == by_hand
+    assert stacks.hf_sdpa_repeated_kv_bytes(LLAMA3_8B, R, replace(plan, tp=2), 2048) == by_hand // 2
+    assert stacks.hf_sdpa_repeated_kv_bytes(LLAMA3_8B, Recipe(attention="eager"), plan, 2048) == 0
+    assert stacks.hf_sdpa_repeated_kv_bytes(GPT2, R, plan, 1024) == 0
+    saved, live = stacks.hf_layer_bytes(LLAMA3_8B, R, plan, 2048)
+    native = stacks.hf_layer_bytes(LLAMA3_8B, R, plan, 2048, sdpa_native_gqa=True)
+    assert (saved - native[0], live - native[1]) == (by_hand, by_hand)
+    full = replace(plan, recompute="full")
+    f_saved, f_live = stacks.hf_layer_bytes(LLAMA3_8B, R, full, 2048)
+    f_native = stacks.hf_layer_bytes(LLAMA3_8B, R, full, 2048, sdpa_native_gqa=True)
+    assert (f_saved - f_native[0], f_live - f_native[1]) == (0, by_hand)
+
+
+def test_sdpa_native_gqa_is_a_transformers_option():
+    plan = ParallelPlan(dp=8, zero=3, micro_batch=1)
+    fp16 = Recipe(precision="fp16", grad_dtype="16bit")
+    repeated = estimate_memory(LLAMA3_8B, fp16, plan, 2048, grad_accum=1, framework="hf")
+    native = estimate_memory(LLAMA3_8B, fp16, plan, 2048, grad_accum=1, framework="hf",
+                             sdpa_native_gqa=True)
+    # no recompute: every layer's repeated K and V are saved at the loss
+    per_layer = stacks.hf_sdpa_repeated_kv_bytes(LLAMA3_8B, fp16, plan, 2048)
+    assert repeated.breakdown["activations"] - native.breakdown["activations"] == 32 * per_layer
+    with pytest.raises(ValueError, match="sdpa_native_gqa"):
+        estimate_memory(LLAMA3_8B, fp16, plan, 2048, framework="torchtitan", sdpa_native_gqa=True)

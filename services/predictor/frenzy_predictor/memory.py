@@ -64,7 +64,8 @@ class MemoryEstimate:
     device_peak_bytes: int  # plus CUDA context and NCCL buffers: decides whether a plan fits
     breakdown: dict[str, int] = field(default_factory=dict)
     # backward (at the loss), layer_backward (the last layer's), layer_{i}_backward (FSDP),
-    # embedding_backward, root_reduce_scatter (FSDP end of backward), optimizer
+    # embedding_backward, root_reduce_scatter (FSDP end of backward), overflow_check (DeepSpeed
+    # ZeRO-3's fp16 check at the step's start), optimizer
     peak_phase: str = ""
     peak_stage: int = 0  # pipeline stage holding the per-rank peak
     framework: str = "frenzy"  # the recipe profile that produced it
@@ -684,6 +685,11 @@ class RecipeProfile:
     # (reduce_scatter_copies); estimate_memory adds them to the compute stream's own high water
     # (DeepSpeed ZeRO-3: stacks.deepspeed_stream_pool_bytes); None: none modelled this way.
     stream_pools: Callable[..., int] | None = None
+    # (arch, recipe, plan, params) -> bytes a check at the start of the optimizer step allocates
+    # on the stack's reduce stream, beside the model states (DeepSpeed ZeRO-3's fp16 overflow
+    # check: stacks.deepspeed_fp16_overflow_check_bytes); estimate_memory counts it as a phase
+    # of its own and in that stream's pool; None: no such check.
+    overflow_check: Callable[..., int] | None = None
 
 
 def _memoised(memo: dict | None, key: tuple, term, *args):
@@ -783,6 +789,7 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
                     reduce_bucket_elements: int | None = None,
                     sub_group_elements: int | None = None,
                     saved_weight_views: bool = False,
+                    sdpa_native_gqa: bool = False,
                     pipeline_split: PipelineSplit | None = None) -> MemoryEstimate:
     """Per-rank peak memory of one training step of the reference recipe, or of another
     stack's recipe profile (`framework`, default recipe.framework; see frenzy_predictor.stacks).
@@ -800,6 +807,9 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
     (DeepSpeed ZeRO-3 without deepspeed.zero.Init, as when an HF model is loaded before the
     Trainer's arguments name the DeepSpeed config), so autograd's saved weight views keep
     gathered weights alive until their backward (stacks.deepspeed_saved_weight_view_bytes).
+    sdpa_native_gqa: a transformers model calls SDPA with enable_gqa, so a grouped-query layer
+    saves K and V at their own width (current transformers with torch >= 2.5 and no attention
+    mask); False: K and V repeated to every query head (stacks.hf_sdpa_repeated_kv_bytes).
     pipeline_split: the layers of each pipeline rank's chunks when the job sets them
     (Megatron's --decoder-first/last-pipeline-num-layers, --account-for-*-in-pipeline-split:
     pipeline_split.megatron_split); None: the stack's default rule (profile.pipeline_split).
@@ -817,7 +827,7 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
     framework = framework or recipe.framework
     profile = recipe_profile(framework)
     job = (arch, recipe, seq_len, framework, reduce_bucket_elements, sub_group_elements,
-           saved_weight_views)
+           saved_weight_views, sdpa_native_gqa)
     job_valid = memo is not None and "job" in memo  # an earlier call validated the memo's job
     if job_valid and memo["job"] != job:
         raise ValueError("memo: kept for another job (model, recipe, seq_len or framework)")
@@ -847,6 +857,12 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
         model_states = partial(profile.model_states, sub_group_elements=sub_group_elements)
     if fused_loss and profile.fused_logits_loss is None:
         raise ValueError(f"fused_loss: {framework} has no fused loss option")
+    layer_term = profile.layer
+    if sdpa_native_gqa:
+        if profile.name not in ("deepspeed", "hf"):
+            raise ValueError(f"sdpa_native_gqa: a transformers model's SDPA option, for the "
+                             f"deepspeed or hf stack, got {framework}")
+        layer_term = partial(profile.layer, sdpa_native_gqa=True)
     if saved_weight_views and profile.saved_weight_views is None:
         raise ValueError(f"saved_weight_views: {framework} gathers no weights that way "
                          f"(deepspeed and hf do, under ZeRO-3)")
@@ -880,7 +896,7 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
     # One layer: saved for backward, and live while it runs backward.
     layer_act, layer_live = _memoised(
         memo, ("layer", cp, plan.tp, plan.sequence_parallel, plan.micro_batch, plan.recompute),
-        profile.layer, arch, recipe, plan, seq_len)
+        layer_term, arch, recipe, plan, seq_len)
     if cp > 1 and profile.context_parallel_attention is not None:
         # saved unless recompute drops the attention's tensors; live in its backward either way
         extra = profile.context_parallel_attention(arch, recipe, plan, seq_len)
@@ -936,6 +952,7 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
     best: tuple[int, dict[str, int], str, int] | None = None
     gathered_max = compute_max = 0  # side-stream pools: see the reserved peak below
     copies = (0, 0)  # bucket copies: (the largest in a layer's backward, the largest at all)
+    overflow_max = 0  # the step's overflow check on the reduce stream (profile.overflow_check)
     if fsdp and profile.reduce_scatter_copies is not None:
         copies = _memoised(memo, ("reduce_scatter_copies", plan.ep, plan.tp, plan.pp, plan.dp,
                                   states_plan.zero),
@@ -1051,13 +1068,24 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
                                             accum) if profile.pipeline_buffers else 0
         if pipeline:
             optimizer["pipeline_buffers"] = pipeline
+        overflow = None
+        check = profile.overflow_check(arch, recipe, states_plan, params) \
+            if profile.overflow_check is not None else 0
+        if check:  # before the step makes any fp32 gradient: the states backward holds
+            states_check = _memoised(memo, ("states", plan.ep, plan.tp, plan.pp, plan.dp,
+                                            states_plan.zero, params, False),
+                                     model_states, arch, recipe, states_plan, params, False)
+            overflow = {**states_check, "activations": 0, "logits_loss": 0,
+                        "temporaries": inputs, "overflow_check": check}
+            overflow_max = max(overflow_max, check)
         for phase, terms in (*backward_phases,
                              ("embedding_backward", embedding_bwd), ("root_reduce_scatter", root_rs),
-                             ("optimizer", optimizer)):
+                             ("overflow_check", overflow), ("optimizer", optimizer)):
             if terms is None:
                 continue
             if profile.reduce_buckets is not None:
-                buckets = profile.reduce_buckets(arch, recipe, states_plan, phase == "optimizer",
+                buckets = profile.reduce_buckets(arch, recipe, states_plan,
+                                                 phase in ("overflow_check", "optimizer"),
                                                  bucket_elements=reduce_bucket_elements)
                 if buckets:
                     terms["reduce_buckets"] = buckets
@@ -1069,7 +1097,8 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
             gathered = terms["parameters"] - own_params + terms.get("saved_weight_views", 0) \
                 if plan.dp > 1 else 0
             gathered_max = max(gathered_max, gathered)
-            compute_max = max(compute_max, total - gathered - terms.get("reduce_scatter_copy", 0))
+            compute_max = max(compute_max, total - gathered - terms.get("reduce_scatter_copy", 0)
+                              - terms.get("overflow_check", 0))
             if best is None or total > best[0]:
                 best = (total, terms, phase, stage)
                 peak_layers = layers
@@ -1081,7 +1110,7 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
                                            terms.get("gradients", 0))
     if fsdp and profile.stream_pools is not None:
         # each pool stays reserved at its own high water, whichever phase reached it
-        pools = profile.stream_pools(states_plan, gathered_max, copies[1])
+        pools = profile.stream_pools(states_plan, gathered_max, max(copies[1], overflow_max))
         reserved = max(reserved, compute_max + allocator_slack_bytes(compute_max, slack) + pools)
     device = reserved + device_overhead_bytes(gpus_plan) - profile.workspace_bytes  # counted once
     breakdown = {**terms, "framework_overhead": device - peak}

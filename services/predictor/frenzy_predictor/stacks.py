@@ -300,8 +300,30 @@ def hf_logits_loss_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
 
 # ---------------------------------------------------------------- HF transformers modules
 
+def hf_sdpa_repeated_kv_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
+                              seq_len: int) -> int:
+    """What a grouped-query attention layer of transformers saves beyond the reference term's
+    k and v under SDPA: transformers repeats K and V to every query head before calling
+    scaled_dot_product_attention, and SDPA saves its inputs for backward.
+
+    transformers 4.40 models/llama/modeling_llama.py LlamaSdpaAttention.forward (Qwen2, Mistral,
+    Mixtral copy it): `key_states = repeat_kv(key_states, self.num_key_value_groups)`, the same
+    for the values; repeat_kv is `expand(...).reshape(...)`, a copy, since the expanded view is
+    not viewable (the rotated k and the v_proj output are then freed: nothing else keeps them).
+    Current transformers (integrations/sdpa_attention.py sdpa_attention_forward) repeats
+    unless `use_gqa_in_sdpa` (torch >= 2.5 and no attention mask: SDPA's enable_gqa), i.e.
+    whenever the batch is padded, as the Trainer's collators pad. The reference term counts k
+    and v at kv_dim (its own attention takes GQA natively), and already repeats them for eager
+    attention. Per layer: 2 x tokens x (q_dim - kv_dim) 16-bit values over tp; none without
+    GQA (Qwen1.5-0.5B) and for GPT-2."""
+    if recipe.attention == "eager" or arch.family == "gpt2" or arch.kv_dim == arch.q_dim:
+        return 0
+    tokens, e, t = _tokens(plan, seq_len), _act_bytes(recipe), plan.tp
+    return 2 * (_r(tokens * arch.q_dim * e // t) - _r(tokens * arch.kv_dim * e // t))
+
+
 def hf_layer_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
-                   seq_len: int) -> tuple[int, int]:
+                   seq_len: int, sdpa_native_gqa: bool = False) -> tuple[int, int]:
     """A transformers decoder layer (what DeepSpeed and the HF Trainer run) saves the reference
     layer's tensors, except in its two RMSNorms. LlamaRMSNorm (models/llama/modeling_llama.py;
     Mistral, Qwen2, Mixtral, Qwen2-MoE and Phi-3 copy it) runs eagerly:
@@ -316,9 +338,15 @@ def hf_layer_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
     is LlamaRMSNorm) saves the fp32 copy and the normalised 16-bit tensor of every q and k
     element, 6 B each, where the q_proj and k_proj outputs were not saved (the attention saves
     the rotated q and k, in the reference term).
+    Under SDPA a grouped-query layer saves K and V repeated to every query head
+    (hf_sdpa_repeated_kv_bytes), unless sdpa_native_gqa: the model calls SDPA with enable_gqa
+    (current transformers with torch >= 2.5 and no attention mask).
     Full recompute keeps the block input only; the recomputed layer running backward holds the
-    norms' tensors again."""
+    norms' tensors and the repeated K and V again."""
     saved, live = layer_bytes(arch, recipe, plan, seq_len)
+    repeated = 0 if sdpa_native_gqa else hf_sdpa_repeated_kv_bytes(arch, recipe, plan, seq_len)
+    saved += 0 if plan.recompute == "full" else repeated
+    live += repeated
     if arch.family in ("gpt2", "gemma"):
         return saved, live
     rep = plan.tp if plan.sequence_parallel else 1
@@ -459,6 +487,28 @@ def deepspeed_reduce_scatter_copy_bytes(arch: ModelArch, recipe: Recipe, plan: P
     return in_backward, max(in_backward, copy(grads))
 
 
+def deepspeed_fp16_overflow_check_bytes(arch: ModelArch, recipe: Recipe, plan: ParallelPlan,
+                                        params: int) -> int:
+    """The fp16 overflow check at the start of ZeRO-3's step, on the reduce-and-partition stream.
+
+    DeepSpeed 0.14.2 zero/stage3.py `step` -> `_overflow_check_and_loss_scale_update` runs
+    `check_overflow` when the model is fp16 (`if self.dtype == torch.float16`; bf16 skips it),
+    and `has_overflow(partition_gradients=True)` runs, `with get_accelerator().stream(
+    self.reduce_and_partition_stream)`, `torch.isinf(self.grad_partitions_flat_buffer).any()`
+    then `torch.isnan(...).any()` over the rank's whole gradient partition. ATen's isinf is
+    `self.abs() == infinity` (aten/src/ATen/native/TensorCompare.cpp, `isinf`): a 16-bit copy of
+    the partition (the buffer's dtype, the gradient-accumulation dtype, the model's by default:
+    engine.py get_data_types) and a bool tensor of as many elements are live together, 3 B per
+    element; isnan (`self != self`) then needs the bool only. The stream is a side stream at
+    stage 3 (zero/config.py overlap_comm_valid: on by default at stage 3), so these blocks go to
+    its pool. One rank too (the buffer exists with a world size of 1). Before the sub-group loop:
+    no fp32 gradient copy is live beside it."""
+    if plan.zero != 3 or recipe.precision != "fp16":
+        return 0
+    shard = -(-params // plan.dp)
+    return _r(shard * _act_bytes(recipe)) + _r(shard)
+
+
 def deepspeed_stream_pool_bytes(plan: ParallelPlan, gathered_max: int, copy_max: int) -> int:
     """What the caching allocator keeps reserved in ZeRO-3's side-stream pools: each pool's
     high water over the step, whichever phase reached it, since a freed block is reused only for
@@ -473,7 +523,9 @@ def deepspeed_stream_pool_bytes(plan: ParallelPlan, gathered_max: int, copy_max:
       water is the most weights gathered at once (`gathered_max`, the largest of the phases'
       gathered weights, saved views included); none on one rank (`_no_gather_coalesced`);
     - reduce-and-partition stream: the largest bucket copy of reduce_scatter_coalesced
-      (`copy_max`, deepspeed_reduce_scatter_copy_bytes's second value), on one rank too.
+      (deepspeed_reduce_scatter_copy_bytes's second value) or the fp16 overflow check's
+      temporaries (deepspeed_fp16_overflow_check_bytes), whichever is larger (`copy_max`),
+      on one rank too.
     The ipg bucket itself and the gradient partitions are allocated at start-up on the compute
     stream (stage3.py `_setup_for_real_optimizer`) and count in the allocated peak."""
     if plan.zero != 3:
@@ -492,7 +544,8 @@ DEEPSPEED = RecipeProfile("deepspeed", model_states=deepspeed_model_state_bytes,
                           workspace_bytes=TORCH_CUBLAS_WORKSPACE_BYTES, step_only_grads=True,
                           saved_weight_views=deepspeed_saved_weight_view_bytes,
                           reduce_scatter_copies=deepspeed_reduce_scatter_copy_bytes,
-                          stream_pools=deepspeed_stream_pool_bytes)
+                          stream_pools=deepspeed_stream_pool_bytes,
+                          overflow_check=deepspeed_fp16_overflow_check_bytes)
 
 
 # ---------------------------------------------------------------- HF Trainer (AMP + DDP)
@@ -529,6 +582,7 @@ HF = RecipeProfile("hf", model_states=hf_model_state_bytes, layer=hf_layer_bytes
                    reduce_buckets=hf_reduce_bucket_bytes, workspace_bytes=TORCH_CUBLAS_WORKSPACE_BYTES,
                    step_only_grads=True, saved_weight_views=deepspeed_saved_weight_view_bytes,
                    reduce_scatter_copies=hf_reduce_scatter_copy_bytes,
-                   stream_pools=deepspeed_stream_pool_bytes)
+                   stream_pools=deepspeed_stream_pool_bytes,
+                   overflow_check=deepspeed_fp16_overflow_check_bytes)
 
 PROFILES: dict[str, RecipeProfile] = {p.name: p for p in (MEGATRON, TORCHTITAN, DEEPSPEED, HF)}
