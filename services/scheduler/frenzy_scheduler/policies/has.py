@@ -41,6 +41,9 @@ from frenzy_scheduler.policies.releases import ReleaseTimes, release_lists
 from frenzy_scheduler.queuediff import IdentityDiff
 
 INF = math.inf
+# Jobs walked between two looks for the walk's early stop (`_Pass.idle_from`): each look that
+# finds a free type unclaimed costs O(types)
+_IDLE_CHECK = 64
 _KEY = attrgetter("key")
 
 # One scored option: (option, GPU type, GPU count, duration s, GPU-seconds, tp degree).
@@ -102,6 +105,9 @@ class _JobFacts:
     min_gpu_seconds: float
     min_gpus: int
     sjf_key: tuple[int, float, float, str]  # the non-urgent sort key minus aging x now
+    # type -> (fewest GPUs, shortest time to completion) of its options there: `need` and
+    # `shortest_s` by type, for the walk's early stop (`_Pass.idle_from`)
+    reach: dict[str, tuple[int, float]]
     exponent: float = -1.0  # the GPU-cost exponent `costs` / `by_cost` were scored with
     costs: tuple[float, ...] = ()
     by_cost: tuple[int, ...] = ()  # entry indices, cheapest first, ties by rank
@@ -276,6 +282,49 @@ class _Pass:
                     return False
         return True
 
+    def idle_from(self, ordered: Sequence["_JobFacts"], position: int) -> int | None:
+        """Where the rest of the walk stops mattering: an index from which on no job of
+        `ordered` can start now, or None while some type with free GPUs is not yet claimed
+        (ask again later). Asked before the job at `position` is processed.
+
+        Why stopping there is exact. What the pass hands on is its placements, the free index
+        and, for growth, the types held jobs claimed or reserved (`blocked`); a hold's claims
+        and reservations matter only to later jobs of the same pass. Suppose that at position
+        i (a) every type with free GPUs is claimed and (b) no job from i on has, on a type t
+        with free GPUs, an option that fits them and passes t's reservation: its fewest GPUs
+        there (`reach`) exceed what is free, or t is reserved, they exceed the reservation's
+        spare GPUs and its shortest option there ends after the shadow time (the test
+        `_score` makes, `now + duration <= shadow`, on the smallest duration: floats add
+        monotonically). Then job i cannot start now, so it binds nothing: the free GPUs stay
+        as they are, claims only grow, a reservation's shadow never moves and its spare
+        GPUs only shrink, and a type reserved later only refuses more; so (a) and (b) hold
+        at i + 1, and by induction no later job binds either. Nothing is placed after i,
+        and at the end every type with free GPUs is claimed, so growth has no GPUs to give
+        (`elastic.grow` returns nothing when every free type is blocked): the skipped jobs'
+        holds change no answer. The same holds from any later position, and binds between
+        `position` and the stop only shrink the free and spare GPUs, so the index found
+        here stays valid: it is the last job from the end that fails (b), plus one."""
+        free = self.index.free_by_type
+        claimed = self.claimed
+        reservations = self.reservations
+        open_types = []  # (type, free GPUs, spare GPUs past the shadow, shadow time)
+        for gpu_type, have in free.items():
+            if have > 0:
+                if gpu_type not in claimed:
+                    return None
+                reservation = reservations.get(gpu_type)
+                open_types.append((gpu_type, have, -1, INF) if reservation is None else
+                                  (gpu_type, have, reservation.spare_gpus, reservation.shadow_s))
+        now_s = self.now_s
+        for end in range(len(ordered), position, -1):
+            reach = ordered[end - 1].reach
+            for gpu_type, have, spare, shadow_s in open_types:
+                fit = reach.get(gpu_type)
+                if fit is not None and fit[0] <= have and \
+                        (fit[0] <= spare or now_s + fit[1] <= shadow_s):
+                    return end
+        return position
+
 
 def _worth_starting_now(slow_s: float, fast_s: float, wait_s: float, move_s: float) -> bool:
     """Start now on a slower option rather than hold `wait_s` for a faster one, betting on a
@@ -353,7 +402,19 @@ class HasPolicy:
                       prune_holds=self.shortcuts)
         placements: list[Placement] = []
         reserve_after_s = self.config.reserve_after_s
-        for facts in ordered:
+        # The walk's early stop (`_Pass.idle_from`), looked for every _IDLE_CHECK jobs until
+        # every type with free GPUs is claimed, then fixed: no job from `stop` on can start now
+        stop = len(ordered)
+        check = _IDLE_CHECK if self.shortcuts else stop
+        for position, facts in enumerate(ordered):
+            if position == check:
+                found = state.idle_from(ordered, position)
+                if found is None:
+                    check += _IDLE_CHECK
+                else:
+                    stop, check = found, -1
+            if position >= stop:
+                break
             job = facts.job
             if not self._filter(facts, state):
                 if now_s - job.submit_time_s >= reserve_after_s:  # else _maybe_reserve says no
@@ -600,7 +661,8 @@ class HasPolicy:
             tuple([shortest[gpu_type] for gpu_type, _ in need]), best_s,
             min([total_s * gpus for total_s, gpus, _, _, _ in keyed]),
             min([gpus for _, gpus, _, _, _ in keyed]),
-            (1, best_s + self.config.aging_rate * job.submit_time_s, job.submit_time_s, job.job_id))
+            (1, best_s + self.config.aging_rate * job.submit_time_s, job.submit_time_s, job.job_id),
+            {gpu_type: (gpus, shortest[gpu_type]) for gpu_type, gpus in need})
         self._facts[job.job_id] = facts
         return facts
 
