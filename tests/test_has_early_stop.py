@@ -48,10 +48,15 @@ def scenarios(draw: st.DrawFn):
         total = draw(st.sampled_from([2, 4]))
         busy = draw(st.integers(0, total))
         nodes[f"n{i}"] = NodeState(f"n{i}", gpu_type, total, list(range(busy, total)))
-        if busy:
-            menu = (option(gpu_type, busy, 1.0),)
+        if busy:  # a menu with other types and widths: growth may move it to free GPUs
+            duration_s = draw(st.floats(10.0, 5e4))
+            menu = (option(gpu_type, busy, duration_s),) + tuple(
+                option(other, gpus, duration_s * TYPES[other] / TYPES[gpu_type] * busy / gpus)
+                for other in sorted(draw(st.sets(st.sampled_from(sorted(TYPES)))))
+                for gpus in sorted(draw(st.sets(st.sampled_from([1, 2, 4]), min_size=1)))
+                if (other, gpus) != (gpu_type, busy))
             running.append(RunningJob(f"r{i}", menu[0], ((f"n{i}", tuple(range(busy))),), 0.0,
-                                      draw(st.floats(10.0, 5e4)), menu))
+                                      duration_s, menu))
     queue = [draw(queued_jobs(f"j{j}", 0.0)) for j in range(draw(st.integers(1, 24)))]
     events = []
     for e in range(draw(st.integers(1, 5))):
@@ -200,3 +205,34 @@ def test_two_deadline_jobs_do_not_preempt_the_same_job_twice() -> None:
         acted = [a.job_id for a in answer]
         assert len(acted) == len(set(acted)), answer
         assert sorted(a.job_id for a in answer if a.kind == PREEMPT) == ["r1", "r2"]
+
+
+def test_a_free_type_nobody_claimed_yet_keeps_the_walk_going(monkeypatch) -> None:
+    """Worked by hand: condition (a). One T4 GPU is free and no job can start on it (every
+    job's T4 option needs 2), but the walk may not stop before the old job that reserves
+    the T4s: without that reservation, growth would give the free T4 to r (3 -> 4 GPUs, half
+    its time left). With it, growth gives nothing, and neither does the fast path."""
+    monkeypatch.setattr(has, "_IDLE_CHECK", 1)
+    cluster = ClusterView({"a": NodeState("a", "A100-80GB", 2, []),
+                           "t": NodeState("t", "T4", 4, [3])})
+    wider = (option("T4", 3, 3e4), option("T4", 4, 1.5e4))
+    running = [RunningJob("r", wider[0], (("t", (0, 1, 2)),), 0.0, 3e4, wider),
+               RunningJob("s", option("A100-80GB", 2, 1.0), (("a", (0, 1)),), 0.0, 5e3)]
+    queue = [QueuedJob("first", -2e5, (option("A100-80GB", 2, 100.0),)),
+             QueuedJob("old", -1e5, (option("T4", 2, 100.0),))]
+    config = HasConfig(launch_overhead_s=0.0)
+    looked: list[tuple[int, int | None]] = []
+    original = has._Pass.idle_from
+
+    def recording(self, ordered, position):
+        found = original(self, ordered, position)
+        looked.append((position, found))
+        return found
+
+    monkeypatch.setattr(has._Pass, "idle_from", recording)
+    fast = HasPolicy(config).schedule(queue, cluster, 100.0, running)
+    assert fast == HasPolicy(config, shortcuts=False).schedule(queue, cluster, 100.0, running) == []
+    assert looked == [(1, None)]  # T4 not claimed at "old": no stop
+    # what skipping "old" would have meant: growth takes the T4 for r
+    assert [(a.job_id, a.kind, a.option.num_gpus) for a in HasPolicy(config).schedule(
+        queue[:1], cluster, 100.0, running)] == [("r", "resize", 4)]
