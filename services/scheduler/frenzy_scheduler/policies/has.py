@@ -17,8 +17,9 @@ One pass over the queue per decision, in the Kubernetes framework's steps:
 Cost: everything a job's options imply (ranking, per-type minimum GPU count, sort key, scores)
 is derived once and cached across decisions; per decision the pass does O(nodes) to index the
 free GPUs, O(queue) cheap work (a cache check, and a re-sort of the last order that costs about
-one comparison per job), then walks the queue until no GPU is free: one memoised filter lookup
-per job, and scoring only for jobs that pass the filter. No solver.
+one comparison per job), then walks the queue until no GPU is free or no later job can start
+now (`_Pass.idle_from`: the rest would only hold): one memoised filter lookup per job, and
+scoring only for jobs that pass the filter. No solver.
 """
 from __future__ import annotations
 
