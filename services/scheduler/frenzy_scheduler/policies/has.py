@@ -17,8 +17,9 @@ One pass over the queue per decision, in the Kubernetes framework's steps:
 Cost: everything a job's options imply (ranking, per-type minimum GPU count, sort key, scores)
 is derived once and cached across decisions; per decision the pass does O(nodes) to index the
 free GPUs, O(queue) cheap work (a cache check, and a re-sort of the last order that costs about
-one comparison per job), then walks the queue until no GPU is free: one memoised filter lookup
-per job, and scoring only for jobs that pass the filter. No solver.
+one comparison per job), then walks the queue until no GPU is free or no later job can start
+now (`_Pass.idle_from`: the rest would only hold): one memoised filter lookup per job, and
+scoring only for jobs that pass the filter. No solver.
 """
 from __future__ import annotations
 
@@ -41,6 +42,9 @@ from frenzy_scheduler.policies.releases import ReleaseTimes, release_lists
 from frenzy_scheduler.queuediff import IdentityDiff
 
 INF = math.inf
+# Jobs walked between two looks for the walk's early stop (`_Pass.idle_from`): each look that
+# finds a free type unclaimed costs O(types)
+_IDLE_CHECK = 64
 _KEY = attrgetter("key")
 
 # One scored option: (option, GPU type, GPU count, duration s, GPU-seconds, tp degree).
@@ -102,6 +106,9 @@ class _JobFacts:
     min_gpu_seconds: float
     min_gpus: int
     sjf_key: tuple[int, float, float, str]  # the non-urgent sort key minus aging x now
+    # type -> (fewest GPUs, shortest time to completion) of its options there: `need` and
+    # `shortest_s` by type, for the walk's early stop (`_Pass.idle_from`)
+    reach: dict[str, tuple[int, float]]
     exponent: float = -1.0  # the GPU-cost exponent `costs` / `by_cost` were scored with
     costs: tuple[float, ...] = ()
     by_cost: tuple[int, ...] = ()  # entry indices, cheapest first, ties by rank
@@ -276,6 +283,59 @@ class _Pass:
                     return False
         return True
 
+    def idle_from(self, ordered: Sequence["_JobFacts"], position: int) -> int | None:
+        """Where the rest of the walk stops mattering: an index from which on no job of
+        `ordered` can start now, or None while some type with free GPUs is not yet claimed
+        (ask again later). Asked before the job at `position` is processed.
+
+        Why stopping there is exact. What the pass hands on is its placements, the free index
+        and, for growth, the types held jobs claimed or reserved (`blocked`); a hold's claims
+        and reservations matter only to later jobs of the same pass. Suppose that at position
+        i (a) every type with free GPUs is claimed and (b) no job from i on has, on a type t
+        with free GPUs, an option that fits them and passes t's reservation: its fewest GPUs
+        there (`reach`) exceed what is free, or t is reserved, they exceed the reservation's
+        spare GPUs and its shortest option there ends after the shadow time (the test
+        `_score` makes, `now + duration <= shadow`, on the smallest duration: floats add
+        monotonically). Then job i cannot start now, so it binds nothing: the free GPUs stay
+        as they are, claims only grow, a reservation's shadow never moves and its spare
+        GPUs only shrink, and a type reserved later only refuses more; so (a) and (b) hold
+        at i + 1, and by induction no later job binds either. Nothing is placed after i,
+        and at the end every type with free GPUs is claimed, so growth has no GPUs to give
+        (`elastic.grow` returns nothing when every free type is blocked): the skipped jobs'
+        holds change no answer. The same holds from any later position, and binds between
+        `position` and the stop only shrink the free and spare GPUs, so the index found
+        here stays valid: it is the last job from the end that fails (b), plus one. The scan
+        from the end passes most of a long tail on two numbers per job (its fewest GPUs and
+        shortest time on any type, below each type's), O(tail) at about 0.1 us a job."""
+        free = self.index.free_by_type
+        claimed = self.claimed
+        reservations = self.reservations
+        open_types = []  # (type, free GPUs, spare GPUs past the shadow, shadow time)
+        spare_max, shadow_max = -1, -INF  # over the open types (an unreserved one: INF)
+        for gpu_type, have in free.items():
+            if have > 0:
+                if gpu_type not in claimed:
+                    return None
+                reservation = reservations.get(gpu_type)
+                spare, shadow_s = (have, INF) if reservation is None else \
+                    (reservation.spare_gpus, reservation.shadow_s)
+                open_types.append((gpu_type, have, spare, shadow_s))
+                spare_max, shadow_max = max(spare_max, spare), max(shadow_max, shadow_s)
+        now_s = self.now_s
+        for end, facts in zip(range(len(ordered), position, -1), reversed(ordered)):
+            # Most of the tail at once: no option with as few GPUs as any spare, and none as
+            # short as the latest shadow (a job's fewest GPUs and shortest time bound every
+            # type's; floats add monotonically)
+            if facts.min_gpus > spare_max and now_s + facts.best_s > shadow_max:
+                continue
+            reach = facts.reach
+            for gpu_type, have, spare, shadow_s in open_types:
+                fit = reach.get(gpu_type)
+                if fit is not None and fit[0] <= have and \
+                        (fit[0] <= spare or now_s + fit[1] <= shadow_s):
+                    return end
+        return position
+
 
 def _worth_starting_now(slow_s: float, fast_s: float, wait_s: float, move_s: float) -> bool:
     """Start now on a slower option rather than hold `wait_s` for a faster one, betting on a
@@ -353,7 +413,19 @@ class HasPolicy:
                       prune_holds=self.shortcuts)
         placements: list[Placement] = []
         reserve_after_s = self.config.reserve_after_s
-        for facts in ordered:
+        # The walk's early stop (`_Pass.idle_from`), looked for every _IDLE_CHECK jobs until
+        # every type with free GPUs is claimed, then fixed: no job from `stop` on can start now
+        stop = len(ordered)
+        check = _IDLE_CHECK if self.shortcuts else stop
+        for position, facts in enumerate(ordered):
+            if position == check:
+                found = state.idle_from(ordered, position)
+                if found is None:
+                    check += _IDLE_CHECK
+                else:
+                    stop, check = found, -1
+            if position >= stop:
+                break
             job = facts.job
             if not self._filter(facts, state):
                 if now_s - job.submit_time_s >= reserve_after_s:  # else _maybe_reserve says no
@@ -378,10 +450,13 @@ class HasPolicy:
             total_free -= option.num_gpus
             if total_free == 0:
                 break
-        if elastic and total_free > 0:
+        blocked = set(state.claimed) | set(state.reservations)
+        # growth gives only GPUs of types no queued job claimed (`grow` returns nothing
+        # otherwise); asked here first, it spares listing the running jobs for nothing
+        if elastic and total_free > 0 and \
+                any(n for t, n in index.free_by_type.items() if t not in blocked):
             cfg = self.config
             acted = {m.job_id for m in moves}
-            blocked = set(state.claimed) | set(state.reservations)
             moves += grow([r for r in running if r.job_id not in acted], index, blocked, now_s,
                           cfg.reshape_interval_s, cfg.min_gain_fraction, cfg.min_gain_s,
                           cfg.restart_floor_s, cfg.grow_cost_limit, cfg.max_moves - len(moves),
@@ -428,8 +503,11 @@ class HasPolicy:
                 if candidates is None:
                     candidates = shrinkable(running, now_s, self._menus)
                 targets = [(fastest_type, fastest_gpus)] + list(facts.need)
+                # not a job an earlier deadline job of this decision already moved: one answer
+                # acting twice on a job is refused by the simulator and the orchestrator
+                pool = running if not acted else [r for r in running if r.job_id not in acted]
                 for gpu_type, gpus in targets:
-                    actions = reclaim(running, index, gpu_type, gpus - free.get(gpu_type, 0),
+                    actions = reclaim(pool, index, gpu_type, gpus - free.get(gpu_type, 0),
                                       now_s, cfg.reshape_interval_s, True, self.name,
                                       f"{job.job_id} waited {now_s - job.submit_time_s:.0f} s",
                                       candidates)
@@ -600,7 +678,8 @@ class HasPolicy:
             tuple([shortest[gpu_type] for gpu_type, _ in need]), best_s,
             min([total_s * gpus for total_s, gpus, _, _, _ in keyed]),
             min([gpus for _, gpus, _, _, _ in keyed]),
-            (1, best_s + self.config.aging_rate * job.submit_time_s, job.submit_time_s, job.job_id))
+            (1, best_s + self.config.aging_rate * job.submit_time_s, job.submit_time_s, job.job_id),
+            {gpu_type: (gpus, shortest[gpu_type]) for gpu_type, gpus in need})
         self._facts[job.job_id] = facts
         return facts
 
