@@ -211,9 +211,11 @@ def availability_handled(scheduler_log: Path) -> dict[str, float]:
     return handled
 
 
-def launch_received(log_dir: Path, rec: Records) -> dict[tuple[str, int], float]:
+def launch_received(log_dir: Path, rec: Records,
+                    agent_split: dict[str, list[float]] | None = None) -> dict[tuple[str, int], float]:
     """(job, attempt) -> when the first node's agent took its LaunchJob: the command's produced
-    time plus the agent's `command_lag_s` (its `launched` log lines)."""
+    time plus the agent's `command_lag_s` (its `launched` log lines). `agent_split` collects
+    those lines' `command_lag_s` and `spawn_s` (by ranks started: 1, 2, 4, 8)."""
     received: dict[tuple[str, int], float] = {}
     for path in sorted(log_dir.glob("*.log")):
         try:
@@ -228,6 +230,10 @@ def launch_received(log_dir: Path, rec: Records) -> dict[tuple[str, int], float]
             except ValueError:
                 continue
             key = (entry.get("job_id", ""), entry.get("attempt", 0))
+            if entry.get("msg") == "launched" and agent_split is not None and "spawn_s" in entry:
+                agent_split.setdefault("command_lag", []).append(entry.get("command_lag_s", 0.0))
+                agent_split.setdefault("spawn", []).append(entry["spawn_s"])
+                agent_split.setdefault(f"spawn_{len(entry.get('gpus', []))}_ranks", []).append(entry["spawn_s"])
             if entry.get("msg") == "launched" and key in rec.launch and "command_lag_s" in entry:
                 at = rec.launch[key] + entry["command_lag_s"]
                 received[key] = min(at, received.get(key, at))
@@ -422,7 +428,8 @@ def main() -> None:
     split: list[dict] = []
     held_hops: dict[str, list[float]] = {}
     hops, unsplit = reaction_hops(burst, records, split, held_hops)
-    by_path = reaction_split(burst, records, launch_received(workdir / "logs", records))
+    agent_split: dict[str, list[float]] = {}
+    by_path = reaction_split(burst, records, launch_received(workdir / "logs", records, agent_split))
     result = {
         "label": args.label, "jobs": len(burst), "arrivals": len(arrivals), "policy": args.policy,
         "wall_s": round(wall_s, 1), "settings": bus_settings,
@@ -436,6 +443,7 @@ def main() -> None:
         "gpu_freed_to_launch_received": percentiles(by_path["freed_to_launch_received"]),
         "reaction_hops": summarise(hops), "reaction_unsplit": unsplit,
         "held_reaction_hops": summarise({h: held_hops.get(h, []) for h in HELD_HOPS}),
+        "agent_launch_split": summarise(dict(sorted(agent_split.items()))),
         "scheduler_hop_split": summarise(scheduler_hop_split(
             burst, records, availability_handled(workdir / "logs" / "scheduler.log"))),
         "slowest_reactions": sorted(split, key=lambda r: r["total_ms"])[-5:],
@@ -455,6 +463,8 @@ def main() -> None:
     for title, table in (("reaction hops", result["reaction_hops"]),
                          ("reaction hops, launched from a hold", result["held_reaction_hops"]),
                          ("availability_to_scheduler_decision, split", result["scheduler_hop_split"]),
+                         ("agent's launch: command_lag_s, spawn_s (every launch, burst and arrivals)",
+                          result["agent_launch_split"]),
                          ("arrival hops", result["arrival_hops"])):
         print(f"  {title}:")
         for name, r in table.items():

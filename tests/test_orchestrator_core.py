@@ -966,15 +966,27 @@ def test_holds_for_other_attempts_ended_jobs_or_failures_are_not_carried_out():
     assert "a" not in core.held
 
 
-def test_a_restarted_orchestrator_has_no_holds_and_a_redelivered_end_launches_nothing():
+def test_a_hold_is_saved_so_an_end_redelivered_after_a_restart_launches_the_same_placement():
+    """The orchestrator published a's end and b's launch from the hold, then died before saving
+    the state: restored from the records saved before, the redelivered end report launches b
+    on the same GPUs (the agent ignores the second LaunchJob of the attempt it runs)."""
     core = queued_core("a", "b")
+    core.on_heartbeat(heartbeat("n1"), 1)
     core.on_placed(placed("a", "n1", [0, 1]), 1)
     core.on_held(held("a", placed("b", "n1", [0, 1])), 2)
-    records = [core.record_state(j) for j in core.jobs]
+    saved = {o.key: o.payload for o in core.drain_state_records()}
+    assert saved["job/a"].held.placements[0].job_id == "b"
+    first = core.on_agent_status(agent_status("a", SUCCEEDED), 4)
     again = OrchestratorCore()
-    again.restore(records, [], 3)
-    assert again.held == {}
-    core.on_agent_status(agent_status("a", SUCCEEDED), 4)
-    assert core.jobs["b"].job.state == LAUNCHING
-    assert core.on_agent_status(agent_status("a", SUCCEEDED), 5) == []  # redelivered
-    assert core.jobs["b"].job.attempt == 0 and core.jobs["b"].job.state == LAUNCHING
+    again.on_heartbeat(heartbeat("n1"), 3)
+    again.on_heartbeat(heartbeat("n2"), 3)
+    again.restore([r for r in saved.values() if isinstance(r, events_pb2.JobRecordState)], [], 3)
+    assert set(again.held) == {"a"}
+    second = again.on_agent_status(agent_status("a", SUCCEEDED), 5)  # redelivered
+    launches = [[(o.payload.job_id, list(o.payload.gpu_indices)) for o in out
+                 if isinstance(o.payload, events_pb2.LaunchJob)] for out in (first, second)]
+    assert launches[0] == launches[1] == [("b", [0, 1])]
+    assert core.on_agent_status(agent_status("a", SUCCEEDED), 6) == []  # no restart: nothing
+    withdrawn = OrchestratorCore()
+    withdrawn.restore([core.record_state(j) for j in core.jobs], [], 7)
+    assert withdrawn.held == {}  # spent holds are not saved

@@ -298,7 +298,7 @@ class GpuAvailabilityChanged(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., gpu_type: _Optional[str] = ..., gpus_total: _Optional[int] = ..., free_gpu_indices: _Optional[_Iterable[int]] = ..., node_state: _Optional[_Union[_types_pb2.NodeState, str]] = ..., version: _Optional[int] = ..., cause: _Optional[str] = ..., allocated_jobs: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JobRecordState(_message.Message):
-    __slots__ = ("job", "node_outcomes", "oom_replans", "pending_reshape", "free_attempts", "checkpoint_nodes", "cleanup_nodes")
+    __slots__ = ("job", "node_outcomes", "oom_replans", "pending_reshape", "free_attempts", "checkpoint_nodes", "cleanup_nodes", "held")
     class NodeOutcomesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -313,6 +313,7 @@ class JobRecordState(_message.Message):
     FREE_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_NODES_FIELD_NUMBER: _ClassVar[int]
     CLEANUP_NODES_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
     job: _types_pb2.Job
     node_outcomes: _containers.ScalarMap[str, _types_pb2.JobState]
     oom_replans: int
@@ -320,7 +321,8 @@ class JobRecordState(_message.Message):
     free_attempts: int
     checkpoint_nodes: _containers.RepeatedScalarFieldContainer[str]
     cleanup_nodes: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, job: _Optional[_Union[_types_pb2.Job, _Mapping]] = ..., node_outcomes: _Optional[_Mapping[str, _types_pb2.JobState]] = ..., oom_replans: _Optional[int] = ..., pending_reshape: _Optional[_Union[ReshapeJob, _Mapping]] = ..., free_attempts: _Optional[int] = ..., checkpoint_nodes: _Optional[_Iterable[str]] = ..., cleanup_nodes: _Optional[_Iterable[str]] = ...) -> None: ...
+    held: HeldPlacements
+    def __init__(self, job: _Optional[_Union[_types_pb2.Job, _Mapping]] = ..., node_outcomes: _Optional[_Mapping[str, _types_pb2.JobState]] = ..., oom_replans: _Optional[int] = ..., pending_reshape: _Optional[_Union[ReshapeJob, _Mapping]] = ..., free_attempts: _Optional[int] = ..., checkpoint_nodes: _Optional[_Iterable[str]] = ..., cleanup_nodes: _Optional[_Iterable[str]] = ..., held: _Optional[_Union[HeldPlacements, _Mapping]] = ...) -> None: ...
 
 class StateMarker(_message.Message):
     __slots__ = ("marker_id",)

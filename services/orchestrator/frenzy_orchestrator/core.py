@@ -140,8 +140,10 @@ class OrchestratorCore:
         # (gpu type, (predicted - measured) / measured) of each job that reported its peak.
         self.memory_errors: list[tuple[str, float]] = []
         # The scheduler's placements decided ahead for a running job's GPUs (HeldPlacements),
-        # by that job's id: carried out on its successful end (`_release`). In memory only: a
-        # restarted orchestrator has none, and the usual path places those jobs.
+        # by that job's id: carried out on its successful end (`_release`). Saved with that
+        # job's record: an end report redelivered after a restart (its launches published, the
+        # state not yet saved) launches the same placements again, which the agents dedupe,
+        # never others on other GPUs.
         self.held: dict[str, events_pb2.HeldPlacements] = {}
         # What changed since the last drain_state_records(): job ids and early-plan job ids.
         self._dirty_jobs: set[str] = set()
@@ -171,6 +173,8 @@ class OrchestratorCore:
                                           cleanup_nodes=sorted(rec.cleanup))
         if rec.pending_reshape is not None:
             state.pending_reshape.CopyFrom(rec.pending_reshape)
+        if job_id in self.held:
+            state.held.CopyFrom(self.held[job_id])
         return state
 
     def restore(self, records: list[events_pb2.JobRecordState],
@@ -195,6 +199,9 @@ class OrchestratorCore:
                             if saved.HasField("pending_reshape") else None)
             if rec.pending_reshape is not None:
                 rec.pending_reshape.CopyFrom(saved.pending_reshape)
+            if saved.HasField("held") and job.state in (LAUNCHING, RUNNING):
+                self.held[job.id] = events_pb2.HeldPlacements()
+                self.held[job.id].CopyFrom(saved.held)
             self.jobs[job.id] = rec
             if job.state == SUCCEEDED:
                 self._record_memory_error(job)
@@ -396,8 +403,9 @@ class OrchestratorCore:
             return []
         if held.placements:
             self.held[rec.id] = held
-        else:
-            self.held.pop(rec.id, None)
+        elif self.held.pop(rec.id, None) is None:
+            return []
+        self._dirty_jobs.add(rec.id)
         return []
 
     def _launch_held(self, rec: JobRecord, now_s: float) -> tuple[list[Outgoing], dict[str, str]]:
