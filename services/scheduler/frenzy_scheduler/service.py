@@ -9,16 +9,16 @@ running the policy after each one kept a freed node's availability waiting behin
 is handled ahead of the status events fetched with it, and the policy runs at once on it, also
 when it arrives while a long batch is being handled (`Bus.run_consumer`'s `urgent`).
 
-Holds ahead (`holds_loop`): after each decision, the placements the policy would make if one
-of the first running jobs to end had just ended go out as HeldPlacements, for the orchestrator
-to launch on that end (FRENZY_SCHEDULER_HOLDS_AHEAD; LiveState.holds_ahead). They are computed
-after the decision's placements are out, so they never delay one.
-
 And when the view changes with no event (`redecide_loop`): `has` may hold a job for GPUs it
 expects a running job to free soon. If that job overruns its prediction and sends nothing (a user
 program without progress reports), no event came, and the held job waited until it ended; so the
 policy also runs when a running job passes its predicted end, and at least every
 FRENZY_SCHEDULER_REDECIDE_S while jobs wait.
+
+Holds ahead (`holds_loop`): after each decision, the placements the policy would make if one
+of the first running jobs to end had just ended go out as HeldPlacements, for the orchestrator
+to launch on that end (FRENZY_SCHEDULER_HOLDS_AHEAD; LiveState.holds_ahead). They are computed
+after the decision's placements are out, so they never delay one.
 """
 from __future__ import annotations
 
