@@ -13,6 +13,13 @@ sum is the end-to-end figure of the same job.
 Two phases: a burst (~20 submissions/s, most jobs queue; the reaction to freed GPUs) and an
 arrival phase (one job at a time on an otherwise idle cluster: submit to placed with no queueing).
 
+A job the orchestrator launched from a hold (HeldPlacements: placed ahead by the scheduler,
+launched in the step that releases the GPUs) has no scheduler or placement hop on its path: its
+hops are printed apart (`held_reaction_hops`), and GPU freed -> next launched is also printed for
+the two kinds apart. `gpu_freed_to_launch_received` is a separate figure: freed -> the next job's
+LaunchJob taken by its agent (the agents' `launched` log lines), the control plane's reaction
+without the job's own processes starting; the metric above keeps its meaning.
+
 The scheduler's hop is split with its `availability` log lines (wake-up: produced -> handled;
 policy: handled -> the decision that placed the job), and the five slowest reactions are kept
 with their job ids and hops, which lead to the services' logs (printed at the end).
@@ -52,6 +59,10 @@ REACTION_HOPS = ("release_to_availability_published", "availability_to_scheduler
                  "decision_to_placed_published", "placed_to_orchestrator_handled",
                  "handled_to_launch_published", "launch_to_agent_running_published",
                  "agent_running_to_orchestrator_started")
+# The same path for a job launched from a hold (HeldPlacements): the orchestrator launches it in
+# the step that releases the GPUs, so the scheduler's and the placement's hops are not on it.
+HELD_HOPS = ("release_to_orchestrator_placed", "handled_to_launch_published",
+             "launch_to_agent_running_published", "agent_running_to_orchestrator_started")
 ARRIVAL_HOPS = ("submitted_to_planned_published", "planned_to_queued_published",
                 "queued_to_scheduler_decision", "decision_to_placed_published",
                 "placed_to_orchestrator_handled")
@@ -102,6 +113,7 @@ class Records:
         self.agent_succeeded: dict[str, float] = {}
         self.released: dict[str, float] = {}  # job -> last availability "job X finished"
         self.kinds: Counter[str] = Counter()  # records per payload (agents' statuses by state)
+        self.held_launch: dict[tuple[str, int], str] = {}  # (job, attempt) launched from a hold -> the job that ended
         for env in envelopes:
             at = seconds(env.produced_at)
             kind = env.WhichOneof("payload")
@@ -123,23 +135,40 @@ class Records:
                 s = env.job_status_changed
                 if s.source == events_pb2.ORCHESTRATOR and s.state == types_pb2.QUEUED:
                     self.queued.setdefault(s.job_id, at)
+                elif s.source == events_pb2.ORCHESTRATOR and s.state == types_pb2.PLACED \
+                        and ", held for " in s.reason:
+                    self.held_launch[(s.job_id, s.attempt)] = s.reason.split(", held for ", 1)[1]
                 elif s.source == events_pb2.AGENT and s.state == types_pb2.RUNNING:
                     self.agent_running.setdefault((s.job_id, s.attempt), at)
                 elif s.source == events_pb2.AGENT and s.state == types_pb2.SUCCEEDED:
                     self.agent_succeeded[s.job_id] = max(at, self.agent_succeeded.get(s.job_id, 0.0))
 
 
-def reaction_hops(jobs: list[types_pb2.Job], rec: Records,
-                  slowest: list[dict] | None = None) -> tuple[dict[str, list[float]], int]:
+def reaction_hops(jobs: list[types_pb2.Job], rec: Records, slowest: list[dict] | None = None,
+                  held: dict[str, list[float]] | None = None) -> tuple[dict[str, list[float]], int]:
     """Per hop, the seconds each woken job spent there; and how many could not be split (a
     record missing, or the scheduler decided before the release's availability was out: some
     other event placed the job). `slowest` collects each split job's hops, for the JSON's
-    slowest few (their job ids and decision reasons lead to the scheduler's and agents' logs)."""
+    slowest few (their job ids and decision reasons lead to the scheduler's and agents' logs).
+    Jobs launched from a hold on the release go to `held` (HELD_HOPS) instead."""
     hops: dict[str, list[float]] = {h: [] for h in ("agent_exit_report_to_release", *REACTION_HOPS)}
     unsplit = 0
     for job, freed_by, freed_s, launched_s in _woken(jobs):
         placed = rec.placed.get(job.id)
         key = (job.id, job.attempt)
+        if key in rec.held_launch and key in rec.launch and key in rec.agent_running:
+            stamps = [freed_s, seconds(job.placed_at), rec.launch[key], rec.agent_running[key], launched_s]
+            if held is not None:
+                for name, (a, b) in zip(HELD_HOPS, zip(stamps, stamps[1:])):
+                    held.setdefault(name, []).append(b - a)
+            if slowest is not None:
+                slowest.append({"job_id": job.id, "freed_by": freed_by, "held_for": rec.held_launch[key],
+                                "total_ms": round((launched_s - freed_s) * 1e3, 1),
+                                **{name: round((b - a) * 1e3, 1)
+                                   for name, (a, b) in zip(HELD_HOPS, zip(stamps, stamps[1:]))}})
+            if freed_by in rec.agent_succeeded:
+                hops["agent_exit_report_to_release"].append(freed_s - rec.agent_succeeded[freed_by])
+            continue
         if (placed is None or freed_by not in rec.released or key not in rec.launch
                 or key not in rec.agent_running):
             unsplit += 1
@@ -180,6 +209,49 @@ def availability_handled(scheduler_log: Path) -> dict[str, float]:
         if cause.startswith("job ") and cause.endswith(" finished"):
             handled[cause[4:-9]] = max(entry["ts"], handled.get(cause[4:-9], 0.0))
     return handled
+
+
+def launch_received(log_dir: Path, rec: Records,
+                    agent_split: dict[str, list[float]] | None = None) -> dict[tuple[str, int], float]:
+    """(job, attempt) -> when the first node's agent took its LaunchJob: the command's produced
+    time plus the agent's `command_lag_s` (its `launched` log lines). `agent_split` collects
+    those lines' `command_lag_s` and `spawn_s` (by ranks started: 1, 2, 4, 8)."""
+    received: dict[tuple[str, int], float] = {}
+    for path in sorted(log_dir.glob("*.log")):
+        try:
+            lines = path.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            if '"launched"' not in line:
+                continue
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            key = (entry.get("job_id", ""), entry.get("attempt", 0))
+            if entry.get("msg") == "launched" and agent_split is not None and "spawn_s" in entry:
+                agent_split.setdefault("command_lag", []).append(entry.get("command_lag_s", 0.0))
+                agent_split.setdefault("spawn", []).append(entry["spawn_s"])
+                agent_split.setdefault(f"spawn_{len(entry.get('gpus', []))}_ranks", []).append(entry["spawn_s"])
+            if entry.get("msg") == "launched" and key in rec.launch and "command_lag_s" in entry:
+                at = rec.launch[key] + entry["command_lag_s"]
+                received[key] = min(at, received.get(key, at))
+    return received
+
+
+def reaction_split(jobs: list[types_pb2.Job], rec: Records,
+                   received: dict[tuple[str, int], float]) -> dict[str, list[float]]:
+    """GPU freed -> next launched of the jobs launched from a hold and of the others; and GPU
+    freed -> the next job's LaunchJob taken by its agent (the control plane's reaction, without
+    the job's own processes starting: a separate figure, not the metric)."""
+    out: dict[str, list[float]] = {"held": [], "usual": [], "freed_to_launch_received": []}
+    for job, _, freed_s, launched_s in _woken(jobs):
+        key = (job.id, job.attempt)
+        out["held" if key in rec.held_launch else "usual"].append(launched_s - freed_s)
+        if key in received:
+            out["freed_to_launch_received"].append(received[key] - freed_s)
+    return out
 
 
 def scheduler_hop_split(jobs: list[types_pb2.Job], rec: Records,
@@ -354,7 +426,10 @@ def main() -> None:
     placed = [seconds(j.placed_at) - seconds(j.submitted_at) for j in burst if j.placed_at.seconds]
     on_arrival = [seconds(j.placed_at) - seconds(j.submitted_at) for j in arrivals if j.placed_at.seconds]
     split: list[dict] = []
-    hops, unsplit = reaction_hops(burst, records, split)
+    held_hops: dict[str, list[float]] = {}
+    hops, unsplit = reaction_hops(burst, records, split, held_hops)
+    agent_split: dict[str, list[float]] = {}
+    by_path = reaction_split(burst, records, launch_received(workdir / "logs", records, agent_split))
     result = {
         "label": args.label, "jobs": len(burst), "arrivals": len(arrivals), "policy": args.policy,
         "wall_s": round(wall_s, 1), "settings": bus_settings,
@@ -363,7 +438,12 @@ def main() -> None:
         "submit_to_placed_all": percentiles(placed),
         "submit_to_placed_no_wait": percentiles(on_arrival),
         "gpu_freed_to_next_launched": percentiles(reaction_latencies(burst)),
+        "gpu_freed_to_next_launched_held": percentiles(by_path["held"]),
+        "gpu_freed_to_next_launched_usual": percentiles(by_path["usual"]),
+        "gpu_freed_to_launch_received": percentiles(by_path["freed_to_launch_received"]),
         "reaction_hops": summarise(hops), "reaction_unsplit": unsplit,
+        "held_reaction_hops": summarise({h: held_hops.get(h, []) for h in HELD_HOPS}),
+        "agent_launch_split": summarise(dict(sorted(agent_split.items()))),
         "scheduler_hop_split": summarise(scheduler_hop_split(
             burst, records, availability_handled(workdir / "logs" / "scheduler.log"))),
         "slowest_reactions": sorted(split, key=lambda r: r["total_ms"])[-5:],
@@ -375,11 +455,16 @@ def main() -> None:
     print(f"e2e latency {args.label}: {result['jobs']} jobs + {result['arrivals']} arrivals on the "
           f"demo cluster ({args.policy}), {result['succeeded']} succeeded, {wall_s:.0f}s wall, "
           f"load {result['load_average_before_after']}, settings {bus_settings}")
-    for key in ("submit_to_placed_no_wait", "submit_to_placed_all", "gpu_freed_to_next_launched"):
+    for key in ("submit_to_placed_no_wait", "submit_to_placed_all", "gpu_freed_to_next_launched",
+                "gpu_freed_to_next_launched_held", "gpu_freed_to_next_launched_usual",
+                "gpu_freed_to_launch_received"):
         r = result[key]
         print(f"  {key:<38} n={r.get('n', 0):<4} p50={r.get('p50_ms', '-')} ms  p99={r.get('p99_ms', '-')} ms")
     for title, table in (("reaction hops", result["reaction_hops"]),
+                         ("reaction hops, launched from a hold", result["held_reaction_hops"]),
                          ("availability_to_scheduler_decision, split", result["scheduler_hop_split"]),
+                         ("agent's launch: command_lag_s, spawn_s (every launch, burst and arrivals)",
+                          result["agent_launch_split"]),
                          ("arrival hops", result["arrival_hops"])):
         print(f"  {title}:")
         for name, r in table.items():

@@ -76,6 +76,10 @@ class ServiceSettings(BusSettings):
     reshape_min_gain_s: float | None = Field(None, description="a move saves at least this")
     reshape_min_gain_fraction: float | None = Field(
         None, description="... and at least this share of the job's predicted time left")
+    scheduler_holds_ahead: int = Field(
+        3, description="running jobs, those expected to end first, whose GPUs the scheduler "
+        "places waiting jobs on ahead (HeldPlacements: the orchestrator launches them on the "
+        "job's end, without a round trip through the scheduler); 0: none")
     scheduler_redecide_s: float = Field(
         60.0, description="while jobs wait, the scheduler decides again at least this often "
         "without an event (and when a running job passes its predicted end); Sia's round is 60 s")

@@ -901,3 +901,92 @@ def test_no_gpu_is_free_while_the_latest_heartbeat_shows_an_unreported_attempt_o
             for (job_id, attempt), gpus in running.items():
                 if gpu in gpus:
                     assert (gpu, f"{job_id}:{attempt}") not in shown, (op, gpu, job_id, attempt)
+
+
+def held(ending: str, *placements: events_pb2.JobPlaced, attempt: int = 0) -> events_pb2.HeldPlacements:
+    return events_pb2.HeldPlacements(releasing_job_id=ending, releasing_attempt=attempt,
+                                     placements=placements)
+
+
+def test_a_held_placement_launches_on_the_release_and_a_stale_one_does_not():
+    """Held for a's GPUs: b launches in the step that releases them (its LaunchJob before the
+    availability, which shows them taken). A newer hold replaces the older; in it, d's placement
+    is stale (d was placed on n2 since) and is not carried out, c's is."""
+    core = queued_core("a", "b", "c", "d", "e")
+    core.on_placed(placed("a", "n1", [0, 1]), 1)
+    core.on_placed(placed("e", "n1", [2, 3]), 1)
+    core.on_agent_status(agent_status("a", RUNNING), 2)
+    core.on_held(held("a", placed("b", "n1", [0, 1])), 3)
+    assert core.jobs["b"].job.state == QUEUED and core.nodes["n1"].allocations[0] == "a"
+    out = core.on_agent_status(agent_status("a", SUCCEEDED), 4)
+    job_b = core.jobs["b"].job
+    assert job_b.state == LAUNCHING and "held for a" in core.jobs["b"].history[-2][1]
+    assert job_b.placed_at.ToNanoseconds() == core.jobs["a"].job.finished_at.ToNanoseconds()
+    kinds = [type(o.payload).__name__ for o in out]
+    assert kinds.index("LaunchJob") < kinds.index("GpuAvailabilityChanged")
+    freed = [o.payload for o in out if o.topic == topics.CLUSTER_EVENTS]
+    assert len(freed) == 1 and list(freed[0].free_gpu_indices) == [] and "b" in freed[0].allocated_jobs
+    assert freed[0].cause == "job a finished"
+    assert core.nodes["n1"].allocations == {0: "b", 1: "b", 2: "e", 3: "e"}
+
+    core.on_agent_status(agent_status("e", RUNNING), 5)
+    core.on_held(held("e", placed("c", "n1", [2, 3])), 5)
+    core.on_placed(placed("d", "n2", [0, 1]), 6)
+    core.on_held(held("e", placed("c", "n1", [2, 3]), placed("d", "n1", [2, 3])), 6)  # replaces
+    out = core.on_agent_status(agent_status("e", SUCCEEDED), 7)
+    assert core.jobs["c"].job.state == LAUNCHING and core.jobs["d"].job.assignments[0].node_id == "n2"
+    assert core.nodes["n1"].allocations == {0: "b", 1: "b", 2: "c", 3: "c"}
+    assert [o.payload.job_id for o in out if isinstance(o.payload, events_pb2.LaunchJob)] == ["c"]
+
+
+def test_a_hold_that_no_longer_fits_is_dropped_and_the_gpus_announced_free():
+    core = queued_core("a", "b", "c")
+    core.on_placed(placed("a", "n1", [0, 1]), 1)
+    core.on_agent_status(agent_status("a", RUNNING), 2)
+    core.on_held(held("a", placed("b", "n1", [0, 1, 2])), 3)  # GPU 2 ...
+    core.on_placed(placed("c", "n1", [2, 3]), 3)  # ... is taken since
+    out = core.on_agent_status(agent_status("a", SUCCEEDED), 4)
+    assert core.jobs["b"].job.state == QUEUED and not any(isinstance(o.payload, events_pb2.LaunchJob) for o in out)
+    freed = [o.payload for o in out if o.topic == topics.CLUSTER_EVENTS]
+    assert list(freed[-1].free_gpu_indices) == [0, 1] and "a" not in core.held
+
+
+def test_holds_for_other_attempts_ended_jobs_or_failures_are_not_carried_out():
+    core = queued_core("a", "b")
+    core.on_placed(placed("a", "n1", [0, 1]), 1)
+    assert core.on_held(held("a", placed("b", "n1", [0, 1]), attempt=1), 2) == []  # not a's attempt
+    assert "a" not in core.held
+    core.on_held(held("a", placed("b", "n1", [0, 1])), 2)
+    core.on_held(held("a"), 3)  # withdrawn
+    assert "a" not in core.held
+    core.on_held(held("a", placed("b", "n1", [0, 1])), 3)
+    core.on_agent_status(agent_status("a", FAILED, reason="exit 1"), 4)  # not the end it waited for
+    assert core.jobs["b"].job.state == QUEUED and "a" not in core.held
+    core.on_held(held("a", placed("b", "n1", [0, 1])), 5)  # late: a has ended
+    assert "a" not in core.held
+
+
+def test_a_hold_is_saved_so_an_end_redelivered_after_a_restart_launches_the_same_placement():
+    """The orchestrator published a's end and b's launch from the hold, then died before saving
+    the state: restored from the records saved before, the redelivered end report launches b
+    on the same GPUs (the agent ignores the second LaunchJob of the attempt it runs)."""
+    core = queued_core("a", "b")
+    core.on_heartbeat(heartbeat("n1"), 1)
+    core.on_placed(placed("a", "n1", [0, 1]), 1)
+    core.on_held(held("a", placed("b", "n1", [0, 1])), 2)
+    saved = {o.key: o.payload for o in core.drain_state_records()}
+    assert saved["job/a"].held.placements[0].job_id == "b"
+    first = core.on_agent_status(agent_status("a", SUCCEEDED), 4)
+    again = OrchestratorCore()
+    again.on_heartbeat(heartbeat("n1"), 3)
+    again.on_heartbeat(heartbeat("n2"), 3)
+    again.restore([r for r in saved.values() if isinstance(r, events_pb2.JobRecordState)], [], 3)
+    assert set(again.held) == {"a"}
+    second = again.on_agent_status(agent_status("a", SUCCEEDED), 5)  # redelivered
+    launches = [[(o.payload.job_id, list(o.payload.gpu_indices)) for o in out
+                 if isinstance(o.payload, events_pb2.LaunchJob)] for out in (first, second)]
+    assert launches[0] == launches[1] == [("b", [0, 1])]
+    assert core.on_agent_status(agent_status("a", SUCCEEDED), 6) == []  # no restart: nothing
+    withdrawn = OrchestratorCore()
+    withdrawn.restore([core.record_state(j) for j in core.jobs], [], 7)
+    assert withdrawn.held == {}  # spent holds are not saved

@@ -260,3 +260,74 @@ def test_a_job_held_for_a_release_is_decided_again_at_the_predicted_end_without_
     assert key == "q" and placed.option.num_gpus == 2, placed
     assert [tuple(a.gpu_indices) for a in placed.assignments] == [(2, 3)]
     assert 1.0 < waited_s < 30, waited_s  # just after the predicted end, not the 600 s fallback
+
+
+def _running(job_id, gpus, start_s, version=5):
+    record = types_pb2.Job(id=job_id, state=types_pb2.RUNNING, version=version,
+                           option=option_to_proto(OPTION),
+                           assignments=[types_pb2.GpuAssignment(node_id="n1", gpu_indices=gpus)])
+    record.started_at.FromSeconds(start_s)
+    return events_pb2.JobStatusChanged(job_id=job_id, state=types_pb2.RUNNING,
+                                       source=events_pb2.ORCHESTRATOR, job=record)
+
+
+def test_holds_ahead_place_a_waiting_job_on_the_first_job_to_end_and_follow_the_outcome():
+    """n1 is full: r ends first (t=110), s later (t=150). The hold is the policy's placement of
+    q as if r had just ended, on r's GPUs; unchanged, it is not published again. Carried out by
+    the orchestrator (the availability lists q), q no longer waits; dropped by it (the
+    availability shows r's GPUs free, q still queued), the usual decision places q."""
+    def state_with_queue():
+        state = LiveState(get_policy("fifo"), hold_policy=get_policy("fifo"))
+        state.on_availability(availability([], 1, jobs=["r", "s"]))
+        state.on_status(_running("r", [0, 1], 10))
+        state.on_status(_running("s", [2, 3], 50))
+        state.on_planned(events_pb2.JobPlanned(job_id="q", options=[option_to_proto(OPTION)]))
+        state.on_status(status("q", types_pb2.QUEUED, 3))
+        assert state.schedule(100.0) == []
+        return state
+
+    state = state_with_queue()
+    [(ending, attempt, [(placement, placed_attempt)])] = state.holds_ahead(100.0, 1)
+    assert (ending, attempt, placed_attempt) == ("r", 0, 0)
+    assert placement.job_id == "q" and placement.assignments == (("n1", (0, 1)),)
+    assert state.holds_ahead(100.5, 1) == []  # unchanged
+    state.on_availability(availability([], 2, jobs=["q", "s"]))  # launched on r's end
+    assert state.waiting() == [] and state.schedule(101.0) == []
+
+    state = state_with_queue()
+    state.holds_ahead(100.0, 1)
+    state.on_availability(availability([0, 1], 2, jobs=["s"]))  # the hold was stale
+    state.on_status(status("r", types_pb2.SUCCEEDED, 6))
+    [(placement, _)] = state.schedule(101.0)
+    assert placement.job_id == "q" and placement.assignments == (("n1", (0, 1)),)
+    # r is gone and q placed: nothing waits, so the hold for s (none was published) stays empty
+    assert state.holds_ahead(101.0, 1) == []
+
+
+def test_holds_ahead_are_withdrawn_when_nothing_waits_and_off_without_a_hold_policy():
+    state = LiveState(get_policy("fifo"), hold_policy=get_policy("fifo"))
+    state.on_availability(availability([], 1, jobs=["r", "s"]))
+    state.on_status(_running("r", [0, 1], 10))
+    state.on_status(_running("s", [2, 3], 50))
+    state.on_planned(events_pb2.JobPlanned(job_id="q", options=[option_to_proto(OPTION)]))
+    state.on_status(status("q", types_pb2.QUEUED, 3))
+    assert [h[0] for h in state.holds_ahead(100.0, 2)] == ["r", "s"]  # q held on each
+    state.on_status(status("q", types_pb2.CANCELLED, 4))
+    assert sorted((ending, kept) for ending, _, kept in state.holds_ahead(101.0, 2)) == \
+        [("r", []), ("s", [])]
+    assert LiveState(get_policy("fifo")).holds_ahead(100.0, 2) == []
+
+
+def test_our_placement_of_a_job_a_hold_placed_elsewhere_does_not_hide_its_gpus():
+    state = LiveState(get_policy("fifo"))
+    state.on_availability(availability([2, 3], 1, jobs=["r"]))
+    state.on_status(_running("r", [0, 1], 10))
+    state.on_planned(events_pb2.JobPlanned(job_id="q", options=[option_to_proto(OPTION)]))
+    state.on_status(status("q", types_pb2.QUEUED, 3))
+    [(placement, _)] = state.schedule(100.0)
+    assert placement.assignments == (("n1", (2, 3)),) and "q" in state.pending
+    # The orchestrator had launched q from a hold on r's GPUs: ours was ignored.
+    state.on_status(status("r", types_pb2.SUCCEEDED, 6))
+    state.on_availability(availability([2, 3], 2, jobs=["q"]))
+    state.on_status(_running("q", [0, 1], 101, version=6))
+    assert "q" not in state.pending and state.effective_cluster().nodes["n1"].free_gpus == [2, 3]

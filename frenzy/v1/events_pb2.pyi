@@ -32,7 +32,7 @@ ORCHESTRATOR: StatusSource
 AGENT: StatusSource
 
 class Envelope(_message.Message):
-    __slots__ = ("event_id", "type", "produced_at", "trace_id", "producer", "job_submitted", "job_planned", "job_placed", "launch_job", "stop_job", "job_status_changed", "node_heartbeat", "gpu_availability_changed", "job_record_state", "state_marker", "orchestrator_epoch", "reshape_job", "agent_join", "delete_checkpoints", "checkpoints_deleted", "log_chunk")
+    __slots__ = ("event_id", "type", "produced_at", "trace_id", "producer", "job_submitted", "job_planned", "job_placed", "launch_job", "stop_job", "job_status_changed", "node_heartbeat", "gpu_availability_changed", "job_record_state", "state_marker", "orchestrator_epoch", "reshape_job", "agent_join", "delete_checkpoints", "checkpoints_deleted", "held_placements", "log_chunk")
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     PRODUCED_AT_FIELD_NUMBER: _ClassVar[int]
@@ -53,6 +53,7 @@ class Envelope(_message.Message):
     AGENT_JOIN_FIELD_NUMBER: _ClassVar[int]
     DELETE_CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINTS_DELETED_FIELD_NUMBER: _ClassVar[int]
+    HELD_PLACEMENTS_FIELD_NUMBER: _ClassVar[int]
     LOG_CHUNK_FIELD_NUMBER: _ClassVar[int]
     event_id: str
     type: str
@@ -74,8 +75,9 @@ class Envelope(_message.Message):
     agent_join: AgentJoin
     delete_checkpoints: DeleteCheckpoints
     checkpoints_deleted: CheckpointsDeleted
+    held_placements: HeldPlacements
     log_chunk: _types_pb2.LogChunk
-    def __init__(self, event_id: _Optional[str] = ..., type: _Optional[str] = ..., produced_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., trace_id: _Optional[str] = ..., producer: _Optional[str] = ..., job_submitted: _Optional[_Union[JobSubmitted, _Mapping]] = ..., job_planned: _Optional[_Union[JobPlanned, _Mapping]] = ..., job_placed: _Optional[_Union[JobPlaced, _Mapping]] = ..., launch_job: _Optional[_Union[LaunchJob, _Mapping]] = ..., stop_job: _Optional[_Union[StopJob, _Mapping]] = ..., job_status_changed: _Optional[_Union[JobStatusChanged, _Mapping]] = ..., node_heartbeat: _Optional[_Union[NodeHeartbeat, _Mapping]] = ..., gpu_availability_changed: _Optional[_Union[GpuAvailabilityChanged, _Mapping]] = ..., job_record_state: _Optional[_Union[JobRecordState, _Mapping]] = ..., state_marker: _Optional[_Union[StateMarker, _Mapping]] = ..., orchestrator_epoch: _Optional[_Union[OrchestratorEpoch, _Mapping]] = ..., reshape_job: _Optional[_Union[ReshapeJob, _Mapping]] = ..., agent_join: _Optional[_Union[AgentJoin, _Mapping]] = ..., delete_checkpoints: _Optional[_Union[DeleteCheckpoints, _Mapping]] = ..., checkpoints_deleted: _Optional[_Union[CheckpointsDeleted, _Mapping]] = ..., log_chunk: _Optional[_Union[_types_pb2.LogChunk, _Mapping]] = ...) -> None: ...
+    def __init__(self, event_id: _Optional[str] = ..., type: _Optional[str] = ..., produced_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., trace_id: _Optional[str] = ..., producer: _Optional[str] = ..., job_submitted: _Optional[_Union[JobSubmitted, _Mapping]] = ..., job_planned: _Optional[_Union[JobPlanned, _Mapping]] = ..., job_placed: _Optional[_Union[JobPlaced, _Mapping]] = ..., launch_job: _Optional[_Union[LaunchJob, _Mapping]] = ..., stop_job: _Optional[_Union[StopJob, _Mapping]] = ..., job_status_changed: _Optional[_Union[JobStatusChanged, _Mapping]] = ..., node_heartbeat: _Optional[_Union[NodeHeartbeat, _Mapping]] = ..., gpu_availability_changed: _Optional[_Union[GpuAvailabilityChanged, _Mapping]] = ..., job_record_state: _Optional[_Union[JobRecordState, _Mapping]] = ..., state_marker: _Optional[_Union[StateMarker, _Mapping]] = ..., orchestrator_epoch: _Optional[_Union[OrchestratorEpoch, _Mapping]] = ..., reshape_job: _Optional[_Union[ReshapeJob, _Mapping]] = ..., agent_join: _Optional[_Union[AgentJoin, _Mapping]] = ..., delete_checkpoints: _Optional[_Union[DeleteCheckpoints, _Mapping]] = ..., checkpoints_deleted: _Optional[_Union[CheckpointsDeleted, _Mapping]] = ..., held_placements: _Optional[_Union[HeldPlacements, _Mapping]] = ..., log_chunk: _Optional[_Union[_types_pb2.LogChunk, _Mapping]] = ...) -> None: ...
 
 class JobSubmitted(_message.Message):
     __slots__ = ("job_id", "spec", "submitted_at", "attempt", "min_memory_bytes", "tenant")
@@ -128,6 +130,16 @@ class JobPlaced(_message.Message):
     placement_id: str
     decision: _types_pb2.DecisionRecord
     def __init__(self, job_id: _Optional[str] = ..., option: _Optional[_Union[_types_pb2.PlanOption, _Mapping]] = ..., assignments: _Optional[_Iterable[_Union[_types_pb2.GpuAssignment, _Mapping]]] = ..., attempt: _Optional[int] = ..., placement_id: _Optional[str] = ..., decision: _Optional[_Union[_types_pb2.DecisionRecord, _Mapping]] = ...) -> None: ...
+
+class HeldPlacements(_message.Message):
+    __slots__ = ("releasing_job_id", "releasing_attempt", "placements")
+    RELEASING_JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    RELEASING_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENTS_FIELD_NUMBER: _ClassVar[int]
+    releasing_job_id: str
+    releasing_attempt: int
+    placements: _containers.RepeatedCompositeFieldContainer[JobPlaced]
+    def __init__(self, releasing_job_id: _Optional[str] = ..., releasing_attempt: _Optional[int] = ..., placements: _Optional[_Iterable[_Union[JobPlaced, _Mapping]]] = ...) -> None: ...
 
 class ReshapeJob(_message.Message):
     __slots__ = ("job_id", "kind", "attempt", "option", "assignments", "placement_id", "decision")
@@ -286,7 +298,7 @@ class GpuAvailabilityChanged(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., gpu_type: _Optional[str] = ..., gpus_total: _Optional[int] = ..., free_gpu_indices: _Optional[_Iterable[int]] = ..., node_state: _Optional[_Union[_types_pb2.NodeState, str]] = ..., version: _Optional[int] = ..., cause: _Optional[str] = ..., allocated_jobs: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JobRecordState(_message.Message):
-    __slots__ = ("job", "node_outcomes", "oom_replans", "pending_reshape", "free_attempts", "checkpoint_nodes", "cleanup_nodes")
+    __slots__ = ("job", "node_outcomes", "oom_replans", "pending_reshape", "free_attempts", "checkpoint_nodes", "cleanup_nodes", "held")
     class NodeOutcomesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -301,6 +313,7 @@ class JobRecordState(_message.Message):
     FREE_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_NODES_FIELD_NUMBER: _ClassVar[int]
     CLEANUP_NODES_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
     job: _types_pb2.Job
     node_outcomes: _containers.ScalarMap[str, _types_pb2.JobState]
     oom_replans: int
@@ -308,7 +321,8 @@ class JobRecordState(_message.Message):
     free_attempts: int
     checkpoint_nodes: _containers.RepeatedScalarFieldContainer[str]
     cleanup_nodes: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, job: _Optional[_Union[_types_pb2.Job, _Mapping]] = ..., node_outcomes: _Optional[_Mapping[str, _types_pb2.JobState]] = ..., oom_replans: _Optional[int] = ..., pending_reshape: _Optional[_Union[ReshapeJob, _Mapping]] = ..., free_attempts: _Optional[int] = ..., checkpoint_nodes: _Optional[_Iterable[str]] = ..., cleanup_nodes: _Optional[_Iterable[str]] = ...) -> None: ...
+    held: HeldPlacements
+    def __init__(self, job: _Optional[_Union[_types_pb2.Job, _Mapping]] = ..., node_outcomes: _Optional[_Mapping[str, _types_pb2.JobState]] = ..., oom_replans: _Optional[int] = ..., pending_reshape: _Optional[_Union[ReshapeJob, _Mapping]] = ..., free_attempts: _Optional[int] = ..., checkpoint_nodes: _Optional[_Iterable[str]] = ..., cleanup_nodes: _Optional[_Iterable[str]] = ..., held: _Optional[_Union[HeldPlacements, _Mapping]] = ...) -> None: ...
 
 class StateMarker(_message.Message):
     __slots__ = ("marker_id",)

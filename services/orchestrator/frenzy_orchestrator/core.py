@@ -139,6 +139,12 @@ class OrchestratorCore:
         self.early_plans: dict[str, events_pb2.JobPlanned] = {}
         # (gpu type, (predicted - measured) / measured) of each job that reported its peak.
         self.memory_errors: list[tuple[str, float]] = []
+        # The scheduler's placements decided ahead for a running job's GPUs (HeldPlacements),
+        # by that job's id: carried out on its successful end (`_release`). Saved with that
+        # job's record: an end report redelivered after a restart (its launches published, the
+        # state not yet saved) launches the same placements again, which the agents dedupe,
+        # never others on other GPUs.
+        self.held: dict[str, events_pb2.HeldPlacements] = {}
         # What changed since the last drain_state_records(): job ids and early-plan job ids.
         self._dirty_jobs: set[str] = set()
         self._dirty_early: set[str] = set()
@@ -167,6 +173,8 @@ class OrchestratorCore:
                                           cleanup_nodes=sorted(rec.cleanup))
         if rec.pending_reshape is not None:
             state.pending_reshape.CopyFrom(rec.pending_reshape)
+        if job_id in self.held:
+            state.held.CopyFrom(self.held[job_id])
         return state
 
     def restore(self, records: list[events_pb2.JobRecordState],
@@ -191,6 +199,9 @@ class OrchestratorCore:
                             if saved.HasField("pending_reshape") else None)
             if rec.pending_reshape is not None:
                 rec.pending_reshape.CopyFrom(saved.pending_reshape)
+            if saved.HasField("held") and job.state in (LAUNCHING, RUNNING):
+                self.held[job.id] = events_pb2.HeldPlacements()
+                self.held[job.id].CopyFrom(saved.held)
             self.jobs[job.id] = rec
             if job.state == SUCCEEDED:
                 self._record_memory_error(job)
@@ -356,6 +367,13 @@ class OrchestratorCore:
             out = self._transition(rec, QUEUED, f"placement rejected: {problem}", now_s)
             return out + [self._availability(self.nodes[a.node_id], "placement rejected")
                           for a in placed.assignments if a.node_id in self.nodes]
+        out = self._place(rec, placed, f"{len(placed.assignments)} node(s)", now_s)
+        return out + [self._availability(self.nodes[a.node_id], f"job {rec.id} placed")
+                      for a in placed.assignments]
+
+    def _place(self, rec: JobRecord, placed: events_pb2.JobPlaced, reason: str,
+               now_s: float) -> list[Outgoing]:
+        """Allocate a validated placement's GPUs and launch (the caller announces availability)."""
         job = rec.job
         job.option.CopyFrom(placed.option)
         if placed.HasField("decision"):  # why this option (or this reshape): `frenzy explain`
@@ -370,12 +388,46 @@ class OrchestratorCore:
         for a in placed.assignments:
             for gpu in a.gpu_indices:
                 self.nodes[a.node_id].allocations[gpu] = job.id
-        out = self._transition(rec, PLACED, f"{len(placed.assignments)} node(s)", now_s)
+        out = self._transition(rec, PLACED, reason, now_s)
         out += self._launch_commands(rec)
         out += self._transition(rec, LAUNCHING, "launch sent", now_s)
-        out += [self._availability(self.nodes[a.node_id], f"job {job.id} placed")
-                for a in placed.assignments]
         return out
+
+    def on_held(self, held: events_pb2.HeldPlacements, now_s: float) -> list[Outgoing]:
+        """Keep the scheduler's placements for a running job's GPUs until that job ends
+        (`_release` carries them out). The latest replaces the one before; a hold for an attempt
+        that is not running (ended already, or an older one) is ignored."""
+        rec = self.jobs.get(held.releasing_job_id)
+        if rec is None or rec.job.state not in (LAUNCHING, RUNNING) \
+                or held.releasing_attempt != rec.job.attempt:
+            return []
+        if held.placements:
+            self.held[rec.id] = held
+        elif self.held.pop(rec.id, None) is None:
+            return []
+        self._dirty_jobs.add(rec.id)
+        return []
+
+    def _launch_held(self, rec: JobRecord, now_s: float) -> tuple[list[Outgoing], dict[str, str]]:
+        """The job's GPUs were just released after its success: launch the placements held for
+        them, each only if it would pass as a JobPlaced now (its job waiting in that attempt,
+        its GPUs free here). One that does not is dropped: the scheduler sees the availability
+        and the job still queued, and places it the usual way. Returns the launches' events and,
+        per node they use, a job placed there."""
+        held = self.held.pop(rec.id, None)
+        out: list[Outgoing] = []
+        placed_on: dict[str, str] = {}
+        if held is None or held.releasing_attempt != rec.job.attempt:
+            return out, placed_on
+        for placed in held.placements:
+            waiting = self.jobs.get(placed.job_id)
+            if waiting is None or waiting.job.state != QUEUED or placed.attempt != waiting.job.attempt \
+                    or self._placement_problem(placed):
+                continue
+            out += self._place(waiting, placed,
+                               f"{len(placed.assignments)} node(s), held for {rec.id}", now_s)
+            placed_on.update({a.node_id: placed.job_id for a in placed.assignments})
+        return out, placed_on
 
     def _placement_problem(self, placed: events_pb2.JobPlaced) -> str:
         """The shared check (frenzy.placement_check), against this core's nodes."""
@@ -407,15 +459,20 @@ class OrchestratorCore:
                 for a in rec.job.assignments if a.node_id != skip and a.node_id in self.nodes
                 and self.nodes[a.node_id].state == types_pb2.NODE_READY]
 
-    def _release(self, rec: JobRecord, cause: str) -> list[Outgoing]:
+    def _release(self, rec: JobRecord, cause: str, now_s: float | None = None) -> list[Outgoing]:
         """Take the job's GPUs off its record. Where the node's last heartbeat still runs this
         attempt and its agent has not reported its end (a cancel, or the other nodes of a job
         one node failed), the process may still hold the GPUs: they stay fenced, as the next
         heartbeats would fence them anyway, until a heartbeat shows them released. Freed at
         once, they flapped free -> fenced -> free, and a placement made in between was
-        rejected (the scheduler then placed the job on what was left)."""
-        out = []
+        rejected (the scheduler then placed the job on what was left).
+
+        With `now_s` (the job succeeded), the placements held for its GPUs launch in the same
+        step (`_launch_held`), and each node's availability is published once, after them: the
+        scheduler never sees the GPUs free that a held job took."""
+        out: list[Outgoing] = []
         entry = f"{rec.id}:{rec.job.attempt}"
+        nodes = []
         for a in rec.job.assignments:
             node = self.nodes.get(a.node_id)
             if node is None:
@@ -426,8 +483,14 @@ class OrchestratorCore:
                     del node.allocations[gpu]
                     if still_running:
                         node.fenced_gpus.add(gpu)
-            out.append(self._availability(node, cause))
-        return out
+            nodes.append(node)
+        others: list[Outgoing] = []
+        if now_s is not None:
+            out, placed_on = self._launch_held(rec, now_s)
+            others = [self._availability(self.nodes[n], f"job {job_id} placed")
+                      for n, job_id in placed_on.items() if n not in {node.node_id for node in nodes}]
+        self.held.pop(rec.id, None)  # whatever ended it, a hold for its GPUs is spent
+        return out + [self._availability(node, cause) for node in nodes] + others
 
     def on_agent_status(self, status: events_pb2.JobStatusChanged, now_s: float) -> list[Outgoing]:
         node = self.nodes.get(status.node_id)
@@ -453,7 +516,7 @@ class OrchestratorCore:
             rec.node_outcomes[status.node_id] = SUCCEEDED
             if all(s == SUCCEEDED for s in rec.node_outcomes.values()):
                 self._record_memory_error(job)
-                out = self._release(rec, f"job {job.id} finished")
+                out = self._release(rec, f"job {job.id} finished", now_s)
                 return self._transition(rec, SUCCEEDED, "all processes exited 0", now_s) + out
             return []
         if status.state == FAILED and status.reason.startswith(PREEMPTED_REASON):

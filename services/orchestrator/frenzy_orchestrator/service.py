@@ -159,6 +159,9 @@ class OrchestratorService:
     async def on_placed(self, env: events_pb2.Envelope, key: str) -> None:
         await self._run(self.core.on_placed, env.job_placed, job_id=env.job_placed.job_id)
 
+    async def on_held(self, env: events_pb2.Envelope, key: str) -> None:
+        await self._run(self.core.on_held, env.held_placements)
+
     async def on_reshape(self, env: events_pb2.Envelope, key: str) -> None:
         await self._run(self.core.on_reshape, env.reshape_job, job_id=env.reshape_job.job_id)
 
@@ -208,7 +211,8 @@ class OrchestratorService:
             jobs = self.bus.consumer(GROUP, topics.JOBS_SUBMITTED, topics.JOBS_PLANNED,
                                      topics.JOBS_PLACED, topics.JOBS_STATUS)
             handlers = {"job_submitted": self.on_submitted, "job_planned": self.on_planned,
-                        "job_placed": self.on_placed, "reshape_job": self.on_reshape,
+                        "job_placed": self.on_placed, "held_placements": self.on_held,
+                        "reshape_job": self.on_reshape,
                         "job_status_changed": self.on_status}
             consume_jobs = asyncio.create_task(self.bus.run_consumer(
                 jobs, GROUP, handlers,

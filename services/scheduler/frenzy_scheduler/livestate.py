@@ -28,6 +28,12 @@ published is under way, the GPUs it names stay taken in the view.
 Every action the policy returns is checked by the shared placement check
 (`frenzy.placement_check`, the one the orchestrator and the simulator use) against the free
 GPUs; a failing one is dropped, not published.
+
+Holds ahead (`holds_ahead`, with a `hold_policy`): for the running jobs expected to end first, the
+policy is run again as if each had just ended, and the placements that take its GPUs are
+published for the orchestrator to launch on that job's end, in the same step as its release
+(HeldPlacements). The orchestrator validates them then; the view learns the outcome from its
+availability and job records as for any placement (docs/architecture.md, "Reaction latency").
 """
 from __future__ import annotations
 
@@ -46,6 +52,10 @@ from frenzy_scheduler.core import (PLACE, PREEMPT, ClusterView, NodeState, Place
 from frenzy_scheduler.reshapable import ReshapeFacts, ReshapeRules, reshape_facts, reshape_veto
 
 log = get_logger("scheduler")
+# A running job whose estimated end passed longer ago than this is not "about to end" any more
+# (it overruns, or hangs): no hold waits for it. Within it, it is the likeliest to end next: a
+# job that runs as estimated reports its end just after the estimate (its last step, its exit).
+HOLD_OVERDUE_S = 60.0
 
 
 
@@ -88,6 +98,13 @@ class LiveState:
     # The latest reshape this scheduler published of each job: job -> (the attempt it changed,
     # when it was decided). The next attempt's restart is measured from that decision.
     moved: dict[str, tuple[int, float]] = field(default_factory=dict)
+    # A second instance of the policy for the holds ahead (its own caches: a what-if run must
+    # not disturb the ones the live decisions keep); None: no holds.
+    hold_policy: Policy | None = None
+    # The latest holds published, per running job whose end they wait for: (job, attempt, GPUs,
+    # option) of each held placement. Unchanged holds are not published again.
+    held: dict[str, tuple[tuple[str, int, tuple[tuple[str, tuple[int, ...]], ...], PlanOption], ...]] = \
+        field(default_factory=dict)
 
     def on_planned(self, planned: events_pb2.JobPlanned) -> None:
         job = self.jobs.setdefault(planned.job_id, _Job(
@@ -113,8 +130,15 @@ class LiveState:
             del self.reshaping[status.job_id]  # carried out (or the job ended)
         if status.state in HOLDING:
             self.attempts[status.job_id] = status.attempt
+            ours = self.pending.get(status.job_id)
+            theirs = {a.node_id: tuple(a.gpu_indices) for a in status.job.assignments}
+            if ours is not None and theirs and any(theirs.get(n) != g for n, g in ours.items()):
+                # Placed elsewhere (a hold carried out before our placement came): ours was
+                # ignored, and its GPUs must not stay hidden from the policy.
+                del self.pending[status.job_id]
             self._note_running(status.job, job, time.time() if now_s is None else now_s)
         else:
+            self.held.pop(status.job_id, None)  # it no longer holds GPUs: nothing waits for them
             self.running.pop(status.job_id, None)
             self.attempts.pop(status.job_id, None)
             self.seen.pop(status.job_id, None)
@@ -202,7 +226,11 @@ class LiveState:
         free = list(event.free_gpu_indices) if event.node_state == types_pb2.NODE_READY else []
         self.cluster.nodes[event.node_id] = NodeState(event.node_id, event.gpu_type,
                                                       event.gpus_total, free)
+        held = {(job_id, attempt) for hold in self.held.values() for job_id, attempt, *_ in hold}
         for job_id in event.allocated_jobs:  # the orchestrator now shows these placements
+            job = self.jobs.get(job_id)
+            if job is not None and (job_id, job.queued_attempt) in held and job_id not in self.pending:
+                job.queued_attempt = -1  # launched from a hold on a release; its record follows
             nodes = self.pending.get(job_id)
             if nodes is not None:
                 nodes.pop(event.node_id, None)
@@ -326,3 +354,56 @@ class LiveState:
                 self.jobs[p.job_id].queued_attempt = -1
             placed.append((p, attempt))
         return placed
+
+    def holds_ahead(self, now_s: float, count: int) -> list[tuple[str, int, list[tuple[Placement, int]]]]:
+        """Placements held for the GPUs of the `count` running jobs expected to end first (by
+        their measured rate, else their predicted end; those just past it first, up to
+        HOLD_OVERDUE_S): for each, the hold policy run as if that
+        job had ended now, over the jobs still waiting after this decision (call it after
+        `schedule`). Kept: its placements that use some of that job's GPUs (one on GPUs free
+        now only is the usual path's to make), each passing the placement check. Returned only
+        where they changed since last published: (running job, its attempt, [(placement, the
+        placed job's attempt)]); an empty list withdraws the hold."""
+        if self.hold_policy is None or count <= 0:
+            return []
+        queue = self.waiting()
+        ends = sorted((r.estimated_end_s, job_id) for job_id, r in self.running.items()
+                      if job_id in self.attempts and job_id not in self.pending
+                      and job_id not in self.reshaping
+                      and r.estimated_end_s > now_s - HOLD_OVERDUE_S)
+        chosen = [job_id for end_s, job_id in ends[:count] if end_s < math.inf] if queue else []
+        changed = []
+        for job_id in [j for j in self.held if j not in chosen and self.held[j]]:
+            self.held[job_id] = ()
+            changed.append((job_id, self.attempts.get(job_id, 0), []))
+        if not chosen:
+            return changed
+        # As in `schedule`, without menus: a hold is a placement, never a reshape.
+        running = [replace(r, options=(), expected_end_s=r.expected_end_s if r.expected_end_s > now_s
+                           else math.inf) for r in self.running.values()]
+        base = self.effective_cluster()
+        for job_id in chosen:
+            ending = self.running[job_id]
+            view = base.copy()
+            view.give_back(ending.assignments)
+            freed = {(n, g) for n, gpus in ending.assignments for g in gpus}
+            actions = self.hold_policy.schedule(queue, view, now_s,
+                                                [r for r in running if r.job_id != job_id])
+            kept: list[tuple[Placement, int]] = []
+            for p in actions:
+                job = self.jobs.get(p.job_id)
+                if p.kind != PLACE or job is None or job.queued_attempt < 0 \
+                        or not any((n, g) in freed for n, gpus in p.assignments for g in gpus):
+                    continue
+                nodes = {n: NodeFacts(node.gpu_type, set(node.free_gpus))
+                         for n, _ in p.assignments if (node := view.nodes.get(n)) is not None}
+                if placement_problem(p.option.gpu_type, p.option.num_gpus, p.option.plan.tp,
+                                     p.assignments, nodes):
+                    continue
+                view.take(p.assignments)
+                kept.append((p, job.queued_attempt))
+            signature = tuple((p.job_id, attempt, p.assignments, p.option) for p, attempt in kept)
+            if self.held.get(job_id, ()) != signature:
+                self.held[job_id] = signature
+                changed.append((job_id, self.attempts[job_id], kept))
+        return changed

@@ -14,6 +14,11 @@ expects a running job to free soon. If that job overruns its prediction and send
 program without progress reports), no event came, and the held job waited until it ended; so the
 policy also runs when a running job passes its predicted end, and at least every
 FRENZY_SCHEDULER_REDECIDE_S while jobs wait.
+
+Holds ahead (`holds_loop`): after each decision, the placements the policy would make if one
+of the first running jobs to end had just ended go out as HeldPlacements, for the orchestrator
+to launch on that end (FRENZY_SCHEDULER_HOLDS_AHEAD; LiveState.holds_ahead). They are computed
+after the decision's placements are out, so they never delay one.
 """
 from __future__ import annotations
 
@@ -62,7 +67,14 @@ class SchedulerService:
                             min_gain_fraction=settings.reshape_min_gain_fraction)
         rules = ReshapeRules(settings.reshape_min_interval_s, settings.reshape_young_s) \
             if settings.reshape_jobs else None
-        self.state = LiveState(FairSharePolicy(policy, self._tenant_of, shares), rules=rules)
+        self._holds_ahead = settings.scheduler_holds_ahead
+        hold_policy = FairSharePolicy(get_policy(policy_name, elastic=settings.reshape_jobs,
+                                                 min_gain_s=settings.reshape_min_gain_s,
+                                                 min_gain_fraction=settings.reshape_min_gain_fraction),
+                                      self._tenant_of, shares) if self._holds_ahead > 0 else None
+        self.state = LiveState(FairSharePolicy(policy, self._tenant_of, shares), rules=rules,
+                               hold_policy=hold_policy)
+        self._holds_due = asyncio.Event()  # a decision was made: the holds ahead may change
         self._changed = False  # an event since the policy last ran
         self._redecide_s = settings.scheduler_redecide_s
         self._decided = asyncio.Event()  # set after each run: the timer re-arms
@@ -75,6 +87,43 @@ class SchedulerService:
         async with self._lock:
             await self._decide_and_publish()
         self._decided.set()
+        self._holds_due.set()
+
+    async def holds_loop(self) -> None:
+        """After decisions, publish the holds ahead that changed (the module's docstring). It
+        yields first, so records already fetched (an availability) are handled before it."""
+        while True:
+            await self._holds_due.wait()
+            await asyncio.sleep(0)
+            self._holds_due.clear()
+            async with self._lock:
+                try:
+                    await self._publish_holds()
+                except Exception:  # a hold is an optimisation: the usual path still places
+                    log.exception("holds ahead failed")
+
+    async def _publish_holds(self) -> None:
+        started = time.perf_counter()
+        now_s = time.time()
+        holds = self.state.holds_ahead(now_s, self._holds_ahead)
+        elapsed_s = time.perf_counter() - started
+        messages = []
+        for ending_id, ending_attempt, kept in holds:
+            message = events_pb2.HeldPlacements(releasing_job_id=ending_id,
+                                                releasing_attempt=ending_attempt)
+            for p, attempt in kept:
+                message.placements.add(
+                    job_id=p.job_id, option=option_to_proto(p.option), attempt=attempt,
+                    placement_id=f"{p.job_id}:{time.time_ns()}",
+                    assignments=[types_pb2.GpuAssignment(node_id=n, gpu_indices=g)
+                                 for n, g in p.assignments],
+                    decision=decision_to_proto(p.decision, self.state.policy.name, now_s, elapsed_s))
+            messages.append((topics.JOBS_PLACED, ending_id, message))
+        if messages:
+            await self.bus.publish_many(messages, trace_ids=[key for _, key, _ in messages])
+        for ending_id, _, kept in holds:
+            log.info("held ahead", job_id=ending_id, jobs=[p.job_id for p, _ in kept],
+                     decision_s=round(elapsed_s, 6))
 
     async def _decide_and_publish(self) -> None:
         started = time.perf_counter()
@@ -197,8 +246,9 @@ class SchedulerService:
                 verify=scheduler_verifier(self.bus.settings),  # orchestrator-signed state only
                 urgent=(topics.CLUSTER_EVENTS,)))
             timer = asyncio.create_task(self.redecide_loop())
+            holds = asyncio.create_task(self.holds_loop())
             log.info("scheduler started", policy=self.state.policy.name)
-            await run_until_stopped(stop, task, timer)
+            await run_until_stopped(stop, task, timer, holds)
         finally:
             await self.bus.stop()
 
