@@ -20,6 +20,10 @@ def wait_for(client: FrenzyClient, job_id: str, until, timeout_s: float = 240) -
 
 
 def losses(snapshots: list[types_pb2.Job], attempt: int) -> list[tuple[int, float]]:
-    """(step, loss) of one attempt's RUNNING snapshots."""
-    return [(j.progress.step, j.progress.loss) for j in snapshots
-            if j.attempt == attempt and j.progress.step > 0 and j.state == types_pb2.RUNNING]
+    """(step, loss) of one attempt's RUNNING snapshots, one per step (polling sees a step as
+    often as it asks before the next one is reported)."""
+    seen: dict[int, float] = {}
+    for j in snapshots:
+        if j.attempt == attempt and j.progress.step > 0 and j.state == types_pb2.RUNNING:
+            seen.setdefault(j.progress.step, j.progress.loss)
+    return list(seen.items())

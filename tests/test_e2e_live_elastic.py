@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
-from statistics import mean
+from statistics import mean, median
 
 import pytest
 
@@ -83,6 +83,10 @@ def test_a_job_started_narrow_is_grown_by_the_scheduler_once_gpus_free_and_its_l
     before, after = losses(seen, 0), losses(seen, 1)
     assert before and after and after[0][0] > job.resumed_from_step, (before[-3:], after[:3])
     # The loss continues: where the narrow run left it (within noise), well below the start.
-    assert mean(loss for _, loss in after[:2]) < mean(loss for _, loss in before[-3:]) + 0.5, \
+    # Early on one step can jump 2.5 above its neighbours (lr 3e-3; attempt 0 of one run: 6.60,
+    # 7.42, 6.21 at steps 2-4; the first step after a resume at 13 at 7.52, then 4.87): the
+    # median of the first three resumed steps. A restart from scratch sits near 6.6 or above
+    # for its first three steps (steps 1-3 above).
+    assert median(loss for _, loss in after[:3]) < mean(loss for _, loss in before[-3:]) + 0.5, \
         (before[-3:], after[:3])
     assert after[-1][1] < before[0][1] - 0.5, (before[0], after[-1])
