@@ -520,6 +520,11 @@ class HasPolicy:
                         acted.update(a.job_id for a in actions)
                         break
                 continue
+            if victims is not None and not spare_types and self.shortcuts:
+                # No running job can spare a GPU, and only an admission would give some back:
+                # no plan from here on, so what a job would claim (`claimed`, read only by
+                # later jobs' plans) changes nothing
+                continue
             # Its best completion without shrinking: start now, or wait for releases after
             # the GPUs that the jobs ahead of it wait for (`claimed`).
             baseline_s, baseline = INF, facts.entries[0]
