@@ -254,11 +254,12 @@ class _Pass:
     def changed(self, gpu_type: str) -> None:
         """The type's free GPUs, claims or reservation changed: is it closed now? Claims only
         grow and free GPUs only shrink during a pass, so a closed type stays closed."""
-        if gpu_type in self.reservations and gpu_type not in self.closed and \
-                (self.releases.total(gpu_type) == 0 or  # nothing to wait for, ever
-                 self.claimed.get(gpu_type, 0) - self.index.free_by_type.get(gpu_type, 0) >=
-                 self.releases.total(gpu_type)):
-            self.closed.add(gpu_type)
+        if gpu_type in self.reservations and gpu_type not in self.closed:
+            total = self.releases.total(gpu_type)
+            if total == 0 or (  # nothing to wait for, ever
+                    self.claimed.get(gpu_type, 0) - self.index.free_by_type.get(gpu_type, 0)
+                    >= total):
+                self.closed.add(gpu_type)
 
     def backfill_allowed(self, gpu_type: str, gpus: int, duration_s: float) -> bool:
         reservation = self.reservations.get(gpu_type)
