@@ -254,11 +254,12 @@ class _Pass:
     def changed(self, gpu_type: str) -> None:
         """The type's free GPUs, claims or reservation changed: is it closed now? Claims only
         grow and free GPUs only shrink during a pass, so a closed type stays closed."""
-        if gpu_type in self.reservations and gpu_type not in self.closed and \
-                (self.releases.total(gpu_type) == 0 or  # nothing to wait for, ever
-                 self.claimed.get(gpu_type, 0) - self.index.free_by_type.get(gpu_type, 0) >=
-                 self.releases.total(gpu_type)):
-            self.closed.add(gpu_type)
+        if gpu_type in self.reservations and gpu_type not in self.closed:
+            total = self.releases.total(gpu_type)
+            if total == 0 or (  # nothing to wait for, ever
+                    self.claimed.get(gpu_type, 0) - self.index.free_by_type.get(gpu_type, 0)
+                    >= total):
+                self.closed.add(gpu_type)
 
     def backfill_allowed(self, gpu_type: str, gpus: int, duration_s: float) -> bool:
         reservation = self.reservations.get(gpu_type)
@@ -482,10 +483,14 @@ class HasPolicy:
         acted: set[str] = set()
         candidates: Shrinkable | None = None
         restart_s = cfg.restart_floor_s + cfg.launch_s(1)
+        # What every plan's margin must cover at least (two restarts), computed as each bound
+        # below spells it, so the floats are the same
+        two_restarts_s = (1.0 + cfg.min_gain_fraction) * 2 * restart_s
         claimed: dict[str, int] = {}
         victims: Victims | None = None
         candidates_by_type: Candidates = {}
         spare: dict[str, int] = {}
+        spare_types: set[str] = set()  # the types of `spare` with GPUs left to give
         displaced_room: dict[str, int] | None = None  # the free GPUs the memo below is for
         displaced: dict = {}  # job id -> its displacement there (elastic.shrink_plan's memo)
         most: dict[str, list[int]] = {}
@@ -516,6 +521,11 @@ class HasPolicy:
                         acted.update(a.job_id for a in actions)
                         break
                 continue
+            if victims is not None and not spare_types and self.shortcuts:
+                # No running job can spare a GPU, and only an admission would give some back:
+                # no plan from here on, so what a job would claim (`claimed`, read only by
+                # later jobs' plans) changes nothing
+                continue
             # Its best completion without shrinking: start now, or wait for releases after
             # the GPUs that the jobs ahead of it wait for (`claimed`).
             baseline_s, baseline = INF, facts.entries[0]
@@ -537,21 +547,28 @@ class HasPolicy:
                 if end_s < baseline_s:
                     baseline_s, baseline = end_s, entry
             best: tuple[float, _Entry, ShrinkPlan] | None = None
+            best_s = 0.0  # best's net gain (0 while there is none): a plan must beat it
+            if victims is not None and self.shortcuts and spare_types.isdisjoint(facts.reach):
+                # No type of the job has GPUs to spare: every entry below would stop at its
+                # deficit (none, or more than the spare 0), so no plan; hold for the baseline
+                claimed[baseline[1]] = claimed.get(baseline[1], 0) + baseline[2]
+                continue
             room: dict[str, int] | None = None  # set when this job's first plan needs it
             room_set = not displace
             floors: dict[str, list[tuple[float, int]]] = {}  # type -> floor_items, this job
             for entry in facts.entries:  # fastest first
                 _, gpu_type, gpus, total_s, _, _ = entry
                 # Every plan costs at least two restarts: nothing slower can net more.
-                bound_s = baseline_s - total_s - (1.0 + cfg.min_gain_fraction) * 2 * restart_s
-                if bound_s <= (best[0] if best else 0.0):
+                if baseline_s - total_s - two_restarts_s <= best_s:
                     break
-                deficit = gpus - free.get(gpu_type, 0)
-                if deficit <= 0:
+                have = free.get(gpu_type, 0)
+                if gpus <= have:  # no deficit: the pass can start it now
                     continue
+                deficit = gpus - have
                 if victims is None:  # built once, on the first option that needs it
                     candidates_by_type, spare, most = self._candidates(running, now_s, displace)
                     victims = {}  # each type's `Victims` entries, when a plan first needs them
+                    spare_types = {t for t, n in spare.items() if n > 0}
                 if deficit > spare.get(gpu_type, 0):
                     continue
                 # Each job the plan must touch costs two restarts (a displacement too, and
@@ -559,7 +576,7 @@ class HasPolicy:
                 # many nets no more than the best so far, the plan cannot (margin: rounding)
                 touched = bisect.bisect_left(most[gpu_type], deficit) + 1
                 if baseline_s - total_s - (1.0 + cfg.min_gain_fraction) * \
-                        (2 * restart_s * touched * (1.0 - 1e-9)) <= (best[0] if best else 0.0):
+                        (2 * restart_s * touched * (1.0 - 1e-9)) <= best_s:
                     continue
                 if gpu_type not in victims:
                     victims[gpu_type] = with_work_left(candidates_by_type[gpu_type], now_s)
@@ -572,12 +589,12 @@ class HasPolicy:
                         displaced, displaced_room = {}, room
                 items = floors.get(gpu_type)
                 if items is not None and baseline_s - total_s - (1.0 + cfg.min_gain_fraction) * \
-                        (fill_floor(items, deficit) * (1.0 - 1e-9)) <= (best[0] if best else 0.0):
+                        (fill_floor(items, deficit) * (1.0 - 1e-9)) <= best_s:
                     continue
                 items = floors[gpu_type] = floor_items(victims, gpu_type, total_s, restart_s,
                                                        acted, room, displaced)
                 if baseline_s - total_s - (1.0 + cfg.min_gain_fraction) * \
-                        (fill_floor(items, deficit) * (1.0 - 1e-9)) <= (best[0] if best else 0.0):
+                        (fill_floor(items, deficit) * (1.0 - 1e-9)) <= best_s:
                     continue
                 plan = shrink_plan(victims, gpu_type, deficit, total_s, restart_s, acted,
                                    room, displaced)
@@ -585,7 +602,7 @@ class HasPolicy:
                     continue
                 net_s = baseline_s - total_s - (1.0 + cfg.min_gain_fraction) * plan[0]
                 if net_s > 0 and (best is None or net_s > best[0]):
-                    best = (net_s, entry, plan)
+                    best, best_s = (net_s, entry, plan), net_s
             if best is None:
                 claimed[baseline[1]] = claimed.get(baseline[1], 0) + baseline[2]
                 continue
@@ -605,6 +622,7 @@ class HasPolicy:
             for shrunk_run, narrower in plan:  # what they can still give is less now
                 spare[gpu_type] -= shrunk_run.num_gpus - (
                     narrower.num_gpus if narrower.gpu_type == gpu_type else 0)
+            spare_types = {t for t, n in spare.items() if n > 0}
             placed.append(Placement(job.job_id, option, assignments, decision=Decision(
                 self.name, f"admitted by shrinking running jobs: {reason}",
                 (Alternative(option, 0.0, total_s, "chosen"),
