@@ -130,6 +130,20 @@ def test_early_stop_decides_like_the_whole_walk(monkeypatch, every, scenario, co
     decide_through(scenario, config)
 
 
+def record_looks(monkeypatch) -> list[tuple[int, int | None]]:
+    """Every look for the early stop: (position, what `_Pass.idle_from` found)."""
+    looked: list[tuple[int, int | None]] = []
+    original = has._Pass.idle_from
+
+    def recording(self, ordered, position):
+        found = original(self, ordered, position)
+        looked.append((position, found))
+        return found
+
+    monkeypatch.setattr(has._Pass, "idle_from", recording)
+    return looked
+
+
 def test_the_last_job_that_can_start_is_not_skipped(monkeypatch) -> None:
     """Worked by hand. One T4 GPU is free; a job that wants both T4s holds and reserves
     them (shadow: r's end at 1,000 s), which claims the only free type, so the stop is looked
@@ -146,15 +160,7 @@ def test_the_last_job_that_can_start_is_not_skipped(monkeypatch) -> None:
              QueuedJob("fast", 0.0, (option("A100-80GB", 1, 200.0), option("T4", 1, 1600.0))),
              QueuedJob("last", 0.0, (option("T4", 1, 700.0),))]
     config = HasConfig(launch_overhead_s=0.0, elastic=False)
-    looked: list[tuple[int, int | None]] = []
-    original = has._Pass.idle_from
-
-    def recording(self, ordered, position):
-        found = original(self, ordered, position)
-        looked.append((position, found))
-        return found
-
-    monkeypatch.setattr(has._Pass, "idle_from", recording)
+    looked = record_looks(monkeypatch)
     fast = HasPolicy(config).schedule(queue, cluster, 0.0, running)
     assert fast == HasPolicy(config, shortcuts=False).schedule(queue, cluster, 0.0, running)
     assert [(p.job_id, p.assignments) for p in fast] == [("last", (("t", (1,)),))]
@@ -221,15 +227,7 @@ def test_a_free_type_nobody_claimed_yet_keeps_the_walk_going(monkeypatch) -> Non
     queue = [QueuedJob("first", -2e5, (option("A100-80GB", 2, 100.0),)),
              QueuedJob("old", -1e5, (option("T4", 2, 100.0),))]
     config = HasConfig(launch_overhead_s=0.0)
-    looked: list[tuple[int, int | None]] = []
-    original = has._Pass.idle_from
-
-    def recording(self, ordered, position):
-        found = original(self, ordered, position)
-        looked.append((position, found))
-        return found
-
-    monkeypatch.setattr(has._Pass, "idle_from", recording)
+    looked = record_looks(monkeypatch)
     fast = HasPolicy(config).schedule(queue, cluster, 100.0, running)
     assert fast == HasPolicy(config, shortcuts=False).schedule(queue, cluster, 100.0, running) == []
     assert looked == [(1, None)]  # T4 not claimed at "old": no stop

@@ -271,18 +271,25 @@ def _running(job_id, gpus, start_s, version=5):
                                        source=events_pb2.ORCHESTRATOR, job=record)
 
 
+def _two_running_one_queued() -> LiveState:
+    """n1 full: r (started at t=10) on GPUs 0-1, s (t=50) on 2-3; q queued, waiting for two;
+    fifo decides and holds ahead."""
+    state = LiveState(get_policy("fifo"), hold_policy=get_policy("fifo"))
+    state.on_availability(availability([], 1, jobs=["r", "s"]))
+    state.on_status(_running("r", [0, 1], 10))
+    state.on_status(_running("s", [2, 3], 50))
+    state.on_planned(events_pb2.JobPlanned(job_id="q", options=[option_to_proto(OPTION)]))
+    state.on_status(status("q", types_pb2.QUEUED, 3))
+    return state
+
+
 def test_holds_ahead_place_a_waiting_job_on_the_first_job_to_end_and_follow_the_outcome():
     """n1 is full: r ends first (t=110), s later (t=150). The hold is the policy's placement of
     q as if r had just ended, on r's GPUs; unchanged, it is not published again. Carried out by
     the orchestrator (the availability lists q), q no longer waits; dropped by it (the
     availability shows r's GPUs free, q still queued), the usual decision places q."""
     def state_with_queue():
-        state = LiveState(get_policy("fifo"), hold_policy=get_policy("fifo"))
-        state.on_availability(availability([], 1, jobs=["r", "s"]))
-        state.on_status(_running("r", [0, 1], 10))
-        state.on_status(_running("s", [2, 3], 50))
-        state.on_planned(events_pb2.JobPlanned(job_id="q", options=[option_to_proto(OPTION)]))
-        state.on_status(status("q", types_pb2.QUEUED, 3))
+        state = _two_running_one_queued()
         assert state.schedule(100.0) == []
         return state
 
@@ -305,12 +312,7 @@ def test_holds_ahead_place_a_waiting_job_on_the_first_job_to_end_and_follow_the_
 
 
 def test_holds_ahead_are_withdrawn_when_nothing_waits_and_off_without_a_hold_policy():
-    state = LiveState(get_policy("fifo"), hold_policy=get_policy("fifo"))
-    state.on_availability(availability([], 1, jobs=["r", "s"]))
-    state.on_status(_running("r", [0, 1], 10))
-    state.on_status(_running("s", [2, 3], 50))
-    state.on_planned(events_pb2.JobPlanned(job_id="q", options=[option_to_proto(OPTION)]))
-    state.on_status(status("q", types_pb2.QUEUED, 3))
+    state = _two_running_one_queued()
     assert [h[0] for h in state.holds_ahead(100.0, 2)] == ["r", "s"]  # q held on each
     state.on_status(status("q", types_pb2.CANCELLED, 4))
     assert sorted((ending, kept) for ending, _, kept in state.holds_ahead(101.0, 2)) == \
