@@ -144,6 +144,15 @@ def record_looks(monkeypatch) -> list[tuple[int, int | None]]:
     return looked
 
 
+def one_t4_free() -> tuple[ClusterView, list[RunningJob]]:
+    """Both A100s busy until t=300, one of two T4s until t=1000, the other free."""
+    cluster = ClusterView({"a": NodeState("a", "A100-80GB", 2, []),
+                           "t": NodeState("t", "T4", 2, [1])})
+    running = [RunningJob("r", option("T4", 1, 1.0), (("t", (0,)),), 0.0, 1000.0),
+               RunningJob("s", option("A100-80GB", 2, 1.0), (("a", (0, 1)),), 0.0, 300.0)]
+    return cluster, running
+
+
 def test_the_last_job_that_can_start_is_not_skipped(monkeypatch) -> None:
     """Worked by hand. One T4 GPU is free; a job that wants both T4s holds and reserves
     them (shadow: r's end at 1,000 s), which claims the only free type, so the stop is looked
@@ -152,10 +161,7 @@ def test_the_last_job_that_can_start_is_not_skipped(monkeypatch) -> None:
     shadow, so it backfills onto the free T4. The stop must fall after it, not before.
     ("wide" has a 1-GPU option too, 50x longer: so it passes the filter and is scored.)"""
     monkeypatch.setattr(has, "_IDLE_CHECK", 1)
-    cluster = ClusterView({"a": NodeState("a", "A100-80GB", 2, []),
-                           "t": NodeState("t", "T4", 2, [1])})
-    running = [RunningJob("r", option("T4", 1, 1.0), (("t", (0,)),), 0.0, 1000.0),
-               RunningJob("s", option("A100-80GB", 2, 1.0), (("a", (0, 1)),), 0.0, 300.0)]
+    cluster, running = one_t4_free()
     queue = [QueuedJob("wide", 0.0, (option("T4", 2, 100.0), option("T4", 1, 5000.0))),
              QueuedJob("fast", 0.0, (option("A100-80GB", 1, 200.0), option("T4", 1, 1600.0))),
              QueuedJob("last", 0.0, (option("T4", 1, 700.0),))]
@@ -171,10 +177,7 @@ def test_the_walk_stops_before_jobs_that_cannot_start(monkeypatch) -> None:
     """The same cluster, with the last job too long to end before the shadow: the stop falls
     right after the first job (whose hold claimed T4), so the other two are never scored."""
     monkeypatch.setattr(has, "_IDLE_CHECK", 1)
-    cluster = ClusterView({"a": NodeState("a", "A100-80GB", 2, []),
-                           "t": NodeState("t", "T4", 2, [1])})
-    running = [RunningJob("r", option("T4", 1, 1.0), (("t", (0,)),), 0.0, 1000.0),
-               RunningJob("s", option("A100-80GB", 2, 1.0), (("a", (0, 1)),), 0.0, 300.0)]
+    cluster, running = one_t4_free()
     queue = [QueuedJob("wide", 0.0, (option("T4", 2, 100.0), option("T4", 1, 5000.0))),
              QueuedJob("slow", 0.0, (option("A100-80GB", 1, 2000.0), option("T4", 1, 16000.0))),
              QueuedJob("long", 0.0, (option("T4", 1, 20000.0),))]
