@@ -158,14 +158,14 @@ def reaction_hops(jobs: list[types_pb2.Job], rec: Records, slowest: list[dict] |
         key = (job.id, job.attempt)
         if key in rec.held_launch and key in rec.launch and key in rec.agent_running:
             stamps = [freed_s, seconds(job.placed_at), rec.launch[key], rec.agent_running[key], launched_s]
+            spent = {name: b - a for name, (a, b) in zip(HELD_HOPS, zip(stamps, stamps[1:]))}
             if held is not None:
-                for name, (a, b) in zip(HELD_HOPS, zip(stamps, stamps[1:])):
-                    held.setdefault(name, []).append(b - a)
+                for name, seconds_spent in spent.items():
+                    held.setdefault(name, []).append(seconds_spent)
             if slowest is not None:
                 slowest.append({"job_id": job.id, "freed_by": freed_by, "held_for": rec.held_launch[key],
                                 "total_ms": round((launched_s - freed_s) * 1e3, 1),
-                                **{name: round((b - a) * 1e3, 1)
-                                   for name, (a, b) in zip(HELD_HOPS, zip(stamps, stamps[1:]))}})
+                                **{name: round(v * 1e3, 1) for name, v in spent.items()}})
             if freed_by in rec.agent_succeeded:
                 hops["agent_exit_report_to_release"].append(freed_s - rec.agent_succeeded[freed_by])
             continue

@@ -306,13 +306,7 @@ class LiveState:
         movable = {job_id for job_id in self.running if self.veto(job_id, now_s) is None}
         if not queue and not movable:
             return []
-        # A job past its predicted end will end at some unknown time: no policy should hold
-        # GPUs waiting for it, so it is shown as ending never. A job that may not be reshaped
-        # comes without its menu (no policy reshapes a job without options).
-        running = [r if r.expected_end_s > now_s and (r.job_id in movable or not r.options) else
-                   replace(r, expected_end_s=r.expected_end_s if r.expected_end_s > now_s else math.inf,
-                           options=r.options if r.job_id in movable else ())
-                   for r in self.running.values()]
+        running = self._running_as_shown(now_s, movable)
         view = self.effective_cluster()
         actions = self.policy.schedule(queue, view, now_s, running)
         for action in actions:  # releases first, as the orchestrator executes them
@@ -331,10 +325,7 @@ class LiveState:
                     continue
                 attempt = job.queued_attempt
             if p.kind != PREEMPT:
-                nodes = {n: NodeFacts(node.gpu_type, set(node.free_gpus))
-                         for n, _ in p.assignments if (node := view.nodes.get(n)) is not None}
-                problem = placement_problem(p.option.gpu_type, p.option.num_gpus, p.option.plan.tp,
-                                            p.assignments, nodes)
+                problem = _placement_problem(p, view)
                 if problem:
                     log.warning("action dropped", job_id=p.job_id, kind=p.kind, reason=problem)
                     continue
@@ -354,6 +345,16 @@ class LiveState:
                 self.jobs[p.job_id].queued_attempt = -1
             placed.append((p, attempt))
         return placed
+
+    def _running_as_shown(self, now_s: float, movable: set[str]) -> list[RunningJob]:
+        """The running jobs as the policy sees them. A job past its predicted end will end at
+        some unknown time: no policy should hold GPUs waiting for it, so it is shown as ending
+        never. A job that may not be reshaped (not in `movable`) comes without its menu (no
+        policy reshapes a job without options)."""
+        return [r if r.expected_end_s > now_s and (r.job_id in movable or not r.options) else
+                replace(r, expected_end_s=r.expected_end_s if r.expected_end_s > now_s else math.inf,
+                        options=r.options if r.job_id in movable else ())
+                for r in self.running.values()]
 
     def holds_ahead(self, now_s: float, count: int) -> list[tuple[str, int, list[tuple[Placement, int]]]]:
         """Placements held for the GPUs of the `count` running jobs expected to end first (by
@@ -378,9 +379,7 @@ class LiveState:
             changed.append((job_id, self.attempts.get(job_id, 0), []))
         if not chosen:
             return changed
-        # As in `schedule`, without menus: a hold is a placement, never a reshape.
-        running = [replace(r, options=(), expected_end_s=r.expected_end_s if r.expected_end_s > now_s
-                           else math.inf) for r in self.running.values()]
+        running = self._running_as_shown(now_s, movable=set())  # a hold is never a reshape
         base = self.effective_cluster()
         for job_id in chosen:
             ending = self.running[job_id]
@@ -395,10 +394,7 @@ class LiveState:
                 if p.kind != PLACE or job is None or job.queued_attempt < 0 \
                         or not any((n, g) in freed for n, gpus in p.assignments for g in gpus):
                     continue
-                nodes = {n: NodeFacts(node.gpu_type, set(node.free_gpus))
-                         for n, _ in p.assignments if (node := view.nodes.get(n)) is not None}
-                if placement_problem(p.option.gpu_type, p.option.num_gpus, p.option.plan.tp,
-                                     p.assignments, nodes):
+                if _placement_problem(p, view):
                     continue
                 view.take(p.assignments)
                 kept.append((p, job.queued_attempt))
@@ -407,3 +403,12 @@ class LiveState:
                 self.held[job_id] = signature
                 changed.append((job_id, self.attempts[job_id], kept))
         return changed
+
+
+def _placement_problem(p: Placement, view: ClusterView) -> str:
+    """The shared placement check (frenzy.placement_check) of `p` against `view`'s free GPUs;
+    "" when it passes."""
+    nodes = {n: NodeFacts(node.gpu_type, set(node.free_gpus))
+             for n, _ in p.assignments if (node := view.nodes.get(n)) is not None}
+    return placement_problem(p.option.gpu_type, p.option.num_gpus, p.option.plan.tp,
+                             p.assignments, nodes)
