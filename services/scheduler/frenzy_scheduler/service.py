@@ -35,7 +35,7 @@ from frenzy.runtime import run_service, run_until_stopped
 from frenzy.security.wiring import scheduler_verifier, tenant_policies
 from frenzy.statestore import read_state
 from frenzy.v1 import events_pb2, types_pb2
-from frenzy_scheduler.core import PLACE, PREEMPT, RESIZE, Decision
+from frenzy_scheduler.core import PLACE, PREEMPT, RESIZE, Decision, Placement
 from frenzy_scheduler.fairshare import FairSharePolicy, TenantShare
 from frenzy_scheduler.livestate import LiveState
 from frenzy_scheduler.reshapable import ReshapeRules
@@ -111,13 +111,10 @@ class SchedulerService:
         for ending_id, ending_attempt, kept in holds:
             message = events_pb2.HeldPlacements(releasing_job_id=ending_id,
                                                 releasing_attempt=ending_attempt)
-            for p, attempt in kept:
-                message.placements.add(
-                    job_id=p.job_id, option=option_to_proto(p.option), attempt=attempt,
-                    placement_id=f"{p.job_id}:{time.time_ns()}",
-                    assignments=[types_pb2.GpuAssignment(node_id=n, gpu_indices=g)
-                                 for n, g in p.assignments],
-                    decision=decision_to_proto(p.decision, self.state.policy.name, now_s, elapsed_s))
+            message.placements.extend(
+                _job_placed(p, attempt, decision_to_proto(p.decision, self.state.policy.name,
+                                                          now_s, elapsed_s))
+                for p, attempt in kept)
             messages.append((topics.JOBS_PLACED, ending_id, message))
         if messages:
             await self.bus.publish_many(messages, trace_ids=[key for _, key, _ in messages])
@@ -133,18 +130,14 @@ class SchedulerService:
         messages: list[events_pb2.JobPlaced | events_pb2.ReshapeJob] = []
         for p, attempt in actions:
             record = decision_to_proto(p.decision, self.state.policy.name, now_s, elapsed_s)
-            assignments = [types_pb2.GpuAssignment(node_id=n, gpu_indices=g) for n, g in p.assignments]
-            placement_id = f"{p.job_id}:{time.time_ns()}"
             if p.kind == PLACE:
-                message = events_pb2.JobPlaced(
-                    job_id=p.job_id, option=option_to_proto(p.option), attempt=attempt,
-                    placement_id=placement_id, assignments=assignments, decision=record)
+                message = _job_placed(p, attempt, record)
             else:
                 message = events_pb2.ReshapeJob(
                     job_id=p.job_id, kind=_RESHAPE_KINDS[p.kind], attempt=attempt,
-                    placement_id=placement_id, decision=record,
+                    placement_id=f"{p.job_id}:{time.time_ns()}", decision=record,
                     option=None if p.kind == PREEMPT else option_to_proto(p.option),
-                    assignments=[] if p.kind == PREEMPT else assignments)
+                    assignments=[] if p.kind == PREEMPT else _assignments(p))
             messages.append(message)
         # Pipelined: one broker round trip for all of them, not one per placement (several jobs
         # often start on the GPUs one job freed).
@@ -276,3 +269,14 @@ def main() -> None:
     settings = ServiceSettings()
     run_service(lambda stop: SchedulerService(Bus("scheduler", settings), settings.policy,
                                               settings).run(stop))
+
+
+def _assignments(p: Placement) -> list[types_pb2.GpuAssignment]:
+    return [types_pb2.GpuAssignment(node_id=n, gpu_indices=g) for n, g in p.assignments]
+
+
+def _job_placed(p: Placement, attempt: int, record: types_pb2.DecisionRecord) -> events_pb2.JobPlaced:
+    """The JobPlaced of a placement, a decision's or a hold's (a fresh placement id each)."""
+    return events_pb2.JobPlaced(job_id=p.job_id, option=option_to_proto(p.option), attempt=attempt,
+                                placement_id=f"{p.job_id}:{time.time_ns()}",
+                                assignments=_assignments(p), decision=record)
