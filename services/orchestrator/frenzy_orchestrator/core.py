@@ -487,8 +487,9 @@ class OrchestratorCore:
         others: list[Outgoing] = []
         if now_s is not None:
             out, placed_on = self._launch_held(rec, now_s)
+            released = {node.node_id for node in nodes}
             others = [self._availability(self.nodes[n], f"job {job_id} placed")
-                      for n, job_id in placed_on.items() if n not in {node.node_id for node in nodes}]
+                      for n, job_id in placed_on.items() if n not in released]
         self.held.pop(rec.id, None)  # whatever ended it, a hold for its GPUs is spent
         return out + [self._availability(node, cause) for node in nodes] + others
 
