@@ -35,6 +35,9 @@ class Recorder:
 
     def __init__(self, policy: HasPolicy) -> None:
         self.policy, self.name, self.round_s = policy, policy.name, policy.round_s
+        # The simulator asks an elastic policy to decide with an empty queue too (growth);
+        # without this the wrapped has never grew a job while nothing waited
+        self.elastic = policy.elastic
         self.history: dict[str, list[str]] = collections.defaultdict(list)
 
     def schedule(self, queue, cluster, now_s, running=()):
