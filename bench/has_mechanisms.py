@@ -22,6 +22,7 @@ from frenzy_scheduler.clusterfile import build_cluster
 from frenzy_scheduler.policies.has import HasConfig, HasPolicy
 from frenzy_scheduler.simulator import SimConfig, prepare_jobs, simulate
 from frenzy_scheduler.simulator.trace import load_trace
+from has_windows import parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
 PHILLY = Path("/work/shared/data/traces/philly.csv")
@@ -45,7 +46,12 @@ def main() -> None:
     parser.add_argument("--start", type=int, default=0, help="trace job index of the first job")
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--seed", type=int, default=0, help="of the duration errors")
+    parser.add_argument("--set", action="append", default=[],
+                        help="HasConfig field=value: adds the variant 'set' (default with these)")
     args = parser.parse_args()
+    variants = dict(VARIANTS)
+    if args.set:
+        variants["set"] = parse_config(args.set)
     trace = load_trace(PHILLY)
     groups = load_cluster_file(ROOT / "deploy/clusters/frenzy-288.yaml")
     jobs = prepare_jobs(trace, groups, start_s=trace[args.start].submit_time_s, count=args.jobs,
@@ -53,7 +59,7 @@ def main() -> None:
     fastest_s = {j.job_id: min((o.duration_s for o in j.options), default=0.0) for j in jobs}
     for name in args.variants.split(","):
         tick = time.process_time()
-        result = simulate(jobs, build_cluster(list(groups)), HasPolicy(VARIANTS[name]),
+        result = simulate(jobs, build_cluster(list(groups)), HasPolicy(variants[name]),
                           config=replace(SimConfig.realistic(), seed=args.seed))
         done = [r for r in result.records if not math.isnan(r.end_time_s)]
         jct_h = [(r.end_time_s - r.submit_time_s) / 3600 for r in done]
