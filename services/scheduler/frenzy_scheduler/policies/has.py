@@ -32,7 +32,7 @@ from typing import Sequence
 from frenzy.domain import PlanOption
 from frenzy_scheduler.core import (Alternative, ClusterView, Decision, Placement, QueuedJob,
                                   RunningJob)
-from frenzy_scheduler.placement import Assignments, FreeIndex
+from frenzy_scheduler.placement import Assignments, FreeIndex, KeptFreeIndex
 from frenzy_scheduler.policies.elastic import (Candidates, Menus, Shrinkable, ShrinkPlan, Victims,
                                                apply_shrinks, fill_floor, floor_items, grow,
                                                most_freed, reclaim, shrink_plan, shrinkable,
@@ -376,6 +376,7 @@ class HasPolicy:
         self.elastic = config.elastic
         self._menus = Menus()  # running jobs' option menus, derived once
         self._release_times = ReleaseTimes()  # the running jobs' ends, kept by deltas
+        self._free_index = KeptFreeIndex()  # the view's free GPUs, kept by changed nodes
         self._facts: dict[str, _JobFacts] = {}  # derived data by job id, across decisions
         self._capacity: dict[str, int] = {}  # the cluster shape the cached facts were built for
         self._need_ids: dict[tuple[tuple[str, int], ...], int] = {}
@@ -394,7 +395,7 @@ class HasPolicy:
 
     def schedule(self, queue: Sequence[QueuedJob], cluster: ClusterView, now_s: float,
                  running: Sequence[RunningJob] = ()) -> list[Placement]:
-        index = FreeIndex(cluster)
+        index = self._free_index.index(cluster) if self.shortcuts else FreeIndex(cluster)
         elastic = self.config.elastic and bool(running)
         if not queue and not elastic:
             return []
