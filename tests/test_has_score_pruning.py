@@ -63,8 +63,8 @@ def test_when_every_hold_waits_forever_the_dominated_option_breaks_the_tie() -> 
     and `_score` first scans the undominated options alone). Under pressure (exponent 1) j's
     1-GPU option (1,000 s, cost 1,000) comes before its 2-GPU one (900 s, cost 1,620), which
     is dominated; both values are infinite and the lower rank, the faster 2-GPU option, wins
-    the tie: the scan of the undominated options alone would hold for the 1-GPU one, so it
-    is repeated over all of them."""
+    the tie: the scan of the undominated options alone would hold for the 1-GPU one, so
+    when its hold waits forever the answer is the fastest option's."""
     cluster = ClusterView({"a": NodeState("a", "A", 8, []), "b": NodeState("b", "B", 1, [0])})
     job = QueuedJob("j", 0.0, (option("A", 1, 1000.0), option("A", 2, 900.0)))
     config = HasConfig(launch_overhead_s=0.0, elastic=False)

@@ -864,16 +864,20 @@ class HasPolicy:
         So when no dominated option can start now in this pass (each has more GPUs than any
         type has free at the pass's start: free GPUs only shrink), a dominated option can
         change the answer only while every candidate waits forever, and then only the
-        infinite hold's rank: the scan visits the other options alone (`open_rows`) and is
-        repeated over all of them when its best hold waits forever."""
+        infinite hold's rank: the scan visits the other options alone (`open_rows`). When
+        their best hold waits forever, so does every option's (a dominated one has an
+        undominated one of its type with no more GPUs, which waits forever, before it), the
+        scan over all of them would never stop early (no cost exceeds an infinite value) and
+        no option would start, so its hold is the lowest rank of all: the fastest option."""
         if facts.exponent != state.exponent:
             facts.scored(state.exponent)
         if not state.prune_holds:
             return HasPolicy._scan([row[:7] + (False,) for row in facts.rows], facts, state)[0]
         if facts.dominated_min_gpus > state.most_free:
             choice, hold_value = HasPolicy._scan(facts.open_rows, facts, state)
-            if hold_value < INF or (choice is not None and choice[1] is not None):
-                return choice  # a finite hold, or a start now
+            if choice is None or hold_value < INF or choice[1] is not None:
+                return choice  # no option, a finite hold, or a start now
+            return facts.entries[0][0], None  # every hold waits forever: the fastest
         return HasPolicy._scan(facts.rows, facts, state)[0]
 
     @staticmethod
