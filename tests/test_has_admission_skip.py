@@ -42,27 +42,3 @@ def test_a_shrink_still_admits_after_a_job_with_nothing_to_spare() -> None:
     assert fast == HasPolicy(config, shortcuts=False).schedule(queue, cluster, 100.0, running)
     assert [(p.job_id, p.kind, p.option.num_gpus) for p in fast] == \
         [("wide", "resize", 2), ("a100", "place", 2)]
-
-
-def test_a_job_whose_deficits_exceed_the_spare_gpus_is_skipped_and_one_within_is_not() -> None:
-    """Worked by hand. "wide" holds all 4 A100s and may shrink to 2: 2 to spare. "t4" comes
-    first (nothing to spare on T4; its scan builds the victims); "big" needs 4 A100s, a
-    deficit of 4 > 2, so no plan can admit it and its scan is skipped (it holds, claiming
-    the 4); "a100" needs 2, a deficit of exactly the 2 spare (the bound is inclusive), and,
-    waiting forever behind big's claim otherwise, is admitted by shrinking "wide"."""
-    cluster = ClusterView({"a": NodeState("a", "A100-80GB", 4, []),
-                           "t": NodeState("t", "T4", 1, [])})
-    wide_menu = (option("A100-80GB", 4, 2e5), option("A100-80GB", 2, 2.2e5))
-    running = [RunningJob("wide", wide_menu[0], (("a", (0, 1, 2, 3)),), 0.0, 2e5, wide_menu),
-               RunningJob("slim", option("T4", 1, 3e5), (("t", (0,)),), 0.0, 3e5,
-                          (option("T4", 1, 3e5),))]
-    queue = [QueuedJob("t4", 0.0, (option("T4", 1, 1e3),)),
-             QueuedJob("big", 0.0, (option("A100-80GB", 4, 1.5e3),)),
-             QueuedJob("a100", 0.0, (option("A100-80GB", 2, 2e3),))]
-    config = HasConfig(launch_overhead_s=0.0)
-    policy = HasPolicy(config)
-    fast = policy.schedule(queue, cluster, 100.0, running)
-    assert fast == HasPolicy(config, shortcuts=False).schedule(queue, cluster, 100.0, running)
-    assert [(p.job_id, p.kind, p.option.num_gpus) for p in fast] == \
-        [("wide", "resize", 2), ("a100", "place", 2)]
-    assert policy._facts["big"].counts == {"A100-80GB": [4]}  # asked, and refused

@@ -16,10 +16,11 @@ One pass over the queue per decision, in the Kubernetes framework's steps:
 
 Cost: everything a job's options imply (ranking, per-type minimum GPU count, sort key, scores)
 is derived once and cached across decisions; per decision the pass compares the view's nodes
-with the kept index of free GPUs (O(nodes), in C; `KeptFreeIndex`), does O(queue) cheap work (a
-cache check, and a re-sort of the last order that costs about one comparison per job), then walks the queue until no GPU is free or no later job can start
-now (`_Pass.idle_from`: the rest would only hold): one memoised filter lookup per job, and
-scoring only for jobs that pass the filter. No solver.
+with the kept index of free GPUs (O(nodes), in C; `KeptFreeIndex`), does O(queue) cheap work
+(a cache check, and a re-sort of the last order that costs about one comparison per job), then
+walks the queue until no GPU is free or no later job can start now (`_Pass.idle_from`: the
+rest would only hold): one memoised filter lookup per job, and scoring only for jobs that pass
+the filter. No solver.
 """
 from __future__ import annotations
 
@@ -122,9 +123,6 @@ class _JobFacts:
     rows: tuple[tuple[float, int, PlanOption, str, int, float, int, bool], ...] = ()
     open_rows: tuple[tuple[float, int, PlanOption, str, int, float, int, bool], ...] = ()
     dominated_min_gpus: float = INF  # the fewest GPUs of a dominated entry (inf: none)
-    # type -> the distinct GPU counts of its entries there, ascending (admission's
-    # `_deficit_within_spare`; derived when first asked)
-    counts: dict[str, list[int]] | None = None
     # Set by each decision's sort: the job as queued now, its sort key, the decision number.
     job: QueuedJob | None = None
     key: tuple[int, float, float, str] = (2, 0.0, 0.0, "")
@@ -574,12 +572,9 @@ class HasPolicy:
                     baseline_s, baseline = end_s, entry
             best: tuple[float, _Entry, ShrinkPlan] | None = None
             best_s = 0.0  # best's net gain (0 while there is none): a plan must beat it
-            if victims is not None and self.shortcuts and (
-                    spare_types.isdisjoint(facts.reach) or
-                    not self._deficit_within_spare(facts, free, spare)):
-                # No entry of the job lacks GPUs that its type can spare: every entry below
-                # would stop at its deficit (none, or more than the spare), so no plan; hold
-                # for the baseline
+            if victims is not None and self.shortcuts and spare_types.isdisjoint(facts.reach):
+                # No type of the job has GPUs to spare: every entry below would stop at its
+                # deficit (none, or more than the spare 0), so no plan; hold for the baseline
                 claimed[baseline[1]] = claimed.get(baseline[1], 0) + baseline[2]
                 continue
             room: dict[str, int] | None = None  # set when this job's first plan needs it
@@ -678,28 +673,6 @@ class HasPolicy:
         self._kept_candidates = (list(running), displace, now_s, restored_s, candidates, spare,
                                  most)
         return candidates, dict(spare), most
-
-    @staticmethod
-    def _deficit_within_spare(facts: _JobFacts, free: dict[str, int],
-                              spare: dict[str, int]) -> bool:
-        """Has the job an entry whose deficit (GPUs beyond the free ones of its type) is
-        positive and no more than its type's spare GPUs: the only entries for which
-        admission's scan looks for a shrink plan? By type, from the job's GPU counts there
-        (`_JobFacts.counts`), so O(types) rather than O(entries)."""
-        counts = facts.counts
-        if counts is None:
-            by_type: dict[str, set[int]] = {}
-            for _, gpu_type, gpus, _, _, _ in facts.entries:
-                by_type.setdefault(gpu_type, set()).add(gpus)
-            counts = facts.counts = {t: sorted(g) for t, g in by_type.items()}
-        for gpu_type, gpus in counts.items():
-            spare_gpus = spare.get(gpu_type, 0)
-            if spare_gpus > 0:
-                have = free.get(gpu_type, 0)
-                i = bisect.bisect_right(gpus, have)  # the fewest GPUs beyond the free ones
-                if i < len(gpus) and gpus[i] - have <= spare_gpus:
-                    return True
-        return False
 
     @staticmethod
     def _displace_room(free: dict[str, int], claimed: dict[str, int]) -> dict[str, int]:
