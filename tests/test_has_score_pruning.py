@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from frenzy.domain import ParallelPlan, PlanOption
 from frenzy_scheduler.core import ClusterView, NodeState, QueuedJob, RunningJob
 from frenzy_scheduler.placement import FreeIndex
-from frenzy_scheduler.policies.has import HasConfig, HasPolicy
+from frenzy_scheduler.policies.has import HasConfig, HasPolicy, _Pass, _ReleaseProfile
 
 
 def option(gpu_type: str, gpus: int, duration_s: float) -> PlanOption:
@@ -55,3 +55,26 @@ def test_a_dominated_option_still_starts_now() -> None:
     fast = HasPolicy(config).schedule(queue, cluster, 0.0, running)
     assert fast == HasPolicy(config, shortcuts=False).schedule(queue, cluster, 0.0, running)
     assert [(p.job_id, p.option.num_gpus) for p in fast] == [("j", 2)]
+
+
+def test_when_every_hold_waits_forever_the_dominated_option_breaks_the_tie() -> None:
+    """Worked by hand: type A's 8 GPUs are busy with no running job to release them, so every
+    A option waits forever; one B GPU is free (so no dominated option, 2 GPUs, can start now,
+    and `_score` first scans the undominated options alone). Under pressure (exponent 1) j's
+    1-GPU option (1,000 s, cost 1,000) comes before its 2-GPU one (900 s, cost 1,620), which
+    is dominated; both values are infinite and the lower rank, the faster 2-GPU option, wins
+    the tie: the scan of the undominated options alone would hold for the 1-GPU one, so
+    when its hold waits forever the answer is the fastest option's."""
+    cluster = ClusterView({"a": NodeState("a", "A", 8, []), "b": NodeState("b", "B", 1, [0])})
+    job = QueuedJob("j", 0.0, (option("A", 1, 1000.0), option("A", 2, 900.0)))
+    config = HasConfig(launch_overhead_s=0.0, elastic=False)
+    answers = []
+    for prune in (True, False):
+        index = FreeIndex(cluster)
+        facts = HasPolicy(config)._derive_facts(job, index)
+        state = _Pass(index, _ReleaseProfile([], 0.0), 0.0, 1.0, prune_holds=prune)
+        assert facts.scored(1.0) and facts.dominated_min_gpus == 2 > state.most_free
+        answers.append(HasPolicy._score(facts, state))
+    assert answers[0] == answers[1]
+    held, assignments = answers[0]
+    assert (held.num_gpus, assignments) == (2, None)

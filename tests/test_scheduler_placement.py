@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from frenzy.clusterfile import groups_from_alibaba_csv, load_cluster_file, parse_cluster, scale_groups
 from frenzy_scheduler.clusterfile import build_cluster
 from frenzy_scheduler.core import ClusterView, NodeState
-from frenzy_scheduler.placement import FreeIndex
+from frenzy_scheduler.placement import FreeIndex, KeptFreeIndex
 
 
 def _cluster(*free: tuple[str, str, int, int]) -> ClusterView:
@@ -91,3 +91,53 @@ def test_best_fit_succeeds_exactly_when_whole_tp_groups_add_up(nodes, count, tp)
         assert all(len(g) % tp == 0 and set(g) <= set(view.nodes[n].free_gpus) for n, g in chosen)
         index.take(chosen)
         assert index.free_by_type["T4"] == sum(len(n.free_gpus) for n in view.nodes.values()) - count
+
+
+def _index_state(index: FreeIndex) -> tuple:
+    """Everything a FreeIndex answers from, with the orders that decide its answers (a
+    bucket's first node is the one best fit takes; free_by_type is iterated)."""
+    return ([(t, [list(nodes) for nodes in buckets]) for t, buckets in index.buckets.items()],
+            list(index.free_by_type.items()), list(index.free.items()),
+            list(index.node_type.items()), index.node_size, index.capacity)
+
+
+# One step on a view: change a node's free GPUs (a new list, or the list changed in place),
+# or add a node, or remove one. Node ids are drawn so that new ones sort anywhere.
+_STEPS = st.lists(st.tuples(st.sampled_from(["new list", "in place", "add", "remove"]),
+                            st.integers(0, 30), st.integers(0, 8), st.sampled_from("AB")),
+                  max_size=40)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 30), st.sampled_from("AB"), st.sampled_from([4, 8]),
+                          st.integers(0, 8)), min_size=1, max_size=12,
+                unique_by=lambda node: node[0]), _STEPS, st.integers(1, 4))
+def test_a_kept_index_is_the_index_built_afresh(nodes, steps, every) -> None:
+    """KeptFreeIndex, asked after every `every` steps of changes to the view, answers with
+    what FreeIndex(view) builds, orders included; and what the caller does to the copy it
+    got (take) changes neither the next answer nor the view."""
+    view = ClusterView({f"n{i:02d}": NodeState(f"n{i:02d}", t, size, list(range(min(k, size))))
+                        for i, t, size, k in nodes})
+    kept = KeptFreeIndex()
+    for position, (kind, which, k, gpu_type) in enumerate(steps):
+        if position % every == 0:
+            index = kept.index(view)
+            assert _index_state(index) == _index_state(FreeIndex(view))
+            for node_id, free in list(index.free.items())[:2]:  # the caller's own changes
+                if free:
+                    index.take(((node_id, (free[0],)),))
+        ids = sorted(view.nodes)
+        node_id = ids[which % len(ids)] if ids else None
+        if kind == "add" and f"n{which:02d}" not in view.nodes:
+            size = 8 if gpu_type == "A" else 4
+            view.nodes[f"n{which:02d}"] = NodeState(f"n{which:02d}", gpu_type, size,
+                                                    list(range(min(k, size))))
+        elif kind == "remove" and len(view.nodes) > 1:
+            del view.nodes[node_id]
+        elif kind == "new list":
+            node = view.nodes[node_id]
+            node.free_gpus = list(range(min(k, node.total_gpus)))
+        elif kind == "in place":
+            node = view.nodes[node_id]
+            node.free_gpus[:] = list(range(min(k, node.total_gpus)))
+    assert _index_state(kept.index(view)) == _index_state(FreeIndex(view))

@@ -6,6 +6,8 @@ never mutated, and best-fit costs O(GPUs per node) instead of O(nodes).
 """
 from __future__ import annotations
 
+from itertools import compress
+from operator import attrgetter, is_, ne
 from typing import Iterator, Sequence
 
 from frenzy_scheduler.core import ClusterView, NodeState
@@ -75,6 +77,19 @@ class FreeIndex:
             free[node_id] = gpus
             node_type[node_id] = gpu_type
             type_buckets[k][node_id] = None
+
+    def copy(self) -> "FreeIndex":
+        """A private copy that `take` and `release` can change without touching this one
+        (the per-node lists are shared: neither ever mutates one, they replace it)."""
+        twin = FreeIndex.__new__(FreeIndex)
+        twin.free = dict(self.free)
+        twin.node_type = dict(self.node_type)
+        twin.buckets = {t: [dict(nodes) for nodes in type_buckets]
+                        for t, type_buckets in self.buckets.items()}
+        twin.free_by_type = dict(self.free_by_type)
+        twin.node_size = dict(self.node_size)
+        twin.capacity = dict(self.capacity)
+        return twin
 
     def total_free(self) -> int:
         return sum(self.free_by_type.values())
@@ -161,3 +176,67 @@ class FreeIndex:
             buckets[len(rest)][node_id] = None
             self.free[node_id] = rest
             self.free_by_type[gpu_type] += len(rest) - len(free)
+
+
+_FREE_GPUS = attrgetter("free_gpus")
+
+
+class KeptFreeIndex:
+    """`FreeIndex(cluster)` for a caller that asks again and again about a view that changes
+    by a few nodes between asks (a scheduler deciding after each event): the index is kept
+    and updated on the nodes whose free GPUs changed, and each ask gets a private copy.
+
+    The copy is the index a fresh `FreeIndex(cluster)` would build, to the order of every
+    bucket (node ids ascending: best fit takes a bucket's first node) and of `free_by_type`:
+    a changed node leaves its old bucket (deleting keeps the order) and joins its new one
+    at its place in id order. Free lists are compared with copies of what was indexed, by
+    value, so a caller may change a node's list in place. A node's type and size are taken
+    as fixed for its `NodeState` object (the simulator and the live state put a new object
+    in the view when a node changes); any change of the node set (a node added, removed,
+    replaced by a new object, or reordered), or a node with more free GPUs than its size,
+    builds the index afresh."""
+
+    def __init__(self) -> None:
+        self._index: FreeIndex | None = None
+        self._nodes: list[NodeState] = []  # the view's node objects, in its order
+        self._ids: list[str] = []  # ... and their keys
+        self._free: list[list[int]] = []  # copies of their free lists as indexed
+
+    def index(self, cluster: ClusterView) -> FreeIndex:
+        nodes = cluster.nodes
+        kept = self._index
+        if kept is None or len(nodes) != len(self._nodes) or \
+                not all(map(is_, nodes.values(), self._nodes)) or list(nodes) != self._ids:
+            return self._rebuild(cluster)
+        lists = list(map(_FREE_GPUS, self._nodes))
+        changed = list(compress(range(len(lists)), map(ne, lists, self._free)))
+        if changed:
+            node_type = kept.node_type
+            resort: set[tuple[str, int]] = set()
+            for i in changed:
+                free, old = lists[i], self._free[i]
+                node = self._nodes[i]
+                if len(free) > node.total_gpus or len(old) > node.total_gpus:
+                    return self._rebuild(cluster)  # the type's node size may change
+                node_id = self._ids[i]
+                gpu_type = node_type[node_id]
+                buckets = kept.buckets[gpu_type]
+                del buckets[len(old)][node_id]
+                bucket = buckets[len(free)]
+                if bucket and next(reversed(bucket)) > node_id:
+                    resort.add((gpu_type, len(free)))
+                bucket[node_id] = None
+                kept.free[node_id] = free
+                kept.free_by_type[gpu_type] += len(free) - len(old)
+                self._free[i] = list(free)
+            for gpu_type, k in resort:
+                buckets = kept.buckets[gpu_type]
+                buckets[k] = dict.fromkeys(sorted(buckets[k]))
+        return kept.copy()
+
+    def _rebuild(self, cluster: ClusterView) -> FreeIndex:
+        self._index = FreeIndex(cluster)
+        self._nodes = list(cluster.nodes.values())
+        self._ids = list(cluster.nodes)
+        self._free = [list(free) for free in map(_FREE_GPUS, self._nodes)]
+        return self._index.copy()

@@ -15,11 +15,12 @@ One pass over the queue per decision, in the Kubernetes framework's steps:
    later jobs may use that type only if they end before it or fit in the spare GPUs (backfill).
 
 Cost: everything a job's options imply (ranking, per-type minimum GPU count, sort key, scores)
-is derived once and cached across decisions; per decision the pass does O(nodes) to index the
-free GPUs, O(queue) cheap work (a cache check, and a re-sort of the last order that costs about
-one comparison per job), then walks the queue until no GPU is free or no later job can start
-now (`_Pass.idle_from`: the rest would only hold): one memoised filter lookup per job, and
-scoring only for jobs that pass the filter. No solver.
+is derived once and cached across decisions; per decision the pass compares the view's nodes
+with the kept index of free GPUs (O(nodes), in C; `KeptFreeIndex`), does O(queue) cheap work
+(a cache check, and a re-sort of the last order that costs about one comparison per job), then
+walks the queue until no GPU is free or no later job can start now (`_Pass.idle_from`: the
+rest would only hold): one memoised filter lookup per job, and scoring only for jobs that pass
+the filter. No solver.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from typing import Sequence
 from frenzy.domain import PlanOption
 from frenzy_scheduler.core import (Alternative, ClusterView, Decision, Placement, QueuedJob,
                                   RunningJob)
-from frenzy_scheduler.placement import Assignments, FreeIndex
+from frenzy_scheduler.placement import Assignments, FreeIndex, KeptFreeIndex
 from frenzy_scheduler.policies.elastic import (Candidates, Menus, Shrinkable, ShrinkPlan, Victims,
                                                apply_shrinks, fill_floor, floor_items, grow,
                                                most_freed, reclaim, shrink_plan, shrinkable,
@@ -116,6 +117,12 @@ class _JobFacts:
     # `by_cost` (cheaper, or as cheap and faster), so as an option to hold for it never wins
     # (`HasPolicy._score`); derived with `by_cost`
     dominated: tuple[bool, ...] = ()
+    # What `HasPolicy._score` reads of each entry, cheapest first (`by_cost` order): (cost,
+    # rank, option, type, GPUs, duration s, tp degree, dominated); derived with `by_cost`, so
+    # the hot loop reads one tuple per option instead of indexing three
+    rows: tuple[tuple[float, int, PlanOption, str, int, float, int, bool], ...] = ()
+    open_rows: tuple[tuple[float, int, PlanOption, str, int, float, int, bool], ...] = ()
+    dominated_min_gpus: float = INF  # the fewest GPUs of a dominated entry (inf: none)
     # Set by each decision's sort: the job as queued now, its sort key, the decision number.
     job: QueuedJob | None = None
     key: tuple[int, float, float, str] = (2, 0.0, 0.0, "")
@@ -141,6 +148,11 @@ class _JobFacts:
                 else:
                     fewest[gpu_type] = gpus
             self.dominated = tuple(dominated)
+            costs, entries = self.costs, self.entries
+            self.rows = tuple([(costs[rank], rank, *entries[rank][:4], entries[rank][5],
+                                dominated[rank]) for rank in self.by_cost])
+            self.open_rows = tuple([row for row in self.rows if not row[7]])
+            self.dominated_min_gpus = min([row[4] for row in self.rows if row[7]], default=INF)
         return self.costs, self.by_cost
 
 
@@ -236,9 +248,12 @@ class _Pass:
     closed: set[str] = field(default_factory=set)
     reason: str | None = None  # the placements' decision reason, formatted once
     prune_holds: bool = True  # `_score` skips the holds of dominated options (the fast path)
+    # The most GPUs any type has free at the pass's start (free GPUs only shrink in a pass)
+    most_free: int = field(init=False)
 
     def __post_init__(self) -> None:
         self.release_ends = self.releases.ends
+        self.most_free = max(self.index.free_by_type.values(), default=0)
 
     def expected_wait_s(self, gpu_type: str, gpus: int) -> float:
         """Seconds until `gpus` GPUs of the type could be ours; asked only for an option that
@@ -362,6 +377,7 @@ class HasPolicy:
         self.elastic = config.elastic
         self._menus = Menus()  # running jobs' option menus, derived once
         self._release_times = ReleaseTimes()  # the running jobs' ends, kept by deltas
+        self._free_index = KeptFreeIndex()  # the view's free GPUs, kept by changed nodes
         self._facts: dict[str, _JobFacts] = {}  # derived data by job id, across decisions
         self._capacity: dict[str, int] = {}  # the cluster shape the cached facts were built for
         self._need_ids: dict[tuple[tuple[str, int], ...], int] = {}
@@ -380,7 +396,7 @@ class HasPolicy:
 
     def schedule(self, queue: Sequence[QueuedJob], cluster: ClusterView, now_s: float,
                  running: Sequence[RunningJob] = ()) -> list[Placement]:
-        index = FreeIndex(cluster)
+        index = self._free_index.index(cluster) if self.shortcuts else FreeIndex(cluster)
         elastic = self.config.elastic and bool(running)
         if not queue and not elastic:
             return []
@@ -414,6 +430,8 @@ class HasPolicy:
                       prune_holds=self.shortcuts)
         placements: list[Placement] = []
         reserve_after_s = self.config.reserve_after_s
+        binding_holds = self.config.binding_holds
+        claimed, reservations, closed = state.claimed, state.reservations, state.closed
         # The walk's early stop (`_Pass.idle_from`), looked for every _IDLE_CHECK jobs until
         # every type with free GPUs is claimed, then fixed: no job from `stop` on can start now
         stop = len(ordered)
@@ -441,11 +459,17 @@ class HasPolicy:
                 continue
             option, assignments = choice
             if assignments is None:  # hold for a faster type: later jobs see the claim
-                if not self._maybe_reserve(job, facts, state) and not (
-                        self.config.binding_holds and self._reserve(option, state)):
-                    state.claimed[option.gpu_type] = state.claimed.get(option.gpu_type, 0) \
-                        + option.num_gpus
-                    state.changed(option.gpu_type)
+                # _maybe_reserve's and _reserve's first refusals (not blocked long enough,
+                # type reserved already), and `changed`'s (nothing to close), asked inline:
+                # most of a long queue's holds end there
+                gpu_type = option.gpu_type
+                if not (now_s - job.submit_time_s >= reserve_after_s and
+                        self._maybe_reserve(job, facts, state)) and not (
+                        binding_holds and gpu_type not in reservations and
+                        self._reserve(option, state)):
+                    claimed[gpu_type] = claimed.get(gpu_type, 0) + option.num_gpus
+                    if gpu_type in reservations and gpu_type not in closed:
+                        state.changed(gpu_type)
                 continue
             placements.append(self._bind(job, facts, option, assignments, state))
             total_free -= option.num_gpus
@@ -836,9 +860,33 @@ class HasPolicy:
         below that option's, which either ended the scan or is a candidate already; except
         when every candidate so far waits forever: then all values are infinite and the
         lowest rank wins the tie, which a dominated option can have, so it is scored. Most
-        options of a long queue's jobs are dominated (wider, less GPU-efficient ones)."""
-        costs, by_cost = facts.scored(state.exponent)
-        dominated = facts.dominated if state.prune_holds else (False,) * len(by_cost)
+        options of a long queue's jobs are dominated (wider, less GPU-efficient ones).
+
+        So when no dominated option can start now in this pass (each has more GPUs than any
+        type has free at the pass's start: free GPUs only shrink), a dominated option can
+        change the answer only while every candidate waits forever, and then only the
+        infinite hold's rank: the scan visits the other options alone (`open_rows`). When
+        their best hold waits forever, so does every option's (a dominated one has an
+        undominated one of its type with no more GPUs, which waits forever, before it), the
+        scan over all of them would never stop early (no cost exceeds an infinite value) and
+        no option would start, so its hold is the lowest rank of all: the fastest option."""
+        if facts.exponent != state.exponent:
+            facts.scored(state.exponent)
+        if not state.prune_holds:
+            return HasPolicy._scan([row[:7] + (False,) for row in facts.rows], facts, state)[0]
+        if facts.dominated_min_gpus > state.most_free:
+            choice, hold_value = HasPolicy._scan(facts.open_rows, facts, state)
+            if choice is None or hold_value < INF or choice[1] is not None:
+                return choice  # no option, a finite hold, or a start now
+            return facts.entries[0][0], None  # every hold waits forever: the fastest
+        return HasPolicy._scan(facts.rows, facts, state)[0]
+
+    @staticmethod
+    def _scan(rows: Sequence[tuple[float, int, PlanOption, str, int, float, int, bool]],
+              facts: _JobFacts, state: _Pass
+              ) -> tuple[tuple[PlanOption, Assignments | None] | None, float]:
+        """`_score`'s scan over `rows` (cost order); also the best hold's value (inf when
+        it waits forever; not meaningful when an option starts now)."""
         entries = facts.entries
         index = state.index
         free = index.free_by_type
@@ -850,13 +898,12 @@ class HasPolicy:
         hold: PlanOption | None = None  # the best option to wait for: (hold_value, hold_rank)
         hold_value, hold_rank, hold_wait_s = INF, 0, 0.0
         start_now, move_s = state.start_now, state.move_s
-        for rank in by_cost:  # state.expected_wait_s and backfill_allowed, inlined: hot loop
-            cost = costs[rank]
+        # state.expected_wait_s and backfill_allowed, inlined: hot loop
+        for cost, rank, option, gpu_type, gpus, duration_s, tp, dominated in rows:
             if cost > hold_value and (not start_now or hold_wait_s <= move_s):
                 break  # nothing left can beat holding (elastic: a wait shorter than a move)
-            option, gpu_type, gpus, duration_s, _, tp = entries[rank]
             have = free.get(gpu_type, 0)
-            if have < gpus and dominated[rank] and hold_value < INF:
+            if have < gpus and dominated and hold_value < INF:
                 continue  # cannot start now, and its hold never wins
             reservation = reservations.get(gpu_type) if reservations else None
             if have >= gpus and (reservation is None or now_s + duration_s <= reservation.shadow_s
@@ -869,8 +916,8 @@ class HasPolicy:
                     break  # slower still from here on: hold
                 assignments = index.best_fit(gpu_type, gpus, tp)
                 if assignments is not None:
-                    return option, assignments
-            if dominated[rank] and hold_value < INF:
+                    return (option, assignments), INF
+            if dominated and hold_value < INF:
                 continue
             short = gpus + claimed.get(gpu_type, 0) - have
             if short < 1:
@@ -887,7 +934,7 @@ class HasPolicy:
             value = wait_s + cost
             if hold is None or value < hold_value or (value == hold_value and rank < hold_rank):
                 hold, hold_value, hold_rank, hold_wait_s = option, value, rank, wait_s
-        return (hold, None) if hold is not None else None
+        return ((hold, None) if hold is not None else None), hold_value
 
     # -- reserve / bind --------------------------------------------------------------------
 

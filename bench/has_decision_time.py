@@ -1,0 +1,93 @@
+"""has's decision time at chosen sweep points, batch and per event, with the sweep's own inputs
+and harness (bench/scheduling.py `time_decisions` and `time_events`), has alone: the quick
+before/after comparison of a performance round, not the figures of record (those come from
+`bench/scheduling.py --only sweep`, every policy).
+
+    .venv/bin/python bench/has_decision_time.py --label after --out bench/results/x.json
+    # the same file run against another checkout's code (its own venv, from its root):
+    cd /work/main && .venv/bin/python /work/wt/perf7/bench/has_decision_time.py --label main ...
+
+Each run appends one record (label, commit, load averages before and after, and per point
+the batch and per-event CPU and wall p50 / p99) to the JSON file's "runs" list, so runs of
+two checkouts interleaved (A B A B) land side by side.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from frenzy_scheduler.policies.has import HasPolicy
+from frenzy_scheduler.simulator.trace import load_trace
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from scheduling import (EVENT_BUDGET_S, FILL_MAX_CALLS, PHILLY, SWEEP_BUDGET_S,  # noqa: E402
+                        SWEEP_GRID, EventState, draw_events, sweep_groups, sweep_inputs,
+                        time_decisions, time_events)
+
+
+def loadavg() -> list[float]:
+    return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+
+
+def point_times(trace: list, gpus: int, queued: int, queue, cluster, running, batch_s: float,
+                events: bool) -> dict:
+    result: dict = {"gpus": sum(n.total_gpus for n in cluster.nodes.values()), "queued": queued}
+    if batch_s > 0:
+        result["batch"] = time_decisions(HasPolicy(), queue, cluster, running, batch_s)
+    if events:
+        drawn, top_up = draw_events(trace, queue, running, sweep_groups(gpus),
+                                    random.Random(f"events:{gpus}:{queued}"),
+                                    len(queue) * FILL_MAX_CALLS)
+        timing = time_events(HasPolicy(), EventState.of(queue, cluster, running), drawn, top_up,
+                             EVENT_BUDGET_S * 1000)  # every event timed, as has is in the sweep
+        timing.pop("events")
+        result["per_event"] = timing
+    for kind in ("batch", "per_event"):
+        if kind in result:
+            t = result[kind]
+            print(f"{gpus} x {queued} {kind}: CPU {t['cpu_p50_s'] * 1e3:.2f} / "
+                  f"{t['cpu_p99_s'] * 1e3:.2f} ms, wall {t['p50_s'] * 1e3:.2f} / "
+                  f"{t['p99_s'] * 1e3:.2f} ms ({t['samples']} calls)", flush=True)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--points", default="10000x5000",
+                        help="comma-separated GPUsxqueued, from the sweep's grid")
+    parser.add_argument("--batch-s", type=float, default=SWEEP_BUDGET_S,
+                        help="batch calls' time budget per point (0: no batch measurement)")
+    parser.add_argument("--no-events", action="store_true")
+    parser.add_argument("--label", default="")
+    parser.add_argument("--out", default="")
+    args = parser.parse_args()
+    wanted = {tuple(int(x) for x in p.split("x")) for p in args.points.split(",") if p}
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True, cwd=os.getcwd()).stdout.strip()
+    trace = load_trace(PHILLY)
+    run: dict = {"label": args.label, "commit": commit, "cwd": os.getcwd(),
+                 "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                 "loadavg_before": loadavg(), "points": []}
+    rng = random.Random(0)  # the sweep's own draws, point after point
+    for gpus, queued in SWEEP_GRID:
+        queue, cluster, running = sweep_inputs(trace, gpus, queued, rng)
+        if (gpus, queued) in wanted:
+            run["points"].append(point_times(trace, gpus, queued, queue, cluster, running,
+                                             args.batch_s, not args.no_events))
+    run["loadavg_after"] = loadavg()
+    print(f"{args.label} ({commit}): load {run['loadavg_before']} -> {run['loadavg_after']}")
+    if args.out:
+        out = Path(args.out)
+        saved = json.loads(out.read_text()) if out.exists() else {"runs": []}
+        saved["runs"].append(run)
+        out.write_text(json.dumps(saved, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
