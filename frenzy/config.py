@@ -104,6 +104,10 @@ class ServiceSettings(BusSettings):
     # than the control loop's (each idle fetch costs the broker and the agent CPU); the
     # orchestrator -> agent hop waits up to half of it on the embedded broker. 500 on Kafka.
     agent_fetch_max_wait_ms: int = 50
+    agent_prestarted_launches: int = Field(
+        2, ge=0, description="node agent: launches whose ranks are started ahead, idle until "
+        "a job comes (frenzy_agent.prestart: one idle interpreter per GPU each); 0: none, "
+        "ranks start with Popen when their job comes")
     # Heartbeats are fetched in batches: up to this wait, or until this many bytes are ready.
     heartbeat_fetch_max_wait_ms: int = 200
     heartbeat_fetch_min_bytes: int = 65536

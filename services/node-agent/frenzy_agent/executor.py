@@ -27,6 +27,7 @@ from frenzy.security.jobenv import clean_environment
 from frenzy.security.limits import check_job_id
 from frenzy.v1 import events_pb2
 from frenzy_agent.classify import JobFacts
+from frenzy_agent.prestart import LauncherSet, PrestartedRanks
 
 MODEL_CONFIG_FILE = "model_config.json"
 # `trap : USR1`: the checkpoint-now signal goes to the whole process group; the wrapper must
@@ -168,7 +169,11 @@ def checkpoint_location(job_id: str, uri: str, root: Path) -> tuple[str, bool]:
 
 def launch(launch_cmd: events_pb2.LaunchJob, jobs_dir: Path, time_scale: float,
            visible_devices: str | None = None, cluster_id: str = "",
-           checkpoint_root: Path | None = None) -> RunningJob:
+           checkpoint_root: Path | None = None,
+           prestarted: PrestartedRanks | None = None) -> RunningJob:
+    """Start the job's ranks on this node: on a set of pre-started launchers from `prestarted`
+    when one is idle (frenzy_agent.prestart), else with Popen. The caller refills `prestarted`
+    once the launch is reported (`PrestartedRanks.refill`)."""
     # The orchestrator admits only valid ids (frenzy.security.limits); a record that bypassed
     # it still never names a directory outside jobs_dir (job_dir_name is flat whatever the id).
     check_job_id(launch_cmd.job_id)
@@ -179,31 +184,60 @@ def launch(launch_cmd: events_pb2.LaunchJob, jobs_dir: Path, time_scale: float,
         (workdir / MODEL_CONFIG_FILE).write_text(launch_cmd.spec.model_config_json)
     command = ["/bin/sh", "-c", _RECORD_EXIT, "sh", *job_command(launch_cmd)]
 
-    def start(local_rank: int, pgid: int) -> int:
-        with open(workdir / f"rank{local_rank}.log", "ab") as log:
+    def environment(local_rank: int) -> dict[str, str]:
+        return job_environment(launch_cmd, local_rank, workdir, time_scale, visible_devices,
+                               checkpoint_root)
+
+    def log_path(local_rank: int) -> Path:
+        return workdir / f"rank{local_rank}.log"
+
+    def popen(local_rank: int, pgid: int) -> int:
+        with open(log_path(local_rank), "ab") as log:
             # Plain Popen, not asyncio's: the agent reaps its children itself (see _alive),
             # which also works for processes it adopts after a restart. pgid 0: a new group.
             return subprocess.Popen(
-                command, env=job_environment(launch_cmd, local_rank, workdir, time_scale,
-                                             visible_devices, checkpoint_root),
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=workdir,
-                process_group=pgid).pid
+                command, env=environment(local_rank), stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, cwd=workdir, process_group=pgid).pid
 
-    ranks = len(launch_cmd.gpu_indices)
-    pgid = start(0, 0) if ranks else 0  # the first rank leads the job's process group
-    pids = [pgid] if ranks else []
-    if ranks > 1:
+    def start_with_popen(ranks: int) -> list[int]:
+        if not ranks:
+            return []
+        pgid = popen(0, 0)  # the first rank leads the job's process group
+        if ranks == 1:
+            return [pgid]
         # The other ranks at once, each from its own thread: a start returns only once its
         # child has exec'd, and on a busy node each child waits for a core, so one after the
         # other the waits add up (an 8-rank job: 0.25 s p50 at load 10 on 2 cores); in
         # parallel they overlap.
         with ThreadPoolExecutor(max_workers=ranks - 1) as pool:
-            futures = [pool.submit(start, rank, pgid) for rank in range(1, ranks)]
+            futures = [pool.submit(popen, rank, pgid) for rank in range(1, ranks)]
         try:
-            pids += [f.result() for f in futures]
+            return [pgid, *(f.result() for f in futures)]
         except BaseException:
             _kill_group(pgid)  # a job never half-runs
             raise
+
+    def start_prestarted(launchers: LauncherSet, ranks: int) -> list[int]:
+        requests = []
+        for rank in range(ranks):
+            log_path(rank).touch()  # made here, as Popen's log is: a launcher cannot fail to open it
+            requests.append((command, environment(rank), workdir, log_path(rank)))
+        return launchers.start_ranks(requests)
+
+    ranks = len(launch_cmd.gpu_indices)
+    launchers = prestarted.take(ranks) if prestarted is not None and ranks else None
+    pids = None
+    if launchers is not None:
+        try:
+            pids = start_prestarted(launchers, ranks)
+        except OSError:  # a launcher died while idle: start the ranks the usual way
+            launchers.kill()
+        except BaseException:
+            launchers.kill()
+            raise
+    if pids is None:
+        pids = start_with_popen(ranks)
+    pgid = pids[0] if pids else 0
     job = RunningJob(launch_cmd.job_id, launch_cmd.attempt, workdir, pgid, pids,
                      launch_cmd.option.peak_bytes_per_gpu, list(launch_cmd.gpu_indices), cluster_id)
     job.save()

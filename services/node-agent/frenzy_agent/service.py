@@ -26,6 +26,7 @@ from frenzy_agent import executor
 from frenzy_agent.classify import Outcome, classify
 from frenzy_agent.gpus import Gpu, NvmlMonitor, discover
 from frenzy_agent.logship import LogShipper, record_rank_offset
+from frenzy_agent.prestart import PrestartedRanks
 
 log = get_logger("node-agent")
 REJOIN_EVERY_HEARTBEATS = 30
@@ -64,6 +65,7 @@ class NodeAgent:
             bus.signer = self.security.signer
         self.ended: OrderedDict[str, None] = OrderedDict()  # "job:attempt", newest last
         self.logs = LogShipper(bus, node_id)
+        self.prestarted = PrestartedRanks(settings.agent_prestarted_launches, len(gpus))
 
     # ----- status ---------------------------------------------------------------------
     async def report(self, job: executor.RunningJob, state: int, reason: str = "",
@@ -159,12 +161,12 @@ class NodeAgent:
             # Another cluster's leftovers under a reused job id (adopt_survivors stopped them).
             shutil.rmtree(previous, ignore_errors=True)
         spawn_started_s = time.perf_counter()
-        # In a thread: starting a rank waits until its child has exec'd, which on a busy node
-        # takes milliseconds per rank; the loop meanwhile sends other jobs' reports.
+        # In a thread: a rank without a pre-started launcher waits until its child has exec'd,
+        # which on a busy node takes milliseconds per rank; the loop meanwhile sends reports.
         job = await asyncio.to_thread(
             executor.launch, cmd, self.jobs_dir, self.settings.time_scale,
             self.visible_devices(cmd.gpu_indices), cluster_id=self.cluster_id,
-            checkpoint_root=self.checkpoint_root)
+            checkpoint_root=self.checkpoint_root, prestarted=self.prestarted)
         self.running[cmd.job_id] = job
         record_rank_offset(job.workdir, cmd.rank_offset)
         # command_lag_s: produced to handled (the broker hop); spawn_s: starting the processes.
@@ -172,6 +174,7 @@ class NodeAgent:
                  pgid=job.pgid, rank_offset=cmd.rank_offset, world_size=cmd.world_size,
                  command_lag_s=round(lag_s, 4), spawn_s=round(time.perf_counter() - spawn_started_s, 4))
         await self.report(job, types_pb2.RUNNING, "processes started")
+        self.prestarted.refill()  # after the report: its forks would hold the GIL before it
         self.supervisors[cmd.job_id] = asyncio.create_task(self.supervise(job))
 
     async def on_stop(self, env: events_pb2.Envelope, key: str) -> None:
@@ -331,6 +334,7 @@ class NodeAgent:
             mine = partition_for_key(self.node_id, len(partitions))
             consumer.assign([TopicPartition(commands_topic, mine)])
             self.count_start()
+            self.prestarted.refill()
             await self.adopt_survivors()
             commands = asyncio.create_task(self.bus.run_consumer(
                 consumer, group, {"launch_job": self.on_launch, "stop_job": self.on_stop,
@@ -342,7 +346,8 @@ class NodeAgent:
                                     asyncio.create_task(self.logs.loop(self.running)))
         finally:
             # Job processes outlive an agent restart on purpose (see adopt_survivors); a clean
-            # shutdown of the whole cluster stops them through `frenzy up`.
+            # shutdown of the whole cluster stops them through `frenzy up`. Idle launchers end.
+            self.prestarted.close()
             await self.bus.stop()
 
 
