@@ -189,8 +189,8 @@ class KeptFreeIndex:
     The copy is the index a fresh `FreeIndex(cluster)` would build, to the order of every
     bucket (node ids ascending: best fit takes a bucket's first node) and of `free_by_type`:
     a changed node leaves its old bucket (deleting keeps the order) and joins its new one
-    at its place in id order. Free lists are compared with copies of what was indexed, by
-    value, so a caller may change a node's list in place. A node's type and size are taken
+    at its place in id order. The index holds copies of the free lists, compared by value
+    with the view's, so a caller may change a node's list in place. A node's type and size are taken
     as fixed for its `NodeState` object (the simulator and the live state put a new object
     in the view when a node changes); any change of the node set (a node added, removed,
     replaced by a new object, or reordered), or a node with more free GPUs than its size,
@@ -226,9 +226,8 @@ class KeptFreeIndex:
                 if bucket and next(reversed(bucket)) > node_id:
                     resort.add((gpu_type, len(free)))
                 bucket[node_id] = None
-                kept.free[node_id] = free
+                kept.free[node_id] = self._free[i] = list(free)
                 kept.free_by_type[gpu_type] += len(free) - len(old)
-                self._free[i] = list(free)
             for gpu_type, k in resort:
                 buckets = kept.buckets[gpu_type]
                 buckets[k] = dict.fromkeys(sorted(buckets[k]))
@@ -239,4 +238,7 @@ class KeptFreeIndex:
         self._nodes = list(cluster.nodes.values())
         self._ids = list(cluster.nodes)
         self._free = [list(free) for free in map(_FREE_GPUS, self._nodes)]
+        # The index holds these copies, not the view's lists: a list the caller changes in
+        # place would otherwise change the kept index behind the comparison above.
+        self._index.free.update(zip(self._ids, self._free))
         return self._index.copy()
