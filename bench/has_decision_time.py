@@ -35,6 +35,28 @@ def loadavg() -> list[float]:
     return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
 
 
+def wanted_sweep_inputs(trace: list, points: str):
+    """(gpus, queued, queue, cluster, running) for each of `points` ("GPUsxqueued,...") in the
+    sweep's grid, drawn as the sweep draws them: every point in turn from one seeded stream, so
+    a point's inputs are the sweep's whichever others are asked for."""
+    wanted = {tuple(int(x) for x in p.split("x")) for p in points.split(",") if p}
+    rng = random.Random(0)  # the sweep's own draws, point after point
+    for gpus, queued in SWEEP_GRID:
+        queue, cluster, running = sweep_inputs(trace, gpus, queued, rng)
+        if (gpus, queued) in wanted:
+            yield gpus, queued, queue, cluster, running
+
+
+def append_run(out: str, run: dict, key: str = "runs") -> None:
+    """Add one run to the list `key` of the JSON file `out` (nothing when `out` is empty), so
+    that interleaved runs of two checkouts land in one file."""
+    if out:
+        path = Path(out)
+        saved = json.loads(path.read_text()) if path.exists() else {}
+        saved.setdefault(key, []).append(run)
+        path.write_text(json.dumps(saved, indent=1) + "\n")
+
+
 def point_times(trace: list, gpus: int, queued: int, queue, cluster, running, batch_s: float,
                 events: bool) -> dict:
     result: dict = {"gpus": sum(n.total_gpus for n in cluster.nodes.values()), "queued": queued}
@@ -67,26 +89,18 @@ def main() -> None:
     parser.add_argument("--label", default="")
     parser.add_argument("--out", default="")
     args = parser.parse_args()
-    wanted = {tuple(int(x) for x in p.split("x")) for p in args.points.split(",") if p}
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, cwd=os.getcwd()).stdout.strip()
     trace = load_trace(PHILLY)
     run: dict = {"label": args.label, "commit": commit, "cwd": os.getcwd(),
                  "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                  "loadavg_before": loadavg(), "points": []}
-    rng = random.Random(0)  # the sweep's own draws, point after point
-    for gpus, queued in SWEEP_GRID:
-        queue, cluster, running = sweep_inputs(trace, gpus, queued, rng)
-        if (gpus, queued) in wanted:
-            run["points"].append(point_times(trace, gpus, queued, queue, cluster, running,
-                                             args.batch_s, not args.no_events))
+    for gpus, queued, queue, cluster, running in wanted_sweep_inputs(trace, args.points):
+        run["points"].append(point_times(trace, gpus, queued, queue, cluster, running,
+                                         args.batch_s, not args.no_events))
     run["loadavg_after"] = loadavg()
     print(f"{args.label} ({commit}): load {run['loadavg_before']} -> {run['loadavg_after']}")
-    if args.out:
-        out = Path(args.out)
-        saved = json.loads(out.read_text()) if out.exists() else {"runs": []}
-        saved["runs"].append(run)
-        out.write_text(json.dumps(saved, indent=1) + "\n")
+    append_run(args.out, run)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ import argparse
 import gc
 import importlib.util
 import itertools
-import json
 import random
 import statistics
 import sys
@@ -30,9 +29,9 @@ from frenzy_scheduler.policies.has import HasPolicy
 from frenzy_scheduler.simulator.trace import load_trace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from has_decision_time import loadavg  # noqa: E402
-from scheduling import (FILL_MAX_CALLS, PHILLY, SWEEP_GRID, EventState,  # noqa: E402
-                        draw_events, percentile, sweep_groups, sweep_inputs)
+from has_decision_time import append_run, loadavg, wanted_sweep_inputs  # noqa: E402
+from scheduling import (FILL_MAX_CALLS, PHILLY, EventState, draw_events,  # noqa: E402
+                        percentile, sweep_groups)
 
 
 def load_policy(path: str) -> type:
@@ -133,24 +132,16 @@ def main() -> None:
     parser.add_argument("--out", default="")
     args = parser.parse_args()
     before = load_policy(args.before)
-    wanted = {tuple(int(x) for x in p.split("x")) for p in args.points.split(",") if p}
     trace = load_trace(PHILLY)
     run: dict = {"label": args.label, "before": args.before,
                  "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                  "loadavg_before": loadavg(), "points": []}
-    rng = random.Random(0)  # the sweep's own draws, point after point
-    for gpus, queued in SWEEP_GRID:
-        queue, cluster, running = sweep_inputs(trace, gpus, queued, rng)
-        if (gpus, queued) in wanted:
-            run["points"].append(paired_point(trace, gpus, queued, queue, cluster, running,
-                                              before, args.batch_calls))
+    for gpus, queued, queue, cluster, running in wanted_sweep_inputs(trace, args.points):
+        run["points"].append(paired_point(trace, gpus, queued, queue, cluster, running,
+                                          before, args.batch_calls))
     run["loadavg_after"] = loadavg()
     print(f"load {run['loadavg_before']} -> {run['loadavg_after']}")
-    if args.out:
-        out = Path(args.out)
-        saved = json.loads(out.read_text()) if out.exists() else {}
-        saved.setdefault("paired", []).append(run)
-        out.write_text(json.dumps(saved, indent=1) + "\n")
+    append_run(args.out, run, "paired")
 
 
 if __name__ == "__main__":
