@@ -57,12 +57,12 @@ def test_a_rank_on_a_launcher_starts_as_a_popen_rank_does(tmp_path: Path) -> Non
     try:
         on_launchers = executor.launch(launch_cmd("j", 3, SELF_REPORT), tmp_path / "a", 1.0, "",
                                        checkpoint_root=tmp_path / "ckpt", prestarted=pool)
+        assert pool.idle_sets() == 0  # the set was taken (refilling is the caller's)
         with_popen = executor.launch(launch_cmd("j", 3, SELF_REPORT), tmp_path / "b", 1.0, "",
                                      checkpoint_root=tmp_path / "ckpt")
         wait_gone(on_launchers.pids + with_popen.pids)
     finally:
         pool.close()
-    assert pool.idle_sets() == 0  # the set was taken (refilling is the caller's)
     assert on_launchers.pgid == on_launchers.pids[0] and len(set(on_launchers.pids)) == 3
     for rank in range(3):
         mine, popens = seen(on_launchers, rank), seen(with_popen, rank)
