@@ -1019,8 +1019,9 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
             # accumulation, the blocks after it already hold their fp32 grad shards.
             layer_acts = others + peak_block * layer_act \
                 + (layer_act if full else 0) + layer_live
+            ds = profile.step_only_grads and fsdp
             layer_bwd = {**states, "activations": layer_acts, "logits_loss": 0,
-                         "temporaries": inputs + pending + buffers[k]}
+                         "temporaries": inputs + (0 if ds else pending + buffers[k])}
             if pipeline:
                 layer_bwd["pipeline_buffers"] = pipeline
             if defer_output_wgrad and last:
