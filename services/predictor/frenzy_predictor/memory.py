@@ -906,10 +906,6 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
                         pending_embedding_grad_bytes, arch, recipe, plan)
     fsdp = plan.zero >= 2
     block_shard = 0
-    # FSDP without accumulation: each block's fp32 grad shard appears in its backward. DeepSpeed
-    # (step_only_grads) reduces into its preallocated 16-bit partition instead (the states'
-    # "gradients", held from start-up: stage3.py grad_partitions_flat_buffer), so none grows.
-    shards_grow = accum == 1 and not profile.step_only_grads
     if fsdp:
         block = -(-rank_layer_params(arch, plan) // plan.tp)
         block_shard = _r(-(-block // plan.dp) * 4)
@@ -940,7 +936,7 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
         if fsdp:
             for k, i in enumerate(blocks):  # gathered weights; grad shards without accumulation
                 differing[k] += fsdp_gathered_blocks(plan, i) * block * _act_bytes(recipe) \
-                    + ((layers - 1 - i) * block_shard if shards_grow else 0)
+                    + ((layers - 1 - i) * block_shard if accum == 1 else 0)
         k = differing.index(max(differing))
         loss_weights = layer_weights = 0
         if fsdp:  # gathered at the loss (every ZeRO-2 block, ZeRO-3's last) and in the peak block
@@ -1019,9 +1015,8 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
             # accumulation, the blocks after it already hold their fp32 grad shards.
             layer_acts = others + peak_block * layer_act \
                 + (layer_act if full else 0) + layer_live
-            ds = profile.step_only_grads and fsdp
             layer_bwd = {**states, "activations": layer_acts, "logits_loss": 0,
-                         "temporaries": inputs + (0 if ds else pending + buffers[k])}
+                         "temporaries": inputs + pending + buffers[k]}
             if pipeline:
                 layer_bwd["pipeline_buffers"] = pipeline
             if defer_output_wgrad and last:
@@ -1032,7 +1027,7 @@ def estimate_memory(arch: ModelArch, recipe: Recipe, plan: ParallelPlan, seq_len
                 layer_bwd["deferred_output_wgrad"] = accum * deferred
             if fsdp:
                 layer_bwd["parameters"] = own_params + layer_weights
-                if shards_grow:
+                if accum == 1:
                     layer_bwd["gradients"] = (layers - 1 - peak_block) * block_shard
             if copies[0]:  # a bucket fills every few layers: copied in a layer's backward
                 layer_bwd["reduce_scatter_copy"] = copies[0]
