@@ -80,9 +80,6 @@ class HasConfig:
     # for faster GPUs (growth migrates it there later, for one restart instead of the wait);
     # only while the queue fits in the free GPUs, and at even odds (`_worth_starting_now`).
     start_now: bool = True
-    # ... even when jobs ahead already hold for the faster type: the hold's wait counts their
-    # claims (`short = gpus + claimed - have`), so the even-odds test already prices them
-    start_now_past_claims: bool = False
     # What HAS expects a start to cost: launch_overhead_s x (1 + log2(nodes)). A property of
     # the cluster (measured live); the simulator charges every policy the same default.
     launch_overhead_s: float = 60.0
@@ -251,7 +248,6 @@ class _Pass:
     closed: set[str] = field(default_factory=set)
     reason: str | None = None  # the placements' decision reason, formatted once
     prune_holds: bool = True  # `_score` skips the holds of dominated options (the fast path)
-    past_claims: bool = False  # HasConfig.start_now_past_claims
     # The most GPUs any type has free at the pass's start (free GPUs only shrink in a pass)
     most_free: int = field(init=False)
 
@@ -431,8 +427,7 @@ class HasPolicy:
                       max(self.config.min_cost_exponent, pressure * self.config.gpu_cost_weight),
                       elastic and self.config.start_now and pressure == 0.0,
                       self.config.restart_floor_s + self.config.launch_s(1),
-                      prune_holds=self.shortcuts,
-                      past_claims=self.config.start_now_past_claims)
+                      prune_holds=self.shortcuts)
         placements: list[Placement] = []
         reserve_after_s = self.config.reserve_after_s
         binding_holds = self.config.binding_holds
@@ -915,8 +910,7 @@ class HasPolicy:
                                  or gpus <= reservation.spare_gpus):
                 # A slower start beyond the plain rule is a bet on a later move; not when jobs
                 # ahead already wait for the faster type (they get its GPUs first)
-                if cost > hold_value and ((claimed.get(entries[hold_rank][1]) and
-                                           not state.past_claims) or
+                if cost > hold_value and (claimed.get(entries[hold_rank][1]) or
                                           not _worth_starting_now(duration_s, entries[hold_rank][3],
                                                                   hold_wait_s, move_s)):
                     break  # slower still from here on: hold
