@@ -4,6 +4,7 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from frenzy.domain import RESHAPE_MIN_INTERVAL_S
 from frenzy.security.limits import MAX_RECORD_BYTES
 
 
@@ -66,7 +67,7 @@ class ServiceSettings(BusSettings):
     reshape_jobs: bool = Field(True, description="scheduler publishes ReshapeJob (resize, "
                                "migrate, preempt) for running jobs that can resume")
     reshape_min_interval_s: float = Field(
-        600.0, description="a job is reshaped at most once per this long (from the orchestrator's "
+        RESHAPE_MIN_INTERVAL_S, description="a job is reshaped at most once per this long (from the orchestrator's "
         "record of its latest reshape, so it holds across scheduler restarts)")
     reshape_young_s: float = Field(
         120.0, description="a job that has not committed a checkpoint yet may still be moved this "

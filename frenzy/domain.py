@@ -17,6 +17,9 @@ OPTIMIZER_MOMENT_BYTES = {"adamw": 8, "sgd": 4}
 # The longest sequence any part accepts (job spec, MARP, the trainer): beyond it the s x s and
 # logits terms stop being meaningful, and a longer one is almost surely a typo.
 MAX_SEQ_LEN = 1 << 20
+# A running job is reshaped (resized, migrated, preempted) at most once per this long: the
+# orchestrator's guard (FRENZY_RESHAPE_MIN_INTERVAL_S) and has's hysteresis (HasConfig), one value
+RESHAPE_MIN_INTERVAL_S = 600.0
 ATTENTIONS = ("eager", "flash")
 RECOMPUTES = ("none", "selective", "full")
 # Training stacks MARP has a recipe profile for (services/predictor, frenzy_predictor.stacks);

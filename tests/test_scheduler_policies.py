@@ -392,6 +392,24 @@ def test_has_grows_the_job_that_saves_most_per_gpu_added() -> None:
     assert grown.job_id == "flat"
 
 
+def test_has_grows_a_restarted_job_after_the_orchestrators_reshape_interval() -> None:
+    # has's hysteresis is the system's (ServiceSettings.reshape_min_interval_s, 600 s: the
+    # orchestrator refuses a second reshape sooner), not a longer one of its own: a job restarted
+    # 900 s ago (2 GPUs, 15000 s left; 4 GPUs would take 7500 s) grows into two idle GPUs.
+    # With the earlier 1800 s it would wait, idle GPUs beside it (docs/has-experiments.md, jct8).
+    from frenzy.config import ServiceSettings
+    assert HasConfig().reshape_interval_s == ServiceSettings.model_fields[
+        "reshape_min_interval_s"].default
+    now_s = 1000.0
+    cluster = nodes({"a": ("A100-80GB", 4, [2, 3])})
+    base = running_job("moved", "A100-80GB", "a", (0, 1), {2: 15100.0, 4: 7550.0}, now_s, 15000.0)
+    moved = RunningJob(base.job_id, base.option, base.assignments, now_s - 900.0,
+                       base.expected_end_s, base.options, restarts=1)
+    [grown] = HasPolicy().schedule([], cluster, now_s, [moved])
+    assert (grown.job_id, grown.kind, grown.option.num_gpus) == ("moved", "resize", 4)
+    assert HasPolicy(HasConfig(reshape_interval_s=1800.0)).schedule([], cluster, now_s, [moved]) == []
+
+
 def _a100_busy_until(end_s: float) -> list[RunningJob]:
     return [RunningJob("r", option("A100-80GB", 8, 100.0), (("a", tuple(range(8))),), 0.0, end_s)]
 

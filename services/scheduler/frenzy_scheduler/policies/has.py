@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter, is_
 from typing import Sequence
 
-from frenzy.domain import PlanOption
+from frenzy.domain import RESHAPE_MIN_INTERVAL_S, PlanOption
 from frenzy_scheduler.core import (Alternative, ClusterView, Decision, Placement, QueuedJob,
                                   RunningJob)
 from frenzy_scheduler.placement import Assignments, FreeIndex, KeptFreeIndex
@@ -65,7 +65,9 @@ class HasConfig:
     min_gain_fraction: float = 0.3  # a move saves >= this share of the predicted time left ...
     min_gain_s: float = 600.0  # ... and at least this, after its restart cost
     restart_floor_s: float = 120.0  # what a move's checkpoint restore is expected to cost
-    reshape_interval_s: float = 1800.0  # hysteresis: at most one move per job per interval
+    # Hysteresis: at most one move per job per interval; the orchestrator's own guard, not a
+    # longer one (1800 s kept jobs narrow beside idle GPUs; docs/has-experiments.md, jct8)
+    reshape_interval_s: float = RESHAPE_MIN_INTERVAL_S
     grow_per_gpu: bool = True  # idle GPUs go where they save most per GPU (else: most work left)
     grow_cost_limit: float = 2.0  # grow only to options at least 50 % as GPU-efficient as its cheapest
     shrink_after_s: float = 0.0  # a blocked job may be admitted by shrinking after this wait
