@@ -333,3 +333,18 @@ def test_our_placement_of_a_job_a_hold_placed_elsewhere_does_not_hide_its_gpus()
     state.on_availability(availability([2, 3], 2, jobs=["q"]))
     state.on_status(_running("q", [0, 1], 101, version=6))
     assert "q" not in state.pending and state.effective_cluster().nodes["n1"].free_gpus == [2, 3]
+
+
+def test_the_live_has_plans_moves_under_the_orchestrators_reshape_interval():
+    """The orchestrator refuses a reshape within FRENZY_RESHAPE_MIN_INTERVAL_S of a job's last
+    start; the live has (its deciding and its holds-ahead instance) must use the same interval,
+    or it plans growth the orchestrator vetoes. The default is the one constant both share."""
+    from frenzy.config import ServiceSettings
+    from frenzy.domain import RESHAPE_MIN_INTERVAL_S
+    from frenzy_scheduler.service import SchedulerService
+
+    for interval_s in (RESHAPE_MIN_INTERVAL_S, 900.0):
+        service = SchedulerService(object(), "has", ServiceSettings(reshape_min_interval_s=interval_s,
+                                                                    scheduler_holds_ahead=2))
+        for wrapped in (service.state.policy, service.state.hold_policy):
+            assert wrapped.inner.config.reshape_interval_s == interval_s

@@ -62,16 +62,16 @@ class SchedulerService:
         self.tenants: dict[str, str] = {}
         policies = tenant_policies(settings)
         shares = lambda: {n: TenantShare(p.weight, p.max_gpus) for n, p in policies().items()}  # noqa: E731
-        policy = get_policy(policy_name, elastic=settings.reshape_jobs,
-                            min_gain_s=settings.reshape_min_gain_s,
-                            min_gain_fraction=settings.reshape_min_gain_fraction)
+        # has plans moves under the orchestrator's own guard (FRENZY_RESHAPE_MIN_INTERVAL_S)
+        make_policy = lambda: get_policy(  # noqa: E731
+            policy_name, elastic=settings.reshape_jobs, min_gain_s=settings.reshape_min_gain_s,
+            min_gain_fraction=settings.reshape_min_gain_fraction,
+            reshape_interval_s=settings.reshape_min_interval_s)
+        policy = make_policy()
         rules = ReshapeRules(settings.reshape_min_interval_s, settings.reshape_young_s) \
             if settings.reshape_jobs else None
         self._holds_ahead = settings.scheduler_holds_ahead
-        hold_policy = FairSharePolicy(get_policy(policy_name, elastic=settings.reshape_jobs,
-                                                 min_gain_s=settings.reshape_min_gain_s,
-                                                 min_gain_fraction=settings.reshape_min_gain_fraction),
-                                      self._tenant_of, shares) if self._holds_ahead > 0 else None
+        hold_policy = FairSharePolicy(make_policy(), self._tenant_of, shares) if self._holds_ahead > 0 else None
         self.state = LiveState(FairSharePolicy(policy, self._tenant_of, shares), rules=rules,
                                hold_policy=hold_policy)
         self._holds_due = asyncio.Event()  # a decision was made: the holds ahead may change

@@ -27,12 +27,16 @@ def policy_names() -> list[str]:
 
 
 def get_policy(name: str, elastic: bool = True, min_gain_s: float | None = None,
-               min_gain_fraction: float | None = None) -> Policy:
+               min_gain_fraction: float | None = None,
+               reshape_interval_s: float | None = None) -> Policy:
     """A fresh policy instance (policies may cache per-job derived data, so never share one).
 
     `elastic=False` turns off has's moves of running jobs (a live scheduler with
     FRENZY_RESHAPE_JOBS off); other policies' reshapes are then dropped by the caller. The
-    minimum gain of a move (has), when given, replaces the policy's own."""
+    minimum gain of a move (has), when given, replaces the policy's own, and so does the
+    shortest time between two moves of a job (`reshape_interval_s`: the live scheduler passes
+    the orchestrator's FRENZY_RESHAPE_MIN_INTERVAL_S, so has never plans a move the
+    orchestrator's guard would refuse)."""
     if name not in _POLICIES:
         raise ValueError(f"policy: unknown {name!r}; known: {', '.join(_POLICIES)}")
     if name == "has":
@@ -41,5 +45,7 @@ def get_policy(name: str, elastic: bool = True, min_gain_s: float | None = None,
             config = replace(config, min_gain_s=min_gain_s)
         if min_gain_fraction is not None:
             config = replace(config, min_gain_fraction=min_gain_fraction)
+        if reshape_interval_s is not None:
+            config = replace(config, reshape_interval_s=reshape_interval_s)
         return HasPolicy(config)
     return _POLICIES[name]()
