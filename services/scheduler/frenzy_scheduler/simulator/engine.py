@@ -140,16 +140,22 @@ def _scaled(options: Sequence[PlanOption], fraction: float) -> tuple[PlanOption,
 
 
 @contextmanager
-def _inputs_frozen() -> Iterator[None]:
+def _inputs_frozen(jobs: Sequence[SimJob]) -> Iterator[None]:
     """Keep the cyclic garbage collector off what exists before the run: the trace, the jobs'
     menus and the policy are millions of objects (2.2 M on the whole Philly trace) that live
     through it, and each full collection would walk them all again (a quarter of the first
     8,000 trace jobs' CPU time). `gc.freeze` moves them out of its generations until the run
-    ends; nothing is decided differently. Left alone when the caller has frozen objects itself
-    (its `unfreeze` is its own) or turned the collector off."""
+    ends; nothing is decided differently. Each option's GPU count is read first: it is cached
+    in the option's instance dict (`frenzy.domain._cached`), made on first read, so otherwise
+    1.9 M dicts made during the run (every policy reads the count) would be walked instead.
+    Left alone when the caller has frozen objects itself (its `unfreeze` is its own) or turned
+    the collector off."""
     if not gc.isenabled() or gc.get_freeze_count():
         yield
         return
+    for job in jobs:
+        for option in job.options:
+            option.num_gpus
     gc.freeze()
     try:
         yield
@@ -162,7 +168,7 @@ def simulate(jobs: Sequence[SimJob], cluster: ClusterView, policy: Policy, *,
              on_progress: Callable[[int], None] | None = None,
              config: SimConfig = SimConfig()) -> SimResult:
     """Run `policy` over `jobs` on a copy of `cluster` (every GPU of which should start free)."""
-    with _inputs_frozen():
+    with _inputs_frozen(jobs):
         return _simulate(jobs, cluster, policy, availability, on_progress, config)
 
 
