@@ -1,6 +1,7 @@
 """The discrete-event simulator: every fitting job completes, events drive decisions, workload mapping."""
 from __future__ import annotations
 
+import gc
 import math
 
 from hypothesis import HealthCheck, given, settings
@@ -306,3 +307,49 @@ def test_the_simulator_shows_policies_the_checkpoint_age_of_its_periodic_checkpo
     config = SimConfig(launch_overhead_s=100.0, checkpoint_interval_s=1800.0)
     simulate(jobs, build_cluster([NodeGroup("A100-80GB", 8, 1)]), Recording(), config=config)
     assert ages[0] == (4000.0 - 100.0) % 1800.0  # productive since 100 s: saved at 1900, 3700
+
+
+class _FreezeWatcher:
+    """fifo, noting on each call whether the objects made before the run are frozen."""
+
+    def __init__(self, made_before: object) -> None:
+        self.inner, self.made_before, self.seen = get_policy("fifo"), made_before, []
+        self.name = self.inner.name
+
+    def schedule(self, queue, cluster, now_s, running=()):
+        self.seen.append((gc.get_freeze_count(), gc.is_tracked(self.made_before),
+                          any(o is self.made_before for o in gc.get_objects())))
+        return self.inner.schedule(queue, cluster, now_s, running)
+
+
+def test_the_run_keeps_the_collector_off_its_inputs_and_gives_the_caller_its_state_back() -> None:
+    """The engine freezes what exists before a run (the collector would walk the trace's
+    millions of objects at every full collection) and unfreezes it after; a caller's own
+    freeze or disabled collector is left as it was. Decisions are the same either way."""
+    jobs = [sim_job("a", 0.0, ("T4", 1, 100.0)), sim_job("b", 0.0, ("T4", 1, 50.0))]
+    cluster = build_cluster([NodeGroup("T4", 1, 1)])
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    made_before = [object()]  # a tracked container
+    watcher = _FreezeWatcher(made_before)
+    result = simulate(jobs, cluster, watcher)
+    # frozen during the run: out of every generation the collector walks
+    assert all(count > 0 and tracked and not walked for count, tracked, walked in watcher.seen)
+    assert gc.get_freeze_count() == 0 and gc.isenabled()
+    ends = {r.job_id: r.end_time_s for r in result.records}
+    gc.freeze()  # the caller's own freeze stays as the caller left it
+    try:
+        watcher = _FreezeWatcher(made_before)
+        again = simulate(jobs, cluster, watcher)
+        assert gc.get_freeze_count() > 0  # not unfrozen by the run
+        assert not any(o is made_before for o in gc.get_objects())
+        assert {r.job_id: r.end_time_s for r in again.records} == ends
+    finally:
+        gc.unfreeze()
+    gc.disable()
+    try:
+        watcher = _FreezeWatcher(made_before)
+        simulate(jobs, cluster, watcher)
+        assert all(count == 0 for count, _, _ in watcher.seen)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

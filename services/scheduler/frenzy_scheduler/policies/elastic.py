@@ -68,13 +68,28 @@ class Menus:
         self._shrinks: dict[int, tuple[RunningJob, float, list[tuple[int, float, PlanOption]]]] = {}
         self._victims: dict[int, list] = {}  # id -> [job, victim without, with displacement]
 
+    def retain(self, running: Sequence[RunningJob], slack: int = 1000) -> None:
+        """Drop what only jobs no longer running need, once the memos hold far more than the
+        running jobs (the same bound as has's facts by queue length). A memo keeps its key
+        objects alive, so left to grow it held tens of thousands of finished or reshaped jobs'
+        `RunningJob`s and menus (about 1.8 M objects 48,000 decisions into the Philly trace),
+        which every full pass of the garbage collector walked. Derived data only: an entry
+        dropped is derived again, the same, when next asked for."""
+        bound = 4 * len(running) + slack
+        if len(self._shrinks) <= bound and len(self._victims) <= bound and \
+                len(self._menus) <= bound:
+            return
+        live = {id(r): r for r in running}
+        menus = {id(r.options): r.options for r in running}
+        self._shrinks = {k: e for k, e in self._shrinks.items() if live.get(k) is e[0]}
+        self._victims = {k: e for k, e in self._victims.items() if live.get(k) is e[0]}
+        self._menus = {k: e for k, e in self._menus.items() if menus.get(k) is e[0]}
+
     def shrink_steps(self, run: RunningJob) -> tuple[float, list[tuple[int, float, PlanOption]]]:
         """(full-work duration s, `narrower_steps`) of a running job: fixed for the job object
         (a `RunningJob` is immutable; a reshape makes a new one), asked every admission."""
         entry = self._shrinks.get(id(run))
         if entry is None or entry[0] is not run:
-            if len(self._shrinks) > 100_000:
-                self._shrinks.clear()
             entry = self._shrinks[id(run)] = (run, full_duration_s(run),
                                               narrower_steps(run, self.of(run.options)))
         return entry[1], entry[2]
@@ -88,8 +103,6 @@ class Menus:
         are derived only when first asked for with `displace`."""
         entry = self._victims.get(id(run))
         if entry is None or entry[0] is not run:
-            if len(self._victims) > 100_000:
-                self._victims.clear()
             still = None
             if run.options and not run.deadline_s:
                 full_s, steps = self.shrink_steps(run)
@@ -110,8 +123,6 @@ class Menus:
     def of(self, options: Sequence[PlanOption]) -> Menu:
         entry = self._menus.get(id(options))
         if entry is None or entry[0] is not options:
-            if len(self._menus) > 100_000:
-                self._menus.clear()
             entry = self._menus[id(options)] = (options, Menu(options))
         return entry[1]
 

@@ -399,6 +399,7 @@ class HasPolicy:
     def schedule(self, queue: Sequence[QueuedJob], cluster: ClusterView, now_s: float,
                  running: Sequence[RunningJob] = ()) -> list[Placement]:
         index = self._free_index.index(cluster) if self.shortcuts else FreeIndex(cluster)
+        self._menus.retain(running)
         elastic = self.config.elastic and bool(running)
         if not queue and not elastic:
             return []
