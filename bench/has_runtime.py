@@ -11,17 +11,14 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import time
 
-from has_windows import CLUSTERS, PHILLY, SAVED, parse_config
+from has_windows import CLUSTERS, parse_config, saved_window_jobs
 
-from frenzy.clusterfile import load_cluster_file
 from frenzy_scheduler.clusterfile import build_cluster
 from frenzy_scheduler.policies import get_policy
 from frenzy_scheduler.policies.has import HasPolicy
-from frenzy_scheduler.simulator import SimConfig, prepare_jobs, simulate
-from frenzy_scheduler.simulator.trace import load_trace
+from frenzy_scheduler.simulator import SimConfig, simulate
 
 
 def main() -> None:
@@ -32,12 +29,7 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], help="HasConfig field=value")
     parser.add_argument("--top", type=int, default=15, help="jobs listed, by run-time gap")
     args = parser.parse_args()
-    saved = json.loads(SAVED.read_text())["clusters"][args.cluster]
-    load_name = "trace" if not args.load else f"load {args.load:g}"
-    window = next(w for w in saved[load_name]["windows"] if w["start_index"] == args.window)
-    groups = load_cluster_file(CLUSTERS[args.cluster])
-    jobs = prepare_jobs(load_trace(PHILLY), groups, start_s=window["start_s"], count=500,
-                        load=args.load, seed=0)
+    groups, jobs = saved_window_jobs(args.cluster, args.window, args.load)
     by_id = {j.job_id: j for j in jobs}
     runs = {}
     for name, policy in (("sia", get_policy("sia")), ("has", HasPolicy(parse_config(args.set)))):

@@ -14,19 +14,16 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import math
 import time
 
-from has_windows import CLUSTERS, PHILLY, SAVED, parse_config
+from has_windows import CLUSTERS, parse_config, saved_window_jobs
 
-from frenzy.clusterfile import load_cluster_file
 from frenzy_scheduler.clusterfile import build_cluster
 from frenzy_scheduler.core import PLACE
 from frenzy_scheduler.policies import get_policy
 from frenzy_scheduler.policies.has import HasPolicy
-from frenzy_scheduler.simulator import SimConfig, prepare_jobs, simulate
-from frenzy_scheduler.simulator.trace import load_trace
+from frenzy_scheduler.simulator import SimConfig, simulate
 
 
 class Recorder:
@@ -63,12 +60,7 @@ def main() -> None:
     parser.add_argument("--load", type=float, default=0.0, help="0: the trace's arrivals")
     parser.add_argument("--set", action="append", default=[], help="HasConfig field=value")
     args = parser.parse_args()
-    saved = json.loads(SAVED.read_text())["clusters"][args.cluster]
-    load_name = "trace" if not args.load else f"load {args.load:g}"
-    window = next(w for w in saved[load_name]["windows"] if w["start_index"] == args.window)
-    groups = load_cluster_file(CLUSTERS[args.cluster])
-    jobs = prepare_jobs(load_trace(PHILLY), groups, start_s=window["start_s"], count=500,
-                        load=args.load, seed=0)
+    groups, jobs = saved_window_jobs(args.cluster, args.window, args.load)
     recorder = Recorder(HasPolicy(parse_config(args.set)))
     runs = {}
     for name, policy in (("sia", get_policy("sia")), ("has", recorder)):

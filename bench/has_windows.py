@@ -53,6 +53,16 @@ def parse_config(assignments: list[str]) -> HasConfig:
     return replace(HasConfig(), **changes)
 
 
+def saved_window_jobs(cluster: str, start_index: int, load: float) -> tuple[list, list]:
+    """(node groups, jobs) of one of the benchmark's saved windows (500 jobs from the saved
+    start, at the trace's rate when `load` is 0), as the benchmark prepared them (seed 0)."""
+    saved = json.loads(SAVED.read_text())["clusters"][cluster]
+    load_name = "trace" if not load else f"load {load:g}"
+    window = next(w for w in saved[load_name]["windows"] if w["start_index"] == start_index)
+    groups = load_cluster_file(CLUSTERS[cluster])
+    return groups, prepare_jobs(load_trace(PHILLY), groups, start_s=window["start_s"], count=500,
+                                load=load, seed=0)
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--settings", default=",".join(SETTINGS))
