@@ -14,6 +14,7 @@ two checkouts interleaved (A B A B) land side by side.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import random
@@ -29,6 +30,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scheduling import (EVENT_BUDGET_S, FILL_MAX_CALLS, PHILLY, SWEEP_BUDGET_S,  # noqa: E402
                         SWEEP_GRID, EventState, draw_events, sweep_groups, sweep_inputs,
                         time_decisions, time_events)
+
+
+def load_module(name: str, path: Path):
+    """Another checkout's module file loaded under `name` beside this checkout's (its imports
+    resolve here): the "before" side of the paired benchmarks."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
 
 
 def loadavg() -> list[float]:

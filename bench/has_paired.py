@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib.util
 import itertools
 import random
 import statistics
@@ -29,17 +28,9 @@ from frenzy_scheduler.policies.has import HasPolicy
 from frenzy_scheduler.simulator.trace import load_trace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from has_decision_time import append_run, loadavg, wanted_sweep_inputs  # noqa: E402
+from has_decision_time import append_run, load_module, loadavg, wanted_sweep_inputs  # noqa: E402
 from scheduling import (FILL_MAX_CALLS, PHILLY, EventState, draw_events,  # noqa: E402
                         percentile, sweep_groups)
-
-
-def load_policy(path: str) -> type:
-    spec = importlib.util.spec_from_file_location("has_before", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["has_before"] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module.HasPolicy
 
 
 def timed(policy, queue, cluster, now_s, running) -> tuple[list, float, float]:
@@ -131,7 +122,7 @@ def main() -> None:
     parser.add_argument("--label", default="")
     parser.add_argument("--out", default="")
     args = parser.parse_args()
-    before = load_policy(args.before)
+    before = load_module("has_before", Path(args.before)).HasPolicy
     trace = load_trace(PHILLY)
     run: dict = {"label": args.label, "before": args.before,
                  "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib.util
 import statistics
 import sys
 import time
@@ -29,19 +28,11 @@ from frenzy_scheduler.simulator.engine import simulate
 from frenzy_scheduler.simulator.trace import load_trace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from has_decision_time import append_run, loadavg  # noqa: E402
+from has_decision_time import append_run, load_module, loadavg  # noqa: E402
 from scheduling import CLUSTERS, PHILLY  # noqa: E402
 
 HAS_PATH = "services/scheduler/frenzy_scheduler/policies/has.py"
 ENGINE_PATH = "services/scheduler/frenzy_scheduler/simulator/engine.py"
-
-
-def load_module(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 class GcClock:

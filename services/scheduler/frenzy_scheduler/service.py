@@ -71,7 +71,8 @@ class SchedulerService:
         rules = ReshapeRules(settings.reshape_min_interval_s, settings.reshape_young_s) \
             if settings.reshape_jobs else None
         self._holds_ahead = settings.scheduler_holds_ahead
-        hold_policy = FairSharePolicy(make_policy(), self._tenant_of, shares) if self._holds_ahead > 0 else None
+        hold_policy = FairSharePolicy(make_policy(), self._tenant_of, shares) \
+            if self._holds_ahead > 0 else None
         self.state = LiveState(FairSharePolicy(policy, self._tenant_of, shares), rules=rules,
                                hold_policy=hold_policy)
         self._holds_due = asyncio.Event()  # a decision was made: the holds ahead may change
