@@ -209,13 +209,33 @@ def test_a_launch_that_breaks_ends_its_job_with_a_reason(tmp_path, job_id, env):
     assert all(s.job_id == job_id for s in bus.published)
 
 
+def _sleeper(job_env: dict[str, str] | None = None) -> subprocess.Popen:
+    """A process group of its own that sleeps 60 s: a job's rank when given the job's
+    environment, anyone else's process otherwise."""
+    import os
+
+    env = {**os.environ, **(job_env or {})}
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env,
+                            process_group=0)
+
+
+def _running_record(workdir: Path, job_id: str, pid: int, cluster_id: str = "",
+                    start_ticks: list | None = None) -> RunningJob:
+    from frenzy_agent.executor import boot_id, process_start_ticks
+
+    ticks = [process_start_ticks(pid)] if start_ticks is None else start_ticks
+    job = RunningJob(job_id, 0, workdir, pid, [pid], 1, [0], cluster_id, start_ticks=ticks,
+                     boot_id=boot_id())
+    job.save()
+    return job
+
+
 def test_a_restarted_agent_adopts_only_its_own_clusters_jobs(tmp_path):
     workdir = tmp_path / "node-0" / job_dir_name("a/b", 0)
     workdir.mkdir(parents=True)
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
-                               process_group=0)
+    sleeper = _sleeper({"FRENZY_JOB_ID": "a/b", "FRENZY_ATTEMPT": "0"})
     try:
-        RunningJob("a/b", 0, workdir, sleeper.pid, [sleeper.pid], 1, [0], "old-cluster").save()
+        _running_record(workdir, "a/b", sleeper.pid, "old-cluster")
         settings = ServiceSettings(stop_grace_s=2)
         stranger = NodeAgent(_RecordingBus(), "node-0", parse_inventory("1xT4"), tmp_path, settings,
                              cluster_id="new-cluster")  # type: ignore[arg-type]
@@ -225,6 +245,61 @@ def test_a_restarted_agent_adopts_only_its_own_clusters_jobs(tmp_path):
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+@pytest.mark.parametrize("record", ["start time", "environment"])
+def test_a_restarted_agent_adopts_its_running_job_by_start_time_or_environment(tmp_path, record):
+    """`environment`: a record written before start times were kept."""
+    workdir = tmp_path / "node-0" / job_dir_name("j", 0)
+    workdir.mkdir(parents=True)
+    sleeper = _sleeper({"FRENZY_JOB_ID": "j", "FRENZY_ATTEMPT": "0"})
+    try:
+        _running_record(workdir, "j", sleeper.pid, start_ticks=None if record == "start time" else [])
+        agent = NodeAgent(_RecordingBus(), "node-0", parse_inventory("1xT4"), tmp_path,
+                          ServiceSettings())  # type: ignore[arg-type]
+
+        async def adopt() -> None:
+            await agent.adopt_survivors()
+            for supervisor in agent.supervisors.values():
+                supervisor.cancel()
+
+        asyncio.run(adopt())
+        assert list(agent.running) == ["j"] and agent.bus.published == []
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+@pytest.mark.parametrize("record", ["start time", "environment"])
+def test_a_dead_jobs_pid_held_by_another_process_is_neither_adopted_nor_signalled(tmp_path, record):
+    """After a container restart the fresh pid namespace hands the dead job's pid to the agent's
+    own pre-started launchers: adopted as the job, an idle launcher was supervised forever and
+    the job never ended (the compose test, 4 Dec). The job is reported lost; the process that
+    has its pid now is left alone."""
+    workdir = tmp_path / "node-0" / job_dir_name("j", 0)
+    workdir.mkdir(parents=True)
+    other = _sleeper()  # not the job: another start time, none of the job's environment
+    try:
+        from frenzy_agent.executor import process_start_ticks
+
+        ticks = [process_start_ticks(other.pid) - 1] if record == "start time" else []
+        _running_record(workdir, "j", other.pid, start_ticks=ticks)
+        bus = _RecordingBus()
+        agent = NodeAgent(bus, "node-0", parse_inventory("1xT4"), tmp_path,
+                          ServiceSettings(stop_grace_s=1))  # type: ignore[arg-type]
+        asyncio.run(agent.adopt_survivors())
+        assert agent.running == {}
+        [status] = bus.published
+        assert status.job_id == "j" and status.state == types_pb2.FAILED
+        assert other.poll() is None, "another process's group was signalled"
+        from frenzy_agent import executor
+
+        job = RunningJob.load(workdir)
+        asyncio.run(executor.stop(job, "test", grace_s=1))  # a stop, too, leaves it alone
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
 
 
 def test_a_reused_job_id_from_another_cluster_is_launched_not_mistaken_for_a_redelivery(tmp_path):
@@ -465,7 +540,7 @@ def test_a_multi_rank_launch_starts_every_rank_in_the_jobs_process_group_in_rank
     in rank order (exit files and status files are read by it)."""
     import time
 
-    from frenzy_agent.executor import _alive, launch
+    from frenzy_agent.executor import launch, ranks_alive
 
     program = ("import os\n"
                "print('rank', os.environ['LOCAL_RANK'])\n"
@@ -475,8 +550,8 @@ def test_a_multi_rank_launch_starts_every_rank_in_the_jobs_process_group_in_rank
                                spec=types_pb2.JobSpec(entrypoint=[sys.executable, "-c", program]))
     job = launch(cmd, tmp_path, 1.0, "", checkpoint_root=tmp_path / "ckpt")
     deadline = time.monotonic() + 60
-    while any(_alive(pid) for pid in job.pids) and time.monotonic() < deadline:
-        time.sleep(0.02)  # _alive reaps (subprocess may have reaped some already)
+    while ranks_alive(job) and time.monotonic() < deadline:
+        time.sleep(0.02)  # ranks_alive reaps (subprocess may have reaped some already)
     assert len(set(job.pids)) == ranks and job.pgid == job.pids[0]
     for rank, pid in enumerate(job.pids):
         wrapper, group = map(int, (job.workdir / f"rank-{rank}").read_text().split())
@@ -511,11 +586,22 @@ def test_a_launch_that_fails_midway_leaves_no_rank_running(tmp_path, monkeypatch
         executor.launch(cmd, tmp_path, 1.0, "", checkpoint_root=tmp_path / "ckpt")
     (workdir,) = tmp_path.glob("j-*.0")
     [pgid] = killed
-    while executor.group_alive(pgid) and time.monotonic() - started_s < 30:  # not their 60 s
+    while _group_exists(pgid) and time.monotonic() - started_s < 30:  # not their 60 s
         try:
             os.waitpid(-pgid, os.WNOHANG)  # SIGKILLed ranks linger as zombies until reaped
         except ChildProcessError:
             pass
         time.sleep(0.01)
-    assert not executor.group_alive(pgid)
+    assert not _group_exists(pgid)
     assert not (workdir / "state.json").exists()
+
+
+def _group_exists(pgid: int) -> bool:
+    """Any process in the group, zombies included (os.killpg reaches them)."""
+    import os
+
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False

@@ -30,7 +30,7 @@ def full_pool(ranks_per_set: int, sets: int = 1) -> PrestartedRanks:
 
 def wait_gone(pids: list[int], timeout_s: float = 30) -> None:
     deadline = time.monotonic() + timeout_s
-    while any(executor._alive(pid) for pid in pids):  # reaps our own children
+    while any(executor.process_running(pid) for pid in pids):  # reaps our own children
         assert time.monotonic() < deadline, f"still running: {pids}"
         time.sleep(0.01)
 
@@ -106,9 +106,32 @@ def test_idle_launchers_end_when_their_agent_goes(tmp_path: Path) -> None:
     pids = [int(p) for p in agent.stdout.split()]
     assert agent.returncode == -signal.SIGKILL and len(pids) == 6
     deadline = time.monotonic() + 30
-    while any(executor._alive(pid) for pid in pids):  # orphans: _alive reads /proc
+    while any(executor.process_running(pid) for pid in pids):  # orphans: read from /proc
         assert time.monotonic() < deadline, "idle launchers outlived their agent"
         time.sleep(0.02)
+
+
+def test_the_spare_launchers_of_a_taken_set_are_reaped_and_leave_the_jobs_group_empty(
+        tmp_path: Path) -> None:
+    """Nobody else waits for the spares: the pool must. A spare left a zombie kept the job's
+    process group alive to `killpg(pgid, 0)` for good (test_e2e_failures' fenced attempt)."""
+    pool = full_pool(4)
+    try:
+        spares = [m.process for m in pool._idle[0].members]  # held: no Popen.__del__ reaps them
+        job = executor.launch(launch_cmd("j", 1, "true"), tmp_path, 1.0, "",
+                              checkpoint_root=tmp_path / "ckpt", prestarted=pool)
+        wait_gone(job.pids)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                os.killpg(job.pgid, 0)
+            except ProcessLookupError:
+                break
+            assert time.monotonic() < deadline, "the job's process group outlived its processes"
+            time.sleep(0.02)
+        assert all(spare.returncode == 0 for spare in spares)
+    finally:
+        pool.close()
 
 
 def test_closing_the_pool_ends_its_idle_launchers() -> None:

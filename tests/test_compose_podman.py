@@ -60,7 +60,8 @@ def podman(*args: str) -> str:
                           check=True).stdout.strip()
 
 
-def wait_until(check, timeout_s: float, what: str):
+def wait_until(check, timeout_s: float, what: str, detail=lambda: ""):
+    """`detail`: what to print on a timeout (CI keeps only the printed output)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
@@ -70,7 +71,13 @@ def wait_until(check, timeout_s: float, what: str):
         except grpc.RpcError:
             pass
         time.sleep(0.5)
-    raise AssertionError(f"not within {timeout_s}s: {what}")
+    raise AssertionError(f"not within {timeout_s}s: {what}\n{detail()}")
+
+
+def container_log_tail(container: str, lines: int = 40) -> str:
+    logs = subprocess.run(["podman", "logs", "--tail", str(lines), container], capture_output=True,
+                          text=True, env=ENV, timeout=60)
+    return f"{container}'s last lines:\n{logs.stdout[-6000:]}{logs.stderr[-3000:]}"
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +131,9 @@ def test_a_killed_agent_container_is_restarted_and_its_node_and_logs_come_back(c
     # Its processes died with the container; the restarted agent reports them LOST and the
     # orchestrator runs the job again as a new attempt.
     killed = wait_until(lambda: (j := cluster.get(job_id)).state in (types_pb2.SUCCEEDED, types_pb2.FAILED)
-                        and j, 600, "the killed job ends")
+                        and j, 600, "the killed job ends",
+                        lambda: f"{cluster.get(job_id)}\n{container_log_tail(container)}\n"
+                                f"{container_log_tail(f'{PROJECT}_orchestrator_1')}")
     assert killed.state == types_pb2.SUCCEEDED and killed.attempt >= 1, killed
     wait_until(lambda: any(n.id == node and n.state == types_pb2.NODE_READY and n.gpus_free == n.gpus_total
                            for n in cluster.list_nodes()), 60, "the node ready with its GPUs free")

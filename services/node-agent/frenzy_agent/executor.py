@@ -54,6 +54,11 @@ class RunningJob:
     progress_offset: int = 0  # bytes of the progress file already read
     checkpoint_step: int | None = None  # the newest committed checkpoint the trainer reported
     checkpoint_write_s: float = 0.0  # how long that save took, start to commit
+    # Who `pids` name: each one's start time (None: gone before it was read) on the boot
+    # `boot_id`. A pid alone is reused, by a new process or, after a container restart, by the
+    # first processes of a fresh pid namespace (see `same_process`).
+    start_ticks: list[int | None] = field(default_factory=list)
+    boot_id: str = ""
 
     @property
     def progress_file(self) -> Path:
@@ -63,13 +68,16 @@ class RunningJob:
         (self.workdir / "state.json").write_text(json.dumps({
             "job_id": self.job_id, "attempt": self.attempt, "pgid": self.pgid, "pids": self.pids,
             "predicted_peak_bytes": self.predicted_peak_bytes, "gpu_indices": self.gpu_indices,
-            "cluster_id": self.cluster_id}))
+            "cluster_id": self.cluster_id, "start_ticks": self.start_ticks, "boot_id": self.boot_id}))
 
     @classmethod
     def load(cls, workdir: Path) -> "RunningJob":
         data = json.loads((workdir / "state.json").read_text())
+        # A record written before start times were kept has none: its processes are then
+        # recognised by the environment they were started with (`_marked`).
         return cls(data["job_id"], data["attempt"], workdir, data["pgid"], data["pids"],
-                   data["predicted_peak_bytes"], data["gpu_indices"], data.get("cluster_id", ""))
+                   data["predicted_peak_bytes"], data["gpu_indices"], data.get("cluster_id", ""),
+                   start_ticks=list(data.get("start_ticks", [])), boot_id=data.get("boot_id", ""))
 
 
 def job_key(job_id: str) -> str:
@@ -239,7 +247,8 @@ def launch(launch_cmd: events_pb2.LaunchJob, jobs_dir: Path, time_scale: float,
         pids = start_with_popen(ranks)
     pgid = pids[0] if pids else 0
     job = RunningJob(launch_cmd.job_id, launch_cmd.attempt, workdir, pgid, pids,
-                     launch_cmd.option.peak_bytes_per_gpu, list(launch_cmd.gpu_indices), cluster_id)
+                     launch_cmd.option.peak_bytes_per_gpu, list(launch_cmd.gpu_indices), cluster_id,
+                     start_ticks=[process_start_ticks(pid) for pid in pids], boot_id=boot_id())
     job.save()
     return job
 
@@ -251,33 +260,93 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
-def _alive(pid: int) -> bool:
+def boot_id() -> str:
+    """This boot of the kernel; processes recorded under another boot are all gone."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/PID/stat from field 3 (state) on: the name before it may hold spaces and ")"."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(") ")[2].split()
+    except OSError:
+        return None
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """When `pid` started, in clock ticks since boot (field 22 of /proc/PID/stat); None: gone.
+    A pid is reused once its process is reaped; a pid with its start time names one process."""
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields and len(fields) > 19 else None
+
+
+def same_process(job: RunningJob, rank: int) -> bool:
+    """Whether the process at rank's pid is still the one the agent started for it.
+
+    After a container restart the fresh pid namespace hands out the same small pids again, and
+    the agent's own pre-started launchers took the pid of the job that died with the old
+    container: taken for that job, an idle launcher was adopted and supervised for good (the
+    compose test's job never ended). Start times tell them apart; a record without them falls
+    back to the environment the job's processes were started with."""
+    pid = job.pids[rank]
+    if job.boot_id and job.boot_id != boot_id():
+        return False
+    ticks = job.start_ticks[rank] if rank < len(job.start_ticks) else None
+    if ticks is not None:
+        return process_start_ticks(pid) == ticks
+    return _marked(pid, job)
+
+
+def _marked(pid: int, job: RunningJob) -> bool:
+    """Whether `pid` was started with this attempt's environment (job_environment), as every
+    rank and everything it starts is unless it clears its environment."""
+    try:
+        environ = b"\0" + Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+    return (f"\0{jobvars.JOB_ID}={job.job_id}\0".encode() in environ
+            and f"\0{jobvars.ATTEMPT}={job.attempt}\0".encode() in environ)
+
+
+def process_running(pid: int) -> bool:
+    """Whether a process runs at `pid` (whichever it is): not exited, not a zombie."""
     try:
         waited, _ = os.waitpid(pid, os.WNOHANG)  # reaps our own zombie children
         if waited == pid:
             return False
     except ChildProcessError:
         pass  # not our child (adopted after an agent restart)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie of someone else's counts as gone
-        return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][0] != "Z"
-    except OSError:
-        return False
+    fields = _stat_fields(pid)
+    return fields is not None and fields[0] != "Z"  # gone, or someone else's zombie
 
 
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
+def _alive(job: RunningJob, rank: int) -> bool:
+    """Whether rank's process still runs, and not another process that has its pid now."""
+    return process_running(job.pids[rank]) and same_process(job, rank)
+
+
+def ranks_alive(job: RunningJob) -> list[int]:
+    return [rank for rank in range(len(job.pids)) if _alive(job, rank)]
+
+
+def group_alive(job: RunningJob) -> bool:
+    """Whether anything of the job still runs: a rank, or a process left in its group (a
+    rank's child). A group of that id that is not the job's (its id reused) does not count."""
+    if ranks_alive(job):
         return True
-    except ProcessLookupError:
+    if job.boot_id and job.boot_id != boot_id():
         return False
-    except PermissionError:
-        return True
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        fields = _stat_fields(int(entry.name))
+        if (fields is not None and len(fields) > 2 and fields[2] == str(job.pgid)
+                and fields[0] != "Z" and _marked(int(entry.name), job)):
+            return True
+    return False
 
 
 def read_progress(job: RunningJob) -> dict:
@@ -358,7 +427,7 @@ async def wait_for_exit(job: RunningJob, on_progress, poll_s: float = 0.05) -> J
     last_seen = None
     with ExitWatch(job.pids) as exits:
         while True:
-            alive = [pid for pid in job.pids if _alive(pid)]
+            alive = ranks_alive(job)
             progress = read_progress(job)
             if progress and (progress.get("step"), job.checkpoint_step) != last_seen:
                 last_seen = (progress.get("step"), job.checkpoint_step)
@@ -430,7 +499,7 @@ async def _gone_within(job: RunningJob, grace_s: float, whole_group: bool = Fals
     exit within grace_s after a signal."""
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        if not any(_alive(pid) for pid in job.pids) and not (whole_group and group_alive(job.pgid)):
+        if not (group_alive(job) if whole_group else ranks_alive(job)):
             return True
         await asyncio.sleep(0.05)
     return False
@@ -439,6 +508,8 @@ async def _gone_within(job: RunningJob, grace_s: float, whole_group: bool = Fals
 async def stop(job: RunningJob, reason: str, grace_s: float) -> None:
     """SIGTERM the whole process group, then SIGKILL after the grace period."""
     job.stopping, job.stop_reason = True, reason
+    if not group_alive(job):  # never signal a group whose id another has now
+        return
     try:
         os.killpg(job.pgid, signal.SIGTERM)
     except ProcessLookupError:
@@ -449,8 +520,7 @@ async def stop(job: RunningJob, reason: str, grace_s: float) -> None:
         os.killpg(job.pgid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    for pid in job.pids:
-        _alive(pid)  # reap
+    ranks_alive(job)  # reaps
 
 
 async def checkpoint_and_stop(job: RunningJob, reason: str, checkpoint_grace_s: float,
@@ -460,6 +530,8 @@ async def checkpoint_and_stop(job: RunningJob, reason: str, checkpoint_grace_s: 
     the grace period, stop them. Either way `classify` reports PREEMPTED and the last committed
     checkpoint stands."""
     job.checkpoint_first, job.stop_reason = True, reason
+    if not group_alive(job):
+        return
     try:
         os.killpg(job.pgid, signal.SIGUSR1)
     except ProcessLookupError:

@@ -64,12 +64,16 @@ class IdleLauncher:
         return self.pid
 
     def retire(self) -> None:
-        """Close its pipe: an idle launcher then exits on its own."""
+        """Close its pipe: an idle launcher then exits on its own, and a thread reaps it. Left
+        unreaped, a spare stayed a zombie in its job's process group, which then never looked
+        empty (`killpg(pgid, 0)` counts zombies) until some later launch's Popen happened to
+        collect it."""
         try:
             if self.process.stdin is not None:
                 self.process.stdin.close()
         except OSError:
             pass
+        threading.Thread(target=self.process.wait, name="reap-launcher", daemon=True).start()
 
 
 class LauncherSet:

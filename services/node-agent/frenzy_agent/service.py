@@ -253,10 +253,10 @@ class NodeAgent:
                 # orchestrator is gone, so nobody will account for its GPUs. End it unreported.
                 log.warning("stranger's job stopped", job_id=job.job_id, pgid=job.pgid,
                             cluster_id=job.cluster_id)
-                if executor.group_alive(job.pgid):
+                if executor.group_alive(job):
                     await executor.stop(job, "another cluster's job", self.settings.stop_grace_s)
                 (workdir / "reported").touch()
-            elif executor.group_alive(job.pgid):
+            elif executor.group_alive(job):
                 log.info("adopted running job", job_id=job.job_id, pgid=job.pgid)
                 self.running[job.job_id] = job
                 self.supervisors[job.job_id] = asyncio.create_task(self.supervise(job))
@@ -334,8 +334,11 @@ class NodeAgent:
             mine = partition_for_key(self.node_id, len(partitions))
             consumer.assign([TopicPartition(commands_topic, mine)])
             self.count_start()
-            self.prestarted.refill()
+            # Survivors first: a launcher started before them could take a dead job's pid (in
+            # a restarted container's fresh pid namespace); `executor.same_process` tells them
+            # apart anyway, and this keeps the adoption from racing the refill thread.
             await self.adopt_survivors()
+            self.prestarted.refill()
             commands = asyncio.create_task(self.bus.run_consumer(
                 consumer, group, {"launch_job": self.on_launch, "stop_job": self.on_stop,
                                      "delete_checkpoints": self.on_delete_checkpoints}, started=True,
