@@ -353,3 +353,57 @@ def test_the_run_keeps_the_collector_off_its_inputs_and_gives_the_caller_its_sta
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+class _CycleMaker:
+    """fifo that leaves a reference cycle behind on every call, and notes on each call how many
+    of those cycles have been collected so far and whether the automatic collector is on."""
+
+    def __init__(self) -> None:
+        self.inner, self.collected, self.seen = get_policy("fifo"), [0], []
+        self.name = self.inner.name
+
+    def schedule(self, queue, cluster, now_s, running=()):
+        import weakref
+
+        class Node:
+            pass
+
+        node = Node()
+        node.self = node  # unreachable after this call; only the cyclic collector frees it
+        weakref.finalize(node, self.collected.__setitem__, 0, self.collected[0] + 1)
+        self.seen.append((self.collected[0], gc.isenabled()))
+        return self.inner.schedule(queue, cluster, now_s, running)
+
+
+def test_the_engine_collects_a_policys_cycles_during_the_run_with_the_automatic_collector_off():
+    """The engine runs the cyclic collector itself (`_RunCollector`): a policy that makes
+    cycles has them collected while the run goes on, not only when it ends."""
+    jobs = [sim_job(f"j{i}", float(i * 10), ("T4", 1, 1.0)) for i in range(1500)]  # 3,000 instants
+    maker = _CycleMaker()
+    simulate(jobs, build_cluster([NodeGroup("T4", 1, 1)]), maker)
+    assert not any(enabled for _, enabled in maker.seen)
+    assert maker.seen[-1][0] > 0, "no cycle collected during the run"
+    assert gc.isenabled()
+
+
+def test_the_engines_collection_gap_doubles_while_nothing_is_found_and_halves_when_cycles_are(
+        monkeypatch):
+    from frenzy_scheduler.simulator import engine
+
+    found = iter([0, 0, 0, 7, 7, 0])
+    monkeypatch.setattr(engine.gc, "collect", lambda: next(found))
+    collector = engine._RunCollector([])
+    collector.active = True
+    first = engine.FIRST_COLLECTION_AFTER_INSTANTS
+    collected_at = []
+    for instant in range(1, 40 * first):
+        before = collector.next_at
+        collector.tick(instant)
+        if collector.next_at != before:
+            collected_at.append(instant)
+        if len(collected_at) == 6:
+            break
+    gaps = [b - a for a, b in zip(collected_at, collected_at[1:])]
+    assert collected_at[0] == first
+    assert gaps == [2 * first, 4 * first, 8 * first, 4 * first, 2 * first]
