@@ -8,6 +8,7 @@ still learn how an adopted (not its own child) process ended. This module gather
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import os
@@ -260,8 +261,10 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
+@functools.cache
 def boot_id() -> str:
-    """This boot of the kernel; processes recorded under another boot are all gone."""
+    """This boot of the kernel (read once: it cannot change under a running agent); processes
+    recorded under another boot are all gone."""
     try:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
@@ -276,15 +279,19 @@ def _stat_fields(pid: int) -> list[str] | None:
         return None
 
 
+def _start_ticks(fields: list[str] | None) -> int | None:
+    return int(fields[19]) if fields and len(fields) > 19 else None  # field 22: starttime
+
+
 def process_start_ticks(pid: int) -> int | None:
     """When `pid` started, in clock ticks since boot (field 22 of /proc/PID/stat); None: gone.
     A pid is reused once its process is reaped; a pid with its start time names one process."""
-    fields = _stat_fields(pid)
-    return int(fields[19]) if fields and len(fields) > 19 else None
+    return _start_ticks(_stat_fields(pid))
 
 
-def same_process(job: RunningJob, rank: int) -> bool:
-    """Whether the process at rank's pid is still the one the agent started for it.
+def same_process(job: RunningJob, rank: int, fields: list[str] | None = None) -> bool:
+    """Whether the process at rank's pid is still the one the agent started for it (`fields`:
+    its /proc stat, when the caller has read it).
 
     After a container restart the fresh pid namespace hands out the same small pids again, and
     the agent's own pre-started launchers took the pid of the job that died with the old
@@ -296,7 +303,7 @@ def same_process(job: RunningJob, rank: int) -> bool:
         return False
     ticks = job.start_ticks[rank] if rank < len(job.start_ticks) else None
     if ticks is not None:
-        return process_start_ticks(pid) == ticks
+        return _start_ticks(fields if fields is not None else _stat_fields(pid)) == ticks
     return _marked(pid, job)
 
 
@@ -313,19 +320,28 @@ def _marked(pid: int, job: RunningJob) -> bool:
 
 def process_running(pid: int) -> bool:
     """Whether a process runs at `pid` (whichever it is): not exited, not a zombie."""
+    return _stat_if_running(pid) is not None
+
+
+def _stat_if_running(pid: int) -> list[str] | None:
+    """`pid`'s /proc stat fields if a process runs there (not exited, not a zombie); reaps it
+    first when it is our exited child."""
     try:
-        waited, _ = os.waitpid(pid, os.WNOHANG)  # reaps our own zombie children
+        waited, _ = os.waitpid(pid, os.WNOHANG)
         if waited == pid:
-            return False
+            return None
     except ChildProcessError:
         pass  # not our child (adopted after an agent restart)
     fields = _stat_fields(pid)
-    return fields is not None and fields[0] != "Z"  # gone, or someone else's zombie
+    return fields if fields is not None and fields[0] != "Z" else None  # or someone else's zombie
 
 
 def _alive(job: RunningJob, rank: int) -> bool:
-    """Whether rank's process still runs, and not another process that has its pid now."""
-    return process_running(job.pids[rank]) and same_process(job, rank)
+    """Whether rank's process still runs, and not another process that has its pid now (even
+    a child of ours: after a container restart the agent's own launchers took dead jobs'
+    pids). Polled every few tens of ms for every rank: one waitpid and one read of /proc."""
+    fields = _stat_if_running(job.pids[rank])
+    return fields is not None and same_process(job, rank, fields)
 
 
 def ranks_alive(job: RunningJob) -> list[int]:
