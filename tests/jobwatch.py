@@ -1,6 +1,9 @@
-"""Watching a job through the API until a condition holds: shared by the e2e tests that follow
-one job across attempts (elastic, live elastic)."""
+"""Watching a job through the API until a condition holds, and its processes on this machine:
+shared by the e2e tests that follow one job across attempts (elastic, live elastic) and the
+tests that look for a job's processes (foundation, failures, executor)."""
 from __future__ import annotations
+
+import os
 
 from frenzy.client import FrenzyClient
 from frenzy.jobstates import TERMINAL
@@ -27,3 +30,12 @@ def losses(snapshots: list[types_pb2.Job], attempt: int) -> list[tuple[int, floa
         if j.attempt == attempt and j.progress.step > 0 and j.state == types_pb2.RUNNING:
             seen.setdefault(j.progress.step, j.progress.loss)
     return list(seen.items())
+
+
+def process_group_exists(pgid: int) -> bool:
+    """Any process left in the group, zombies included (`os.killpg` reaches them)."""
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False

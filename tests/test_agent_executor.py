@@ -21,6 +21,7 @@ from frenzy_agent.classify import JobFacts, classify
 from frenzy_agent.executor import RunningJob, facts, job_dir_name, read_progress
 from frenzy_agent.gpus import parse_inventory
 from frenzy_agent.service import NodeAgent
+from jobwatch import process_group_exists
 
 
 def ended_job(tmp_path: Path, codes: list[int], logs: dict[int, str] | None = None,
@@ -586,22 +587,12 @@ def test_a_launch_that_fails_midway_leaves_no_rank_running(tmp_path, monkeypatch
         executor.launch(cmd, tmp_path, 1.0, "", checkpoint_root=tmp_path / "ckpt")
     (workdir,) = tmp_path.glob("j-*.0")
     [pgid] = killed
-    while _group_exists(pgid) and time.monotonic() - started_s < 30:  # not their 60 s
+    while process_group_exists(pgid) and time.monotonic() - started_s < 30:  # not their 60 s
         try:
             os.waitpid(-pgid, os.WNOHANG)  # SIGKILLed ranks linger as zombies until reaped
         except ChildProcessError:
             pass
         time.sleep(0.01)
-    assert not _group_exists(pgid)
+    assert not process_group_exists(pgid)
     assert not (workdir / "state.json").exists()
 
-
-def _group_exists(pgid: int) -> bool:
-    """Any process in the group, zombies included (os.killpg reaches them)."""
-    import os
-
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import sys
 import time
@@ -17,6 +16,7 @@ from frenzy.client import FrenzyClient
 from frenzy.jobstates import TERMINAL
 from frenzy.security.signing import pipeline_headers
 from frenzy.v1 import types_pb2
+from jobwatch import process_group_exists
 
 pytestmark = pytest.mark.e2e
 
@@ -179,14 +179,6 @@ def test_a_reused_job_id_with_another_spec_is_refused_and_the_first_job_finishes
         assert done.state == types_pb2.SUCCEEDED and done.spec.name == "first"
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-
-
 def test_a_node_that_returns_after_being_declared_lost_is_fenced(cluster):
     """Its agent is frozen past the node timeout while attempt 0 runs there; attempt 1 runs on
     the other node. When the agent thaws, still running attempt 0, it is told to stop it."""
@@ -209,7 +201,7 @@ def test_a_node_that_returns_after_being_declared_lost_is_fenced(cluster):
             wait_for(lambda: client.get(job_id).attempt == 1, 30, "the retry")
         finally:
             agent.send_signal(signal.SIGCONT)
-        wait_for(lambda: not _group_alive(pgid), 30, "the stale attempt 0 to be stopped")
+        wait_for(lambda: not process_group_exists(pgid), 30, "the stale attempt 0 to be stopped")
         done = wait_for(lambda: (j := client.get(job_id)).state in TERMINAL and j, 60, "terminal")
         assert done.state == types_pb2.SUCCEEDED and done.attempt == 1, done.reason
         assert done.assignments[0].node_id != node

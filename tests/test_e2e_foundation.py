@@ -19,6 +19,7 @@ from frenzy.jobstates import TERMINAL
 from frenzy.security.signing import pipeline_headers
 from frenzy.v1 import types_pb2
 from frenzy_agent.executor import job_dir_name
+from jobwatch import process_group_exists
 
 pytestmark = pytest.mark.e2e
 
@@ -132,14 +133,6 @@ def test_garbage_goes_to_deadletter_and_consumers_keep_going(client, cluster):
     assert wait_terminal(client, job_id).state == types_pb2.SUCCEEDED
 
 
-def _pgid_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-
-
 def test_cancel_running_job_kills_its_processes(client, cluster):
     # A duration no other process on the machine has, so pgrep finds only this job's sleep.
     duration = f"{300 + time.time() % 1:.6f}"
@@ -151,10 +144,10 @@ def test_cancel_running_job_kills_its_processes(client, cluster):
     state_files = list(Path(cluster.workdir / "agents").glob(f"*/{job_dir_name(job_id, 0)}/state.json"))
     assert state_files
     pgids = [json.loads(f.read_text())["pgid"] for f in state_files]
-    assert all(_pgid_alive(p) for p in pgids)
+    assert all(process_group_exists(p) for p in pgids)
     assert client.cancel(job_id).state == types_pb2.CANCELLED
     deadline = time.monotonic() + 15
-    while any(_pgid_alive(p) for p in pgids):
+    while any(process_group_exists(p) for p in pgids):
         assert time.monotonic() < deadline, "job processes still alive after cancel"
         time.sleep(0.1)
     out = subprocess.run(["pgrep", "-f", f"sleep {duration}"], capture_output=True, text=True)
