@@ -15,7 +15,7 @@ import pytest
 
 from frenzy.v1 import events_pb2, types_pb2
 from frenzy_agent import executor
-from frenzy_agent.prestart import LauncherSet, PrestartedRanks
+from frenzy_agent.prestart import LauncherSet, PrestartedRanks, Reaper
 
 
 def full_pool(ranks_per_set: int, sets: int = 1) -> PrestartedRanks:
@@ -161,7 +161,7 @@ def test_a_launcher_that_died_while_idle_does_not_fail_the_launch(tmp_path: Path
 def test_checkpoint_now_before_a_launcher_has_become_its_rank_does_not_end_it(tmp_path: Path) -> None:
     """SIGUSR1 goes to the job's process group; a launcher still reading its request must not
     die of it (the rank would never run), and the rank gets the signal's default back."""
-    launchers = LauncherSet(2)
+    launchers = LauncherSet(2, Reaper())
     time.sleep(0.5)  # the interpreters have installed their handler
     os.killpg(launchers.leader.pid, signal.SIGUSR1)
     time.sleep(0.2)

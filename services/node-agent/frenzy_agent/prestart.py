@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import marshal
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -64,22 +65,43 @@ class IdleLauncher:
         return self.pid
 
     def retire(self) -> None:
-        """Close its pipe: an idle launcher then exits on its own, and a thread reaps it. Left
-        unreaped, a spare stayed a zombie in its job's process group, which then never looked
-        empty (`killpg(pgid, 0)` counts zombies) until some later launch's Popen happened to
-        collect it."""
+        """Close its pipe: an idle launcher then exits on its own (its set's `Reaper` reaps it)."""
         try:
             if self.process.stdin is not None:
                 self.process.stdin.close()
         except OSError:
             pass
-        threading.Thread(target=self.process.wait, name="reap-launcher", daemon=True).start()
+
+
+class Reaper:
+    """Waits for retired launchers to exit, in one background thread per pool. Left unreaped, a
+    spare stayed a zombie in its job's process group, which then never looked empty
+    (`killpg(pgid, 0)` counts zombies) until some later launch's Popen happened to collect it.
+    One thread started with the pool, not one per retirement: `Thread.start` waits until the new
+    thread runs, and in the launch path on a busy node that took the launch's spawn from 13-14
+    to 22 ms at the p50 (bench/e2e_latency.py, docs/reaction-latency.md, ninth round)."""
+
+    def __init__(self) -> None:
+        self._retired: queue.SimpleQueue[subprocess.Popen | None] = queue.SimpleQueue()
+        threading.Thread(target=self._run, name="reap-launchers", daemon=True).start()
+
+    def reap(self, process: subprocess.Popen) -> None:
+        self._retired.put(process)
+
+    def close(self) -> None:
+        """After the launchers already handed over are reaped, the thread ends."""
+        self._retired.put(None)
+
+    def _run(self) -> None:
+        while (process := self._retired.get()) is not None:
+            process.wait()
 
 
 class LauncherSet:
     """A leader with a process group of its own and `size - 1` members in that group."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, reaper: Reaper) -> None:
+        self.reaper = reaper
         self.leader = IdleLauncher(process_group=0)
         self.members: list[IdleLauncher] = []
         try:
@@ -107,11 +129,13 @@ class LauncherSet:
             raise
         for spare in self.members[len(requests) - 1:]:
             spare.retire()
+            self.reaper.reap(spare.process)
         return pids
 
     def retire(self) -> None:
         for launcher in [self.leader, *self.members]:
             launcher.retire()
+            self.reaper.reap(launcher.process)
 
     def kill(self) -> None:
         self.retire()
@@ -132,6 +156,7 @@ class PrestartedRanks:
         self._lock = threading.Lock()
         self._filling = False
         self._closed = False
+        self.reaper = Reaper() if self.sets else None
 
     def take(self, ranks: int) -> LauncherSet | None:
         """An idle set with room for `ranks`, or None (the caller starts them with Popen). The
@@ -165,6 +190,8 @@ class PrestartedRanks:
             idle, self._idle = self._idle, []
         for launchers in idle:
             launchers.retire()
+        if self.reaper is not None:
+            self.reaper.close()
 
     def _fill(self) -> None:
         try:
@@ -173,7 +200,7 @@ class PrestartedRanks:
                     if self._closed or len(self._idle) >= self.sets:
                         return
                 try:
-                    launchers = LauncherSet(self.ranks_per_set)
+                    launchers = LauncherSet(self.ranks_per_set, self.reaper)
                 except OSError as err:  # out of processes or memory: launches use Popen
                     log.warning("cannot pre-start ranks", error=str(err))
                     return
