@@ -222,7 +222,7 @@ def _sleeper(job_env: dict[str, str] | None = None) -> subprocess.Popen:
 
 def _running_record(workdir: Path, job_id: str, pid: int, cluster_id: str = "",
                     start_ticks: list | None = None) -> RunningJob:
-    from frenzy_agent.executor import boot_id, process_start_ticks
+    from frenzy_agent.procfs import boot_id, process_start_ticks
 
     ticks = [process_start_ticks(pid)] if start_ticks is None else start_ticks
     job = RunningJob(job_id, 0, workdir, pid, [pid], 1, [0], cluster_id, start_ticks=ticks,
@@ -281,7 +281,7 @@ def test_a_dead_jobs_pid_held_by_another_process_is_neither_adopted_nor_signalle
     workdir.mkdir(parents=True)
     other = _sleeper()  # not the job: another start time, none of the job's environment
     try:
-        from frenzy_agent.executor import process_start_ticks
+        from frenzy_agent.procfs import process_start_ticks
 
         ticks = [process_start_ticks(other.pid) - 1] if record == "start time" else []
         _running_record(workdir, "j", other.pid, start_ticks=ticks)

@@ -134,6 +134,22 @@ def test_the_spare_launchers_of_a_taken_set_are_reaped_and_leave_the_jobs_group_
         pool.close()
 
 
+def test_a_launch_on_launchers_records_each_ranks_start_time(tmp_path: Path) -> None:
+    """Read when the launchers started (a read while a rank execs would wait for the exec):
+    the same start time /proc gives the running rank, which a restarted agent checks."""
+    from frenzy_agent.procfs import process_start_ticks
+
+    pool = full_pool(3)
+    try:
+        job = executor.launch(launch_cmd("j", 3, "sleep 2"), tmp_path, 1.0, "",
+                              checkpoint_root=tmp_path / "ckpt", prestarted=pool)
+        assert job.start_ticks == [process_start_ticks(pid) for pid in job.pids]
+        assert None not in job.start_ticks and executor.ranks_alive(job) == [0, 1, 2]
+        wait_gone(job.pids)
+    finally:
+        pool.close()
+
+
 def test_closing_the_pool_ends_its_idle_launchers() -> None:
     pool = full_pool(2, sets=2)
     processes = [p.process for s in pool._idle for p in [s.leader, *s.members]]

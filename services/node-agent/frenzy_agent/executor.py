@@ -8,7 +8,6 @@ still learn how an adopted (not its own child) process ended. This module gather
 from __future__ import annotations
 
 import asyncio
-import functools
 import hashlib
 import json
 import os
@@ -29,6 +28,7 @@ from frenzy.security.limits import check_job_id
 from frenzy.v1 import events_pb2
 from frenzy_agent.classify import JobFacts
 from frenzy_agent.prestart import LauncherSet, PrestartedRanks
+from frenzy_agent.procfs import boot_id, process_start_ticks, start_ticks, stat_fields
 
 MODEL_CONFIG_FILE = "model_config.json"
 # `trap : USR1`: the checkpoint-now signal goes to the whole process group; the wrapper must
@@ -239,6 +239,8 @@ def launch(launch_cmd: events_pb2.LaunchJob, jobs_dir: Path, time_scale: float,
     if launchers is not None:
         try:
             pids = start_prestarted(launchers, ranks)
+            # Read when the launchers started: a rank's own stat read would wait for its exec.
+            ticks = launchers.start_ticks()[:ranks]
         except OSError:  # a launcher died while idle: start the ranks the usual way
             launchers.kill()
         except BaseException:
@@ -246,10 +248,11 @@ def launch(launch_cmd: events_pb2.LaunchJob, jobs_dir: Path, time_scale: float,
             raise
     if pids is None:
         pids = start_with_popen(ranks)
+        ticks = [process_start_ticks(pid) for pid in pids]  # Popen returned after the exec
     pgid = pids[0] if pids else 0
     job = RunningJob(launch_cmd.job_id, launch_cmd.attempt, workdir, pgid, pids,
                      launch_cmd.option.peak_bytes_per_gpu, list(launch_cmd.gpu_indices), cluster_id,
-                     start_ticks=[process_start_ticks(pid) for pid in pids], boot_id=boot_id())
+                     start_ticks=ticks, boot_id=boot_id())
     job.save()
     return job
 
@@ -259,34 +262,6 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-
-
-@functools.cache
-def boot_id() -> str:
-    """This boot of the kernel (read once: it cannot change under a running agent); processes
-    recorded under another boot are all gone."""
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""
-
-
-def _stat_fields(pid: int) -> list[str] | None:
-    """/proc/PID/stat from field 3 (state) on: the name before it may hold spaces and ")"."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(") ")[2].split()
-    except OSError:
-        return None
-
-
-def _start_ticks(fields: list[str] | None) -> int | None:
-    return int(fields[19]) if fields and len(fields) > 19 else None  # field 22: starttime
-
-
-def process_start_ticks(pid: int) -> int | None:
-    """When `pid` started, in clock ticks since boot (field 22 of /proc/PID/stat); None: gone.
-    A pid is reused once its process is reaped; a pid with its start time names one process."""
-    return _start_ticks(_stat_fields(pid))
 
 
 def same_process(job: RunningJob, rank: int, fields: list[str] | None = None) -> bool:
@@ -303,7 +278,7 @@ def same_process(job: RunningJob, rank: int, fields: list[str] | None = None) ->
         return False
     ticks = job.start_ticks[rank] if rank < len(job.start_ticks) else None
     if ticks is not None:
-        return _start_ticks(fields if fields is not None else _stat_fields(pid)) == ticks
+        return start_ticks(fields if fields is not None else stat_fields(pid)) == ticks
     return _marked(pid, job)
 
 
@@ -332,7 +307,7 @@ def _stat_if_running(pid: int) -> list[str] | None:
             return None
     except ChildProcessError:
         pass  # not our child (adopted after an agent restart)
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     return fields if fields is not None and fields[0] != "Z" else None  # or someone else's zombie
 
 
@@ -358,7 +333,7 @@ def group_alive(job: RunningJob) -> bool:
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
-        fields = _stat_fields(int(entry.name))
+        fields = stat_fields(int(entry.name))
         if (fields is not None and len(fields) > 2 and fields[2] == str(job.pgid)
                 and fields[0] != "Z" and _marked(int(entry.name), job)):
             return True

@@ -31,6 +31,7 @@ import threading
 from pathlib import Path
 
 from frenzy.logs import get_logger
+from frenzy_agent.procfs import process_start_ticks
 
 log = get_logger("node-agent")
 
@@ -48,6 +49,9 @@ class IdleLauncher:
         self.process = subprocess.Popen(
             [sys.executable, "-I", "-S", str(LAUNCHER_PROGRAM)], stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, process_group=process_group)
+        # The rank it becomes keeps this start time (an exec does not change it): read now, in
+        # the background, since a read while the rank execs waits for the exec.
+        self.start_ticks = process_start_ticks(self.process.pid)
 
     @property
     def pid(self) -> int:
@@ -113,6 +117,10 @@ class LauncherSet:
     @property
     def size(self) -> int:
         return 1 + len(self.members)
+
+    def start_ticks(self) -> list[int | None]:
+        """Each launcher's start time, in rank order (`procfs.process_start_ticks`)."""
+        return [launcher.start_ticks for launcher in [self.leader, *self.members]]
 
     def alive(self) -> bool:
         return self.leader.alive() and all(m.alive() for m in self.members)
