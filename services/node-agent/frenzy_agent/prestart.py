@@ -83,7 +83,7 @@ class Reaper:
     (`killpg(pgid, 0)` counts zombies) until some later launch's Popen happened to collect it.
     One thread started with the pool, not one per retirement: `Thread.start` waits until the new
     thread runs, and in the launch path on a busy node that took the launch's spawn from 13-14
-    to 22 ms at the p50 (bench/e2e_latency.py, docs/reaction-latency.md, ninth round)."""
+    to 20-22 ms at the p50 (bench/e2e_latency.py, docs/reaction-latency.md, ninth round)."""
 
     def __init__(self) -> None:
         self._retired: queue.SimpleQueue[subprocess.Popen | None] = queue.SimpleQueue()
