@@ -50,7 +50,7 @@ class IdleLauncher:
             [sys.executable, "-I", "-S", str(LAUNCHER_PROGRAM)], stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, process_group=process_group)
         # The rank it becomes keeps this start time (an exec does not change it): read now, in
-        # the background, since a read while the rank execs waits for the exec.
+        # the background; read in the launch, while the rank execs, it slowed the launch.
         self.start_ticks = process_start_ticks(self.process.pid)
 
     @property

@@ -19,7 +19,8 @@ def boot_id() -> str:
 
 def stat_fields(pid: int) -> list[str] | None:
     """/proc/PID/stat from field 3 (state) on: the name before it may hold spaces and ")".
-    Not for a process in the middle of an exec: the read waits for the exec to finish."""
+    Kept off the launch path for ranks that are exec'ing: read there, it took the launch's
+    spawn p50 from 11-13 to 19 ms (docs/reaction-latency.md, ninth round)."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rpartition(") ")[2].split()
     except OSError:
