@@ -30,27 +30,13 @@ from frenzy_scheduler.simulator.trace import load_trace
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from has_decision_time import append_run, load_module, loadavg  # noqa: E402
 from scheduling import CLUSTERS, PHILLY  # noqa: E402
+from sim_collector import GcCensus  # noqa: E402
 
 HAS_PATH = "services/scheduler/frenzy_scheduler/policies/has.py"
 ENGINE_PATH = "services/scheduler/frenzy_scheduler/simulator/engine.py"
 
 
-class GcClock:
-    """CPU seconds the cyclic garbage collector spends, from its own callbacks."""
-
-    def __init__(self) -> None:
-        self.total_s = 0.0
-        self._start_s = 0.0
-        gc.callbacks.append(self._callback)
-
-    def _callback(self, phase: str, info: dict) -> None:
-        if phase == "start":
-            self._start_s = time.process_time()
-        else:
-            self.total_s += time.process_time() - self._start_s
-
-
-def run(simulate_fn, policy_cls, jobs, groups, clock: GcClock) -> tuple[float, float, tuple]:
+def run(simulate_fn, policy_cls, jobs, groups, clock: GcCensus) -> tuple[float, float, tuple]:
     gc.collect()
     gc_before_s = clock.total_s
     tick_cpu = time.process_time()
@@ -80,7 +66,7 @@ def main() -> None:
     trace = load_trace(PHILLY)
     groups = load_cluster_file(CLUSTERS["frenzy-288"])
     jobs = prepare_jobs(trace, groups, start_s=trace[0].submit_time_s, count=args.jobs, seed=0)
-    clock = GcClock()
+    clock = GcCensus()
     pairs = []
     load_start = loadavg()
     for turn in range(args.pairs):

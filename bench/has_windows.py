@@ -63,6 +63,7 @@ def saved_window_jobs(cluster: str, start_index: int, load: float) -> tuple[list
     return groups, prepare_jobs(load_trace(PHILLY), groups, start_s=window["start_s"], count=500,
                                 load=load, seed=0)
 
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--settings", default=",".join(SETTINGS))

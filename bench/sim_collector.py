@@ -22,6 +22,7 @@ from pathlib import Path
 
 from frenzy.clusterfile import load_cluster_file
 from frenzy_scheduler.simulator import SimConfig, prepare_jobs, run_policy
+from frenzy_scheduler.simulator.engine import cache_option_gpu_counts
 from frenzy_scheduler.simulator.trace import load_trace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -48,6 +49,10 @@ class GcCensus:
         self.cpu_s[generation] += time.process_time() - self._start_s
         self.collected[generation] += info["collected"]
 
+    @property
+    def total_s(self) -> float:
+        return sum(self.cpu_s)
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
@@ -60,9 +65,7 @@ def main() -> None:
     window = {"start_s": trace[0].submit_time_s, "count": args.jobs} if args.jobs else {}
     jobs = prepare_jobs(trace, groups, seed=0, **window)  # all: as scheduling.py's whole trace
     if args.automatic:
-        for job in jobs:
-            for option in job.options:
-                option.num_gpus  # cached in the option's dict: frozen with it, as the engine does
+        cache_option_gpu_counts(jobs)  # as the engine does before its freeze
         gc.collect()
         gc.freeze()
     census = GcCensus()

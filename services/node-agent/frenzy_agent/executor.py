@@ -264,9 +264,9 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
-def same_process(job: RunningJob, rank: int, fields: list[str] | None = None) -> bool:
-    """Whether the process at rank's pid is still the one the agent started for it (`fields`:
-    its /proc stat, when the caller has read it).
+def same_process(job: RunningJob, rank: int, fields: list[str]) -> bool:
+    """Whether the process at rank's pid (`fields`: its /proc stat) is still the one the agent
+    started for it.
 
     After a container restart the fresh pid namespace hands out the same small pids again, and
     the agent's own pre-started launchers took the pid of the job that died with the old
@@ -278,7 +278,7 @@ def same_process(job: RunningJob, rank: int, fields: list[str] | None = None) ->
         return False
     ticks = job.start_ticks[rank] if rank < len(job.start_ticks) else None
     if ticks is not None:
-        return start_ticks(fields if fields is not None else stat_fields(pid)) == ticks
+        return start_ticks(fields) == ticks
     return _marked(pid, job)
 
 

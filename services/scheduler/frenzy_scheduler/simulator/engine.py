@@ -144,6 +144,14 @@ def _scaled(options: Sequence[PlanOption], fraction: float) -> tuple[PlanOption,
 FIRST_COLLECTION_AFTER_INSTANTS = 1000
 
 
+def cache_option_gpu_counts(jobs: Sequence[SimJob]) -> None:
+    """Read each option's GPU count, which `frenzy.domain._cached` keeps in the option's
+    instance dict (made on first read): read before a freeze, the dicts are frozen with it."""
+    for job in jobs:
+        for option in job.options:
+            option.num_gpus
+
+
 class _RunCollector:
     """The cyclic garbage collector during a run: kept off the objects that live through it,
     and run by the engine at growing gaps instead of by allocation counts.
@@ -172,9 +180,7 @@ class _RunCollector:
     def __enter__(self) -> "_RunCollector":
         if not gc.isenabled() or gc.get_freeze_count():
             return self
-        for job in self.jobs:
-            for option in job.options:
-                option.num_gpus
+        cache_option_gpu_counts(self.jobs)
         gc.freeze()
         gc.disable()
         self.active = True
