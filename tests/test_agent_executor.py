@@ -596,3 +596,29 @@ def test_a_launch_that_fails_midway_leaves_no_rank_running(tmp_path, monkeypatch
     assert not process_group_exists(pgid)
     assert not (workdir / "state.json").exists()
 
+
+
+def test_a_child_that_exits_between_two_polls_is_reaped_when_it_is_called_gone(monkeypatch):
+    """The exit lands inside one poll, after the first look: the poll that calls the child gone
+    must also reap it, or its zombie keeps its process group alive for good (a CI failure of
+    test_agent_prestart's reaped-spares test, when the read came after the reap)."""
+    from frenzy_agent import executor, procfs
+
+    child = subprocess.Popen(["sh", "-c", "read line"], stdin=subprocess.PIPE)
+    real_stat = procfs.stat_fields
+
+    def exits_first(pid: int) -> list[str] | None:  # the child exits, then /proc is read
+        if pid == child.pid and child.stdin is not None and not child.stdin.closed:
+            child.stdin.close()
+            while (fields := real_stat(pid)) is not None and fields[0] != "Z":
+                pass
+        return real_stat(pid)
+
+    monkeypatch.setattr(executor, "stat_fields", exits_first)
+    try:
+        assert not executor.process_running(child.pid)
+        assert real_stat(child.pid) is None, "called gone, left a zombie"
+    finally:
+        if child.stdin is not None:
+            child.stdin.close()
+        child.wait()

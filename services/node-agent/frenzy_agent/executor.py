@@ -300,21 +300,24 @@ def process_running(pid: int) -> bool:
 
 def _stat_if_running(pid: int) -> list[str] | None:
     """`pid`'s /proc stat fields if a process runs there (not exited, not a zombie); reaps it
-    first when it is our exited child."""
-    try:
-        waited, _ = os.waitpid(pid, os.WNOHANG)
-        if waited == pid:
-            return None
-    except ChildProcessError:
-        pass  # not our child (adopted after an agent restart)
+    when it is our exited child. /proc first, then the reap: the other order (reap, then read)
+    missed a child that exited between the two, saw its zombie, called it gone and never reaped
+    it, so its process group stayed alive to `killpg(pgid, 0)` (one CI run of test_agent_prestart).
+    A running rank costs one read of /proc, no waitpid."""
     fields = stat_fields(pid)
-    return fields if fields is not None and fields[0] != "Z" else None  # or someone else's zombie
+    if fields is not None and fields[0] != "Z":
+        return fields
+    try:
+        os.waitpid(pid, os.WNOHANG)  # our exited child: reaped now (whoever's zombie it is)
+    except ChildProcessError:
+        pass  # not our child (adopted after an agent restart), or already reaped
+    return None
 
 
 def _alive(job: RunningJob, rank: int) -> bool:
     """Whether rank's process still runs, and not another process that has its pid now (even
     a child of ours: after a container restart the agent's own launchers took dead jobs'
-    pids). Polled every few tens of ms for every rank: one waitpid and one read of /proc."""
+    pids). Polled every few tens of ms for every rank: one read of /proc while it runs."""
     fields = _stat_if_running(job.pids[rank])
     return fields is not None and same_process(job, rank, fields)
 
