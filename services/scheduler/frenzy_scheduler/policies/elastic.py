@@ -28,7 +28,7 @@ import heapq
 import math
 from itertools import accumulate
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Callable, Sequence
 
 from frenzy.domain import PlanOption
@@ -160,16 +160,6 @@ def shrink_in_place(run: RunningJob, option: PlanOption) -> Assignments | None:
             chosen.append((node_id, tuple(gpus[:take])))
             needed -= take
     return tuple(chosen) if needed == 0 else None
-
-
-@dataclass(frozen=True)
-class Suspend:
-    """EXPERIMENT (i9jct3): a shrink step to no GPUs: the job is preempted (back to the
-    queue) for the newcomer. Quacks like the narrower option it replaces in a plan."""
-
-    gpu_type: str
-    duration_s: float  # the job's fastest option, full work: its place in the queue's order
-    num_gpus: int = 0
 
 
 Shrinkable = dict[str, list[tuple[int, RunningJob, PlanOption]]]
@@ -422,9 +412,8 @@ def most_freed(victims: Victims | Candidates) -> dict[str, list[int]]:
 def shrink_plan(victims: Victims, gpu_type: str, deficit: int, horizon_s: float,
                 restart_s: float, skip: set[str] = frozenset(),
                 free: dict[str, int] | None = None,
-                moves: dict[str, tuple[int, float, PlanOption] | None] | None = None,
-                to_end: frozenset[str] = frozenset(), fair_exponent: float = 0.0,
-                stall_s: dict[str, float] | None = None) -> ShrinkPlan | None:
+                moves: dict[str, tuple[int, float, PlanOption] | None] | None = None
+                ) -> ShrinkPlan | None:
     """Free `deficit` GPUs of a type by shrinking running jobs where it costs least: greedy on
     the loss per GPU freed (`shrink_loss_s` over the newcomer's `horizon_s`, plus two restarts
     the first time a job is touched: the shrink, and the growth back when the GPUs free up).
@@ -451,13 +440,6 @@ def shrink_plan(victims: Victims, gpu_type: str, deficit: int, horizon_s: float,
     others_of = {run.job_id: others for run, _, _, _, others in victims.get(gpu_type, ())}
     free_left = dict(free) if free is not None else {}
     memo = moves  # valid while free_left is the caller's `free`
-    fastest_of = {run.job_id: min(o.duration_s for o in run.options)
-                  for run, _, _, _, _ in victims.get(gpu_type, ())} if fair_exponent else {}
-
-    def weight(job_id: str, current_s: float) -> float:
-        """EXPERIMENT: Sia's fairness in the victims' order: a job already slowed relative
-        to its fastest option weighs its loss by (slowdown) ** fair_exponent."""
-        return (current_s / fastest_of[job_id]) ** fair_exponent if fair_exponent else 1.0
 
     def candidate(job_id: str) -> tuple[float, str, float, tuple[int, float, PlanOption] | None] | None:
         """The job's cheapest next give-up per GPU: its next narrower step, or (untouched)
@@ -465,17 +447,12 @@ def shrink_plan(victims: Victims, gpu_type: str, deficit: int, horizon_s: float,
         run, current_s, left, gpus, taken, chosen = state[job_id]
         best = None
         steps = steps_of[job_id]
-        if taken < len(steps) and not (
-                steps[taken][0] == 0 and left * steps[taken][2].duration_s <= horizon_s):
+        if taken < len(steps):
             step_gpus, step_s, _ = steps[taken]
-            loss_s = shrink_loss_s(left, step_s, current_s,
-                                   math.inf if job_id in to_end else horizon_s)
-            if step_gpus == 0 and stall_s:  # EXPERIMENT: a suspension stalls it in the queue
-                loss_s = max(loss_s, stall_s.get(job_id, 0.0))
+            loss_s = shrink_loss_s(left, step_s, current_s, horizon_s)
             if chosen is None:
                 loss_s += 2 * restart_s
-            best = (loss_s / (gpus - step_gpus) * weight(job_id, current_s), job_id, loss_s,
-                    None)
+            best = (loss_s / (gpus - step_gpus), job_id, loss_s, None)
         if chosen is None and free is not None:
             if memo is not None:
                 move = memo.get(job_id, memo)
@@ -486,9 +463,8 @@ def shrink_plan(victims: Victims, gpu_type: str, deficit: int, horizon_s: float,
             if move is not None:
                 # to its end: no return is counted on (see the docstring)
                 loss_s = shrink_loss_s(left, move[1], current_s, math.inf) + 2 * restart_s
-                key = loss_s / gpus * weight(job_id, current_s)
-                if best is None or (key, job_id) < best[:2]:
-                    best = (key, job_id, loss_s, move)
+                if best is None or (loss_s / gpus, job_id) < best[:2]:
+                    best = (loss_s / gpus, job_id, loss_s, move)
         return best
 
     heap = [c for job_id in state if (c := candidate(job_id)) is not None]
@@ -547,8 +523,8 @@ def shrink_loss_floor(victims: Victims, gpu_type: str, deficit: int, horizon_s: 
 
 def floor_items(victims: Victims, gpu_type: str, horizon_s: float, restart_s: float,
                 skip: set[str] = frozenset(), free: dict[str, int] | None = None,
-                moves: dict[str, tuple[int, float, PlanOption] | None] | None = None,
-                to_end: frozenset[str] = frozenset()) -> list[tuple[float, int]]:
+                moves: dict[str, tuple[int, float, PlanOption] | None] | None = None
+                ) -> list[tuple[float, int]]:
     """`shrink_loss_floor`'s (least loss per GPU, most GPUs) of each job, cheapest first."""
     restarts_s = 2 * restart_s
     items = []
@@ -558,19 +534,14 @@ def floor_items(victims: Victims, gpu_type: str, horizon_s: float, restart_s: fl
         gpus = run.num_gpus
         per_gpu, most = math.inf, 0
         loss_s, before_s = restarts_s, current_s
-        job_horizon_s = math.inf if run.job_id in to_end else horizon_s
-        for step_gpus, step_s, step in steps:  # shrink_loss_s, inlined
-            if step_gpus == 0 and left * step.duration_s <= horizon_s:
-                break  # no suspension for a job shorter than the newcomer (shrink_plan's test)
+        for step_gpus, step_s, _ in steps:  # shrink_loss_s, inlined
             if step_s > before_s:
-                loss_s += min(job_horizon_s, left * step_s) * (1.0 - before_s / step_s)
+                loss_s += min(horizon_s, left * step_s) * (1.0 - before_s / step_s)
             before_s = step_s
             if loss_s / (gpus - step_gpus) < per_gpu:
                 per_gpu = loss_s / (gpus - step_gpus)
         if steps:
             most = gpus - steps[-1][0]
-            if steps[-1][0] == 0 and left * steps[-1][2].duration_s <= horizon_s:
-                most = gpus - steps[-2][0] if len(steps) > 1 else 0
         if free is not None and others:
             if moves is not None:
                 move = moves.get(run.job_id, moves)
@@ -623,7 +594,7 @@ def apply_shrinks(plan: Sequence[tuple[RunningJob, PlanOption]], index: FreeInde
     for run, option in plan:
         if option.gpu_type != run.option.gpu_type:
             continue
-        kept = () if isinstance(option, Suspend) else shrink_in_place(run, option)
+        kept = shrink_in_place(run, option)
         if kept is None:
             return None
         kept_by_job.append((run, option, kept))
@@ -641,10 +612,6 @@ def apply_shrinks(plan: Sequence[tuple[RunningJob, PlanOption]], index: FreeInde
     actions = []
     for run, option, kept in kept_by_job + moved:
         index.release(run.assignments)
-        if isinstance(option, Suspend):
-            actions.append(Placement(run.job_id, run.option, (), PREEMPT, Decision(
-                policy, f"suspended to admit {reason}")))
-            continue
         if option.gpu_type == run.option.gpu_type:
             index.take(kept)
         left_s = option.duration_s * run.remaining_fraction(now_s)

@@ -35,8 +35,7 @@ from frenzy_scheduler.core import (Alternative, ClusterView, Decision, Placement
                                   RunningJob)
 from frenzy_scheduler.placement import Assignments, FreeIndex, KeptFreeIndex
 from frenzy_scheduler.policies.elastic import (Candidates, Menus, Shrinkable, ShrinkPlan, Victims,
-                                               apply_shrinks, fill_floor, floor_items,
-                                               Suspend, full_duration_s, grow, movable,
+                                               apply_shrinks, fill_floor, floor_items, grow,
                                                most_freed, reclaim, shrink_plan, shrinkable,
                                                spare_gpus, undo_shrinks, victim_candidates,
                                                with_work_left)
@@ -86,29 +85,6 @@ class HasConfig:
     # What HAS expects a start to cost: launch_overhead_s x (1 + log2(nodes)). A property of
     # the cluster (measured live); the simulator charges every policy the same default.
     launch_overhead_s: float = 60.0
-    # EXPERIMENT (i9jct3): how admission charges a victim that an earlier admission already
-    # shrank and that has not grown back: "newcomer" (as any victim), "from_width" (its loss
-    # counted from the speed it had before its first shrink), "to_end" (over its own end)
-    reshrink_charge: str = "newcomer"
-    # EXPERIMENT (i9jct3): a victim's slowdown counted over at least reshape_interval_s (a
-    # shrink restarts it, and it may not grow back before that interval has passed)
-    horizon_hysteresis: bool = False
-    # EXPERIMENT (i9jct3): victims ordered by loss per GPU x (their slowdown against their
-    # fastest option) ** this (Sia's p = -0.5 objective's marginal weight: 0.5)
-    fair_exponent: float = 0.0
-    # EXPERIMENT (i9jct3): admission may also suspend (preempt back to the queue) a running
-    # job with more work left than the newcomer's run, charged the newcomer's run + 2 restarts
-    suspend: bool = False
-    suspend_hysteresis: bool = False  # ... only a job not moved within reshape_interval_s
-    suspend_once: bool = False  # ... only a job never suspended before
-    suspend_pressure: bool = False  # ... only while the queue does not fit in the free GPUs
-    # EXPERIMENT (s10): what a suspension is charged: "newcomer" (the newcomer's run) or
-    # "queue" (at least its wait behind the queued jobs ahead of it in the order that want its
-    # type: their GPU-seconds there over the type's GPUs, a fluid estimate)
-    suspend_charge: str = "newcomer"
-    # EXPERIMENT (i9jct3): admission picks the newcomer's option by net gain per GPU taken
-    # from running jobs (growth's rule for idle GPUs), not by net gain
-    admit_per_gpu: bool = False
 
     def launch_s(self, nodes: int) -> float:
         return self.launch_overhead_s * (1.0 + math.log2(max(1, nodes)))
@@ -419,9 +395,6 @@ class HasPolicy:
         self._demand = 0
         # Admission's victim candidates, spare and most freed, with what they were built for
         self._kept_candidates: tuple | None = None
-        # job id -> its full-work duration before admission first shrank it (reshrink_charge)
-        self._width_before_s: dict[str, float] = {}
-        self._suspended: set[str] = set()  # jobs admission suspended (suspend_once)
 
     def schedule(self, queue: Sequence[QueuedJob], cluster: ClusterView, now_s: float,
                  running: Sequence[RunningJob] = ()) -> list[Placement]:
@@ -530,9 +503,6 @@ class HasPolicy:
         few GPUs rather than falling to one. An urgent deadline job may also preempt
         (`reclaim`). Returns (reshapes, placements of the admitted jobs)."""
         cfg = self.config
-        # EXPERIMENT: suspension only under queue pressure (`suspend_pressure`), when the
-        # queue does not fit in the free GPUs (displacement's gate, the other way round)
-        suspend = cfg.suspend and not (cfg.suspend_pressure and displace)
         displace = displace and cfg.displace
         free = index.free_by_type
         moves: list[Placement] = []
@@ -552,8 +522,6 @@ class HasPolicy:
         displaced: dict = {}  # job id -> its displacement there (elastic.shrink_plan's memo)
         most: dict[str, list[int]] = {}
         release_ends = releases.ends
-        to_end: frozenset[str] = frozenset()  # victims charged to their own end (reshrink_charge)
-        stalls: dict[str, dict[str, float]] = {}  # type -> victim -> its wait if suspended
         for facts in ordered[:16]:  # the head of the priority order
             if len(moves) >= cfg.max_moves:
                 break
@@ -607,7 +575,6 @@ class HasPolicy:
                     baseline_s, baseline = end_s, entry
             best: tuple[float, _Entry, ShrinkPlan] | None = None
             best_s = 0.0  # best's net gain (0 while there is none): a plan must beat it
-            best_per_gpu = 0.0
             if victims is not None and self.shortcuts and spare_types.isdisjoint(facts.reach):
                 # No type of the job has GPUs to spare: every entry below would stop at its
                 # deficit (none, or more than the spare 0), so no plan; hold for the baseline
@@ -626,10 +593,8 @@ class HasPolicy:
                     continue
                 deficit = gpus - have
                 if victims is None:  # built once, on the first option that needs it
-                    candidates_by_type, spare, most = self._candidates(running, now_s, displace,
-                                                                           suspend)
+                    candidates_by_type, spare, most = self._candidates(running, now_s, displace)
                     victims = {}  # each type's `Victims` entries, when a plan first needs them
-                    to_end = self._reshrunk(running)
                     spare_types = {t for t, n in spare.items() if n > 0}
                 if deficit > spare.get(gpu_type, 0):
                     continue
@@ -641,8 +606,7 @@ class HasPolicy:
                         (2 * restart_s * touched * (1.0 - 1e-9)) <= best_s:
                     continue
                 if gpu_type not in victims:
-                    victims[gpu_type] = self._charged(
-                        with_work_left(candidates_by_type[gpu_type], now_s))
+                    victims[gpu_type] = with_work_left(candidates_by_type[gpu_type], now_s)
                 # A floor under the plan's loss (`shrink_loss_floor`): most plans cannot pay
                 # even at that. First from the per-GPU costs derived for a faster option of
                 # this type (a shorter horizon: still a floor), then from this option's own
@@ -654,26 +618,17 @@ class HasPolicy:
                 if items is not None and baseline_s - total_s - (1.0 + cfg.min_gain_fraction) * \
                         (fill_floor(items, deficit) * (1.0 - 1e-9)) <= best_s:
                     continue
-                horizon_s = max(total_s, cfg.reshape_interval_s) if cfg.horizon_hysteresis \
-                    else total_s
-                items = floors[gpu_type] = floor_items(victims, gpu_type, horizon_s, restart_s,
-                                                       acted, room, displaced, to_end)
+                items = floors[gpu_type] = floor_items(victims, gpu_type, total_s, restart_s,
+                                                       acted, room, displaced)
                 if baseline_s - total_s - (1.0 + cfg.min_gain_fraction) * \
                         (fill_floor(items, deficit) * (1.0 - 1e-9)) <= best_s:
                     continue
-                if suspend and cfg.suspend_charge == "queue" and gpu_type not in stalls:
-                    stalls[gpu_type] = self._queue_stalls(ordered, running, victims[gpu_type],
-                                                          gpu_type, free, now_s)
-                plan = shrink_plan(victims, gpu_type, deficit, horizon_s, restart_s, acted,
-                                   room, displaced, to_end, cfg.fair_exponent,
-                                   stalls.get(gpu_type))
+                plan = shrink_plan(victims, gpu_type, deficit, total_s, restart_s, acted,
+                                   room, displaced)
                 if plan is None:
                     continue
                 net_s = baseline_s - total_s - (1.0 + cfg.min_gain_fraction) * plan[0]
-                if cfg.admit_per_gpu:  # EXPERIMENT: net gain per GPU taken from running jobs
-                    if net_s > 0 and (best is None or net_s / deficit > best_per_gpu):
-                        best, best_per_gpu = (net_s, entry, plan), net_s / deficit
-                elif net_s > 0 and (best is None or net_s > best[0]):
+                if net_s > 0 and (best is None or net_s > best[0]):
                     best, best_s = (net_s, entry, plan), net_s
             if best is None:
                 claimed[baseline[1]] = claimed.get(baseline[1], 0) + baseline[2]
@@ -691,10 +646,6 @@ class HasPolicy:
             index.take(assignments)
             moves += shrinks
             acted.update(a.job_id for a in shrinks)
-            for shrunk_run, narrower in plan:
-                self._width_before_s.setdefault(shrunk_run.job_id, full_duration_s(shrunk_run))
-                if isinstance(narrower, Suspend):
-                    self._suspended.add(shrunk_run.job_id)
             for shrunk_run, narrower in plan:  # what they can still give is less now
                 spare[gpu_type] -= shrunk_run.num_gpus - (
                     narrower.num_gpus if narrower.gpu_type == gpu_type else 0)
@@ -706,101 +657,25 @@ class HasPolicy:
                              "best without shrinking (start now, or wait for releases)")))))
         return moves, placed
 
-    def _candidates(self, running: Sequence[RunningJob], now_s: float, displace: bool,
-                    suspend: bool = False) -> tuple[Candidates, dict[str, int], dict[str, list[int]]]:
+    def _candidates(self, running: Sequence[RunningJob], now_s: float, displace: bool
+                    ) -> tuple[Candidates, dict[str, int], dict[str, list[int]]]:
         """`victim_candidates`, `spare_gpus` (a copy: admission spends it) and `most_freed`,
         kept from the last decision while they cannot differ: the same running jobs (by
         identity: a `RunningJob` is immutable, a start or reshape makes a new one), the same
         `displace`, and no job's restore ending in between (restoring jobs are left out), so
         a decision on an arrival alone reuses them."""
         kept = self._kept_candidates
-        if self.shortcuts and kept is not None and kept[1] == (displace, suspend) and \
+        if self.shortcuts and kept is not None and kept[1] == displace and \
                 kept[2] <= now_s < kept[3] and len(kept[0]) == len(running) and \
                 all(map(is_, kept[0], running)):
             return kept[4], dict(kept[5]), kept[6]
         candidates = victim_candidates(running, now_s, self._menus, displace)
-        if suspend:
-            candidates = self._with_suspension(candidates, running, now_s)
         spare, most = spare_gpus(candidates), most_freed(candidates)
         restored_s = min((r.restoring_until_s for r in running if r.restoring_until_s > now_s),
                          default=INF)  # the next restore to end: the filter changes there
-        self._kept_candidates = (list(running), (displace, suspend), now_s, restored_s, candidates, spare,
+        self._kept_candidates = (list(running), displace, now_s, restored_s, candidates, spare,
                                  most)
         return candidates, dict(spare), most
-
-    def _with_suspension(self, candidates: Candidates, running: Sequence[RunningJob],
-                         now_s: float) -> Candidates:
-        """EXPERIMENT: every candidate's steps end in a suspension (no GPUs), and the jobs
-        that could give nothing up (at their narrowest, nowhere to go) become candidates
-        with that step alone."""
-        out: Candidates = {}
-        seen: set[str] = set()
-        menus = self._menus
-        interval_s = self.config.reshape_interval_s if self.config.suspend_hysteresis else 0.0
-        once = self._suspended if self.config.suspend_once else set()
-        for gpu_type, items in candidates.items():
-            out[gpu_type] = [(run, full_s, steps + [(0, INF, Suspend(
-                gpu_type, menus.of(run.options).fastest_s))], others)
-                if movable(run, now_s, interval_s) and run.job_id not in once
-                else (run, full_s, steps, others)
-                for run, full_s, steps, others in items]
-            seen.update(item[0].job_id for item in items)
-        for run in running:
-            if run.job_id in seen or not run.options or run.deadline_s or \
-                    run.restoring_until_s > now_s or not movable(run, now_s, interval_s) or \
-                    run.job_id in once:
-                continue
-            gpu_type = run.option.gpu_type
-            out.setdefault(gpu_type, []).append((run, menus.shrink_steps(run)[0], [(0, INF, Suspend(
-                gpu_type, menus.of(run.options).fastest_s))], []))
-        return out
-
-    def _queue_stalls(self, ordered: Sequence[_JobFacts], running: Sequence[RunningJob],
-                      victims: list, gpu_type: str, free: dict[str, int], now_s: float
-                      ) -> dict[str, float]:
-        """EXPERIMENT (s10, `suspend_charge` "queue"): each victim's wait if suspended: the
-        GPU-seconds that the queued jobs ahead of it in the order (its key as it would be
-        queued: its remaining fastest run, its own submit time) want on this type (those whose
-        fastest option is on it), over the type's GPUs."""
-        gpus_of_type = free.get(gpu_type, 0) + sum(
-            r.num_gpus for r in running if r.option.gpu_type == gpu_type)
-        keys, work = [], [0.0]
-        for facts in ordered:
-            if facts.entries and facts.entries[0][1] == gpu_type:
-                keys.append(facts.key)
-                work.append(work[-1] + facts.entries[0][4])
-        aging = self.config.aging_rate
-        stalls = {}
-        for run, current_s, left, steps, _ in victims:
-            if steps and steps[-1][0] == 0:
-                key = (1, left * steps[-1][2].duration_s + aging * run.submit_time_s,
-                       run.submit_time_s, run.job_id)
-                ahead = bisect.bisect_left(keys, key)
-                stalls[run.job_id] = work[ahead] / max(1, gpus_of_type)
-        return stalls
-
-    def _reshrunk(self, running: Sequence[RunningJob]) -> frozenset[str]:
-        """With `reshrink_charge` "to_end": the running jobs an earlier admission shrank that
-        have not grown back to the speed they had then (charged their loss to their end)."""
-        before = self._width_before_s
-        if len(before) > 2 * len(running) + 1000:
-            ids = {r.job_id for r in running}
-            for job_id in [j for j in before if j not in ids]:
-                del before[job_id]
-        if self.config.reshrink_charge != "to_end" or not before:
-            return frozenset()
-        return frozenset(r.job_id for r in running if r.job_id in before
-                         and full_duration_s(r) > before[r.job_id] * (1.0 + 1e-9))
-
-    def _charged(self, victims: list) -> list:
-        """With `reshrink_charge` "from_width": a victim that an earlier admission shrank is
-        charged from the speed it had before (its current full-work duration replaced by
-        that one, when shorter)."""
-        if self.config.reshrink_charge != "from_width" or not self._width_before_s:
-            return victims
-        before = self._width_before_s
-        return [(run, min(current_s, before.get(run.job_id, current_s)), left, steps, others)
-                for run, current_s, left, steps, others in victims]
 
     @staticmethod
     def _displace_room(free: dict[str, int], claimed: dict[str, int]) -> dict[str, int]:
