@@ -1,6 +1,8 @@
 """Every policy: no double booking, only free GPUs of the option's type; policy-specific rules."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import math
 
 from hypothesis import HealthCheck, given, settings
@@ -273,6 +275,29 @@ def test_has_admits_a_waiting_job_by_shrinking_the_job_that_loses_least() -> Non
     freed = {4, 5, 6, 7} - set(shrink.assignments[0][1])
     assert place.kind == "place" and set(place.assignments[0][1]) == freed
     assert "shrinking" in place.decision.reason and place.decision.alternatives
+
+
+def test_has_shrinks_no_job_moved_within_the_reshape_interval() -> None:
+    """The scenario above, with 'flat' (the cheaper victim) restarted 300 s ago: live, the
+    scheduler's veto refuses to reshape a job moved less than the orchestrator's interval ago
+    (reshapable.reshape_veto), so has must not plan it either; 'linear' gives up its GPUs
+    instead. Once the interval has passed, 'flat' is the victim again."""
+    now_s = 1000.0
+    interval_s = HasConfig().reshape_interval_s
+
+    def victims(restarted_s_ago: float) -> set[str]:
+        cluster = nodes({"a": ("A100-80GB", 8, [])})
+        flat = running_job("flat", "A100-80GB", "a", (4, 5, 6, 7), {2: 12000.0, 4: 10000.0},
+                           now_s, 9000.0)
+        running = [running_job("linear", "A100-80GB", "a", (0, 1, 2, 3),
+                               {2: 20000.0, 4: 10000.0}, now_s, 9000.0),
+                   replace(flat, restarts=1, start_time_s=now_s - restarted_s_ago)]
+        queue = [job("new", now_s, option("A100-80GB", 2, 1000.0))]
+        return {a.job_id for a in HasPolicy().schedule(queue, cluster, now_s, running)
+                if a.kind == "resize"}
+
+    assert victims(interval_s / 2) == {"linear"}
+    assert victims(interval_s + 1) == {"flat"}
 
 
 def test_has_does_not_shrink_when_the_gain_is_below_the_threshold() -> None:

@@ -364,13 +364,14 @@ Candidates = dict[str, list[tuple[RunningJob, float, list[tuple[int, float, Plan
 
 
 def victim_candidates(runs: Sequence[RunningJob], now_s: float, menus: Menus,
-                      displace: bool = False) -> Candidates:
+                      displace: bool = False, interval_s: float = 0.0) -> Candidates:
     """`victims_by_type` without each job's work left, which only the types a plan is built
-    for need (`with_work_left`); `spare_gpus` and `most_freed` take these as they are."""
+    for need (`with_work_left`); `spare_gpus` and `most_freed` take these as they are. With
+    `interval_s`, a job moved less than that long ago is no victim (`movable`)."""
     out: Candidates = {}
     for run in runs:
         parts = menus.victim(run, displace)
-        if parts is None or run.restoring_until_s > now_s:
+        if parts is None or not movable(run, now_s, interval_s):
             continue
         full_s, steps, others = parts
         candidates = out.get(run.option.gpu_type)

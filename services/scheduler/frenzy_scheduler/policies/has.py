@@ -669,10 +669,17 @@ class HasPolicy:
                 kept[2] <= now_s < kept[3] and len(kept[0]) == len(running) and \
                 all(map(is_, kept[0], running)):
             return kept[4], dict(kept[5]), kept[6]
-        candidates = victim_candidates(running, now_s, self._menus, displace)
+        # No job moved less than reshape_interval_s ago is a victim: live, the scheduler's veto
+        # (reshapable.reshape_veto, the orchestrator's interval) refuses to reshape it
+        interval_s = self.config.reshape_interval_s
+        candidates = victim_candidates(running, now_s, self._menus, displace, interval_s)
         spare, most = spare_gpus(candidates), most_freed(candidates)
         restored_s = min((r.restoring_until_s for r in running if r.restoring_until_s > now_s),
                          default=INF)  # the next restore to end: the filter changes there
+        if interval_s:  # ... and where a moved job's interval ends
+            restored_s = min(restored_s, min((r.start_time_s + interval_s for r in running
+                                              if r.restarts and r.start_time_s + interval_s > now_s),
+                                             default=INF))
         self._kept_candidates = (list(running), displace, now_s, restored_s, candidates, spare,
                                  most)
         return candidates, dict(spare), most
