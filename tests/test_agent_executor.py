@@ -597,7 +597,6 @@ def test_a_launch_that_fails_midway_leaves_no_rank_running(tmp_path, monkeypatch
     assert not (workdir / "state.json").exists()
 
 
-
 def test_a_child_that_exits_between_two_polls_is_reaped_when_it_is_called_gone(monkeypatch):
     """The exit lands inside one poll, after the first look: the poll that calls the child gone
     must also reap it, or its zombie keeps its process group alive for good (a CI failure of

@@ -1,9 +1,8 @@
 """Every policy: no double booking, only free GPUs of the option's type; policy-specific rules."""
 from __future__ import annotations
 
-from dataclasses import replace
-
 import math
+from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

@@ -146,6 +146,13 @@ def movable(run: RunningJob, now_s: float, interval_s: float) -> bool:
         (run.restarts == 0 or now_s - run.start_time_s >= interval_s)
 
 
+def movable_from_s(run: RunningJob, interval_s: float) -> float:
+    """When `movable` turns true for a job with a menu: its restore over and, if it was moved,
+    `interval_s` after its latest start (a caller keeping what it derived from `movable` keeps
+    it until the earliest of these)."""
+    return max(run.restoring_until_s, run.start_time_s + interval_s if run.restarts else -math.inf)
+
+
 def shrink_in_place(run: RunningJob, option: PlanOption) -> Assignments | None:
     """A subset of the job's own GPUs for a narrower option: whole tp groups per node, the
     fullest nodes first (so the fewest nodes stay spanned)."""

@@ -36,9 +36,9 @@ from frenzy_scheduler.core import (Alternative, ClusterView, Decision, Placement
 from frenzy_scheduler.placement import Assignments, FreeIndex, KeptFreeIndex
 from frenzy_scheduler.policies.elastic import (Candidates, Menus, Shrinkable, ShrinkPlan, Victims,
                                                apply_shrinks, fill_floor, floor_items, grow,
-                                               most_freed, reclaim, shrink_plan, shrinkable,
-                                               spare_gpus, undo_shrinks, victim_candidates,
-                                               with_work_left)
+                                               most_freed, movable_from_s, reclaim, shrink_plan,
+                                               shrinkable, spare_gpus, undo_shrinks,
+                                               victim_candidates, with_work_left)
 from frenzy_scheduler.policies.releases import ReleaseTimes, release_lists
 from frenzy_scheduler.queuediff import IdentityDiff
 
@@ -662,8 +662,9 @@ class HasPolicy:
         """`victim_candidates`, `spare_gpus` (a copy: admission spends it) and `most_freed`,
         kept from the last decision while they cannot differ: the same running jobs (by
         identity: a `RunningJob` is immutable, a start or reshape makes a new one), the same
-        `displace`, and no job's restore ending in between (restoring jobs are left out), so
-        a decision on an arrival alone reuses them."""
+        `displace`, and no job becoming movable in between (a restore ending, a moved job's
+        interval passing: `elastic.movable_from_s`), so a decision on an arrival alone reuses
+        them."""
         kept = self._kept_candidates
         if self.shortcuts and kept is not None and kept[1] == displace and \
                 kept[2] <= now_s < kept[3] and len(kept[0]) == len(running) and \
@@ -674,13 +675,9 @@ class HasPolicy:
         interval_s = self.config.reshape_interval_s
         candidates = victim_candidates(running, now_s, self._menus, displace, interval_s)
         spare, most = spare_gpus(candidates), most_freed(candidates)
-        restored_s = min((r.restoring_until_s for r in running if r.restoring_until_s > now_s),
-                         default=INF)  # the next restore to end: the filter changes there
-        if interval_s:  # ... and where a moved job's interval ends
-            restored_s = min(restored_s, min((r.start_time_s + interval_s for r in running
-                                              if r.restarts and r.start_time_s + interval_s > now_s),
-                                             default=INF))
-        self._kept_candidates = (list(running), displace, now_s, restored_s, candidates, spare,
+        changes_s = min((t for r in running if (t := movable_from_s(r, interval_s)) > now_s),
+                        default=INF)  # the next job to become movable: the filter changes there
+        self._kept_candidates = (list(running), displace, now_s, changes_s, candidates, spare,
                                  most)
         return candidates, dict(spare), most
 
