@@ -50,13 +50,16 @@ class FreeIndex:
     The snapshot's free lists are shared, never mutated: `take` replaces a node's list.
     """
 
-    def __init__(self, cluster: ClusterView) -> None:
+    def __init__(self, cluster: ClusterView | None) -> None:
+        """The index of `cluster`'s free GPUs; None: an empty one, for `copy` to fill."""
         self.free: dict[str, list[int]] = {}
         self.node_type: dict[str, str] = {}
         self.buckets: dict[str, list[dict[str, None]]] = {}
         self.free_by_type: dict[str, int] = {}
         self.node_size: dict[str, int] = {}  # largest node of each type, in GPUs
         self.capacity: dict[str, int] = {}  # all GPUs of each type, free or busy
+        if cluster is None:
+            return
         nodes = cluster.nodes
         free, node_type, buckets = self.free, self.node_type, self.buckets
         free_by_type, node_size, capacity = self.free_by_type, self.node_size, self.capacity
@@ -81,7 +84,7 @@ class FreeIndex:
     def copy(self) -> "FreeIndex":
         """A private copy that `take` and `release` can change without touching this one
         (the per-node lists are shared: neither ever mutates one, they replace it)."""
-        twin = FreeIndex.__new__(FreeIndex)
+        twin = FreeIndex(None)
         twin.free = dict(self.free)
         twin.node_type = dict(self.node_type)
         twin.buckets = {t: [dict(nodes) for nodes in type_buckets]

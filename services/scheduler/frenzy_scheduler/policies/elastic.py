@@ -29,7 +29,7 @@ import math
 from itertools import accumulate
 
 from dataclasses import replace
-from typing import Callable, Sequence
+from typing import AbstractSet, Callable, Sequence
 
 from frenzy.domain import PlanOption
 from frenzy_scheduler.core import (MIGRATE, PREEMPT, RESIZE, Alternative, Decision, Placement,
@@ -103,7 +103,7 @@ class Menus:
         are derived only when first asked for with `displace`."""
         entry = self._victims.get(id(run))
         if entry is None or entry[0] is not run:
-            still = None
+            still: tuple[float, list[tuple[int, float, PlanOption]], list] | None = None
             if run.options and not run.deadline_s:
                 full_s, steps = self.shrink_steps(run)
                 still = (full_s, steps, []) if steps else None
@@ -418,7 +418,7 @@ def most_freed(victims: Victims | Candidates) -> dict[str, list[int]]:
 
 
 def shrink_plan(victims: Victims, gpu_type: str, deficit: int, horizon_s: float,
-                restart_s: float, skip: set[str] = frozenset(),
+                restart_s: float, skip: AbstractSet[str] = frozenset(),
                 free: dict[str, int] | None = None,
                 moves: dict[str, tuple[int, float, PlanOption] | None] | None = None
                 ) -> ShrinkPlan | None:
@@ -441,9 +441,11 @@ def shrink_plan(victims: Victims, gpu_type: str, deficit: int, horizon_s: float,
     O(log jobs), not a scan of them all, and the same job is picked as by a scan (ids are
     unique, so no two keys tie). A displacement changes every untouched job's options, so it
     rebuilds the heap."""
-    state = {run.job_id: (run, current_s, left, run.num_gpus, 0, None)
-             for run, current_s, left, _, _ in victims.get(gpu_type, ())
-             if run.job_id not in skip}
+    # job id -> (job, full-work duration s on its option now, fraction of work left, GPUs now,
+    # steps taken, its new option: None while untouched)
+    state: dict[str, tuple[RunningJob, float, float, int, int, PlanOption | None]] = {
+        run.job_id: (run, current_s, left, run.num_gpus, 0, None)
+        for run, current_s, left, _, _ in victims.get(gpu_type, ()) if run.job_id not in skip}
     steps_of = {run.job_id: steps for run, _, _, steps, _ in victims.get(gpu_type, ())}
     others_of = {run.job_id: others for run, _, _, _, others in victims.get(gpu_type, ())}
     free_left = dict(free) if free is not None else {}
@@ -453,7 +455,7 @@ def shrink_plan(victims: Victims, gpu_type: str, deficit: int, horizon_s: float,
         """The job's cheapest next give-up per GPU: its next narrower step, or (untouched)
         its displacement. Changes only when the job steps, or a displacement takes GPUs."""
         run, current_s, left, gpus, taken, chosen = state[job_id]
-        best = None
+        best: tuple[float, str, float, tuple[int, float, PlanOption] | None] | None = None
         steps = steps_of[job_id]
         if taken < len(steps):
             step_gpus, step_s, _ = steps[taken]
@@ -463,8 +465,9 @@ def shrink_plan(victims: Victims, gpu_type: str, deficit: int, horizon_s: float,
             best = (loss_s / (gpus - step_gpus), job_id, loss_s, None)
         if chosen is None and free is not None:
             if memo is not None:
-                move = memo.get(job_id, memo)
-                if move is memo:
+                if job_id in memo:
+                    move = memo[job_id]
+                else:
                     move = memo[job_id] = displacement(others_of[job_id], free_left)
             else:
                 move = displacement(others_of[job_id], free_left)
@@ -504,7 +507,7 @@ def shrink_plan(victims: Victims, gpu_type: str, deficit: int, horizon_s: float,
 
 
 def shrink_loss_floor(victims: Victims, gpu_type: str, deficit: int, horizon_s: float,
-                      restart_s: float, skip: set[str] = frozenset(),
+                      restart_s: float, skip: AbstractSet[str] = frozenset(),
                       free: dict[str, int] | None = None,
                       moves: dict[str, tuple[int, float, PlanOption] | None] | None = None
                       ) -> float:
@@ -530,7 +533,7 @@ def shrink_loss_floor(victims: Victims, gpu_type: str, deficit: int, horizon_s: 
 
 
 def floor_items(victims: Victims, gpu_type: str, horizon_s: float, restart_s: float,
-                skip: set[str] = frozenset(), free: dict[str, int] | None = None,
+                skip: AbstractSet[str] = frozenset(), free: dict[str, int] | None = None,
                 moves: dict[str, tuple[int, float, PlanOption] | None] | None = None
                 ) -> list[tuple[float, int]]:
     """`shrink_loss_floor`'s (least loss per GPU, most GPUs) of each job, cheapest first."""
@@ -552,8 +555,9 @@ def floor_items(victims: Victims, gpu_type: str, horizon_s: float, restart_s: fl
             most = gpus - steps[-1][0]
         if free is not None and others:
             if moves is not None:
-                move = moves.get(run.job_id, moves)
-                if move is moves:
+                if run.job_id in moves:
+                    move = moves[run.job_id]
+                else:
                     move = moves[run.job_id] = displacement(others, free)
             else:
                 move = displacement(others, free)
@@ -606,7 +610,7 @@ def apply_shrinks(plan: Sequence[tuple[RunningJob, PlanOption]], index: FreeInde
         if kept is None:
             return None
         kept_by_job.append((run, option, kept))
-    moved = []
+    moved: list[tuple[RunningJob, PlanOption, Assignments]] = []
     for run, option in plan:  # displacements: their new GPUs are free now
         if option.gpu_type == run.option.gpu_type:
             continue

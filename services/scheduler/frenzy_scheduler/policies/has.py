@@ -112,6 +112,8 @@ class _JobFacts:
     # type -> (fewest GPUs, shortest time to completion) of its options there: `need` and
     # `shortest_s` by type, for the walk's early stop (`_Pass.idle_from`)
     reach: dict[str, tuple[int, float]]
+    # The job as queued now: set again by each decision's sort (a requeued job is a new object)
+    job: QueuedJob
     exponent: float = -1.0  # the GPU-cost exponent `costs` / `by_cost` were scored with
     costs: tuple[float, ...] = ()
     by_cost: tuple[int, ...] = ()  # entry indices, cheapest first, ties by rank
@@ -125,8 +127,7 @@ class _JobFacts:
     rows: tuple[tuple[float, int, PlanOption, str, int, float, int, bool], ...] = ()
     open_rows: tuple[tuple[float, int, PlanOption, str, int, float, int, bool], ...] = ()
     dominated_min_gpus: float = INF  # the fewest GPUs of a dominated entry (inf: none)
-    # Set by each decision's sort: the job as queued now, its sort key, the decision number.
-    job: QueuedJob | None = None
+    # Set by each decision's sort: its sort key, the decision number.
     key: tuple[int, float, float, str] = (2, 0.0, 0.0, "")
     decision: int = -1
 
@@ -210,8 +211,13 @@ class _ReleaseProfile:
         end_s = memo.get(short)
         if end_s is None:
             cum = self._cumulative.get(gpu_type)
-            end_s = memo[short] = INF if not cum or cum[-1] < short else \
-                self._ends[gpu_type][bisect.bisect_left(cum, short)]
+            if not cum or cum[-1] < short:
+                end_s = INF
+            else:
+                built = self._ends
+                assert built is not None  # `_cumulative` is built with it
+                end_s = built[gpu_type][bisect.bisect_left(cum, short)]
+            memo[short] = end_s
         return end_s
 
     def total(self, gpu_type: str) -> int:
@@ -633,20 +639,20 @@ class HasPolicy:
             if best is None:
                 claimed[baseline[1]] = claimed.get(baseline[1], 0) + baseline[2]
                 continue
-            net_s, (option, gpu_type, gpus, total_s, _, tp), (loss_s, plan) = best
+            net_s, (option, gpu_type, gpus, total_s, _, tp), (loss_s, chosen) = best
             reason = (f"{job.job_id}: {baseline_s:.0f} s to completion -> {total_s:.0f} s, "
-                      f"at a cost of {loss_s:.0f} s to {len(plan)} running jobs")
-            shrinks = apply_shrinks(plan, index, self.name, reason, now_s)
+                      f"at a cost of {loss_s:.0f} s to {len(chosen)} running jobs")
+            shrinks = apply_shrinks(chosen, index, self.name, reason, now_s)
             if shrinks is None:
                 continue
             assignments = index.best_fit(gpu_type, gpus, tp)
             if assignments is None:
-                undo_shrinks(plan, shrinks, index)
+                undo_shrinks(chosen, shrinks, index)
                 continue
             index.take(assignments)
             moves += shrinks
             acted.update(a.job_id for a in shrinks)
-            for shrunk_run, narrower in plan:  # what they can still give is less now
+            for shrunk_run, narrower in chosen:  # what they can still give is less now
                 spare[gpu_type] -= shrunk_run.num_gpus - (
                     narrower.num_gpus if narrower.gpu_type == gpu_type else 0)
             spare_types = {t for t, n in spare.items() if n > 0}
@@ -711,7 +717,8 @@ class HasPolicy:
         entries = tuple([(o, gpu_type, gpus, total_s, total_s * gpus, o.plan.tp)
                          for total_s, gpus, gpu_type, _, o in keyed
                          if gpus <= capacity.get(gpu_type, 0)])
-        frontier, narrowest = [], {}  # narrowest: per type, the fewest GPUs of any entry
+        frontier: list[int] = []
+        narrowest: dict[str, int] = {}  # per type, the fewest GPUs of any entry
         shortest: dict[str, float] = {}
         for i, (_, gpu_type, gpus, total_s, _, _) in enumerate(entries):  # fastest first
             if gpus < narrowest.get(gpu_type, gpus + 1):
@@ -728,7 +735,7 @@ class HasPolicy:
             min([total_s * gpus for total_s, gpus, _, _, _ in keyed]),
             min([gpus for _, gpus, _, _, _ in keyed]),
             (1, best_s + self.config.aging_rate * job.submit_time_s, job.submit_time_s, job.job_id),
-            {gpu_type: (gpus, shortest[gpu_type]) for gpu_type, gpus in need})
+            {gpu_type: (gpus, shortest[gpu_type]) for gpu_type, gpus in need}, job)
         self._facts[job.job_id] = facts
         return facts
 

@@ -101,10 +101,8 @@ class ReleaseTimes:
             del releases[bisect.bisect_left(releases, (job.estimated_end_s, job.num_gpus))]
             changed.add(job.option.gpu_type)
         for job in started:
-            releases = self._sorted.get(job.option.gpu_type)
-            if releases is None:
-                releases = self._sorted[job.option.gpu_type] = []
-            bisect.insort(releases, (job.estimated_end_s, job.num_gpus))
+            bisect.insort(self._sorted.setdefault(job.option.gpu_type, []),
+                          (job.estimated_end_s, job.num_gpus))
             changed.add(job.option.gpu_type)
         ends, cumulative = dict(self._ends), dict(self._cumulative)  # callers may hold the old
         for gpu_type in changed:
