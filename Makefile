@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install proto bench clean
+.PHONY: run test install proto bench clean native
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -15,7 +15,13 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 run: $(STAMP)
+	-$(MAKE) native
 	$(BIN)/frenzy demo
+
+# The scheduler's hot modules compiled with mypyc (optional: without a C compiler it runs as
+# Python, the same decisions, slower; frenzy_scheduler/native.py). Rebuild after editing them.
+native: $(STAMP)
+	$(BIN)/python -m frenzy.tools.native
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q --durations=25

@@ -23,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+from frenzy_scheduler import native
 from frenzy_scheduler.policies.has import HasPolicy
 from frenzy_scheduler.simulator.trace import load_trace
 
@@ -105,12 +106,15 @@ def main() -> None:
     trace = load_trace(PHILLY)
     run: dict = {"label": args.label, "commit": commit, "cwd": os.getcwd(),
                  "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                 "loadavg_before": loadavg(), "points": []}
+                 "loadavg_before": loadavg(), "points": [],
+                 # the build that decided: the mypyc-compiled modules, or none (the Python source)
+                 "compiled": native.compiled_modules()}
     for gpus, queued, queue, cluster, running in wanted_sweep_inputs(trace, args.points):
         run["points"].append(point_times(trace, gpus, queued, queue, cluster, running,
                                          args.batch_s, not args.no_events))
     run["loadavg_after"] = loadavg()
-    print(f"{args.label} ({commit}): load {run['loadavg_before']} -> {run['loadavg_after']}")
+    print(f"{args.label} ({commit}, {native.build_name()}): load {run['loadavg_before']} -> "
+          f"{run['loadavg_after']}")
     append_run(args.out, run)
 
 

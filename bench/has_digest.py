@@ -32,17 +32,21 @@ WINDOWS = ((5_000, 0.0), (15_000, 0.0), (5_000, 0.85), (25_000, 0.85))  # (trace
 WINDOW_JOBS = 500
 
 
-class Digesting(HasPolicy):
-    """has, hashing every answer it gives (the answer's repr: floats exactly)."""
+class Digesting:
+    """has, hashing every answer it gives (the answer's repr: floats exactly). A wrapper, not
+    a subclass: the compiled build's classes (frenzy_scheduler/native.py) take none."""
 
     def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
+        self.policy = HasPolicy(**kwargs)
         self.digest = hashlib.sha256()
         self.calls = 0
         self.actions = 0
 
+    def __getattr__(self, name: str):  # the policy's name, round_s, elastic, ...
+        return getattr(self.policy, name)
+
     def schedule(self, queue, cluster, now_s, running=()):
-        answer = super().schedule(queue, cluster, now_s, running)
+        answer = self.policy.schedule(queue, cluster, now_s, running)
         self.digest.update(repr((now_s, answer)).encode())
         self.calls += 1
         self.actions += len(answer)

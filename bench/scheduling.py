@@ -29,6 +29,7 @@ from rich.console import Console
 from rich.table import Table
 
 from frenzy.clusterfile import NodeGroup, load_cluster_file, scale_groups
+from frenzy_scheduler import native
 from frenzy_scheduler.clusterfile import build_cluster
 from frenzy_scheduler.core import PLACE, PREEMPT, ClusterView, Placement, QueuedJob, RunningJob
 from frenzy_scheduler.policies import get_policy
@@ -497,7 +498,8 @@ def main() -> None:
                     "restart_overhead_s": "per model size (25-250 s)",
                     "duration_error_sigma": config.duration_error_sigma,
                     "checkpoint_interval_s": config.checkpoint_interval_s},
-        "machine": "2 shared CPU cores; other engineers' jobs running"}, "clusters": {}}
+        "machine": "2 shared CPU cores; other engineers' jobs running",
+        "build": native.build_name()}, "clusters": {}}
     if sections != {"windows", "sweep", "whole-trace"} and Path(args.out).exists():
         saved = json.loads(Path(args.out).read_text())
         for key in ("clusters", "overhead_sweep", "whole_trace"):
@@ -553,8 +555,8 @@ def whole_trace(trace: list, config: SimConfig) -> dict[str, Any]:
                     f"frenzy-288 under has, trace arrivals, realism defaults: simulation "
                     f"{wall_s:.1f} s wall, {cpu_s:.1f} s CPU ({metrics['decisions']} decisions, "
                     f"{metrics['decision_total_s']:.1f} s of them in the policy, wall); "
-                    f"+ {mapped_s:.1f} s trace-to-MARP mapping")
-    return {"policy": "has", "cluster": "frenzy-288", "jobs": len(jobs),
+                    f"+ {mapped_s:.1f} s trace-to-MARP mapping; {native.build_name()}")
+    return {"policy": "has", "cluster": "frenzy-288", "jobs": len(jobs), "build": native.build_name(),
             "mapping_s": mapped_s, "sim_wall_s": wall_s, "sim_cpu_s": cpu_s,
             "machine": "2 shared CPU cores; other engineers' jobs running", "metrics": metrics}
 
@@ -586,10 +588,12 @@ def overhead_sweep(trace: list, results: dict[str, Any], quick: bool) -> None:
                              "gc and clocks as the batch harness",
         "per_event_budget_s": EVENT_BUDGET_S, "events_per_point": EVENT_COUNT,
         "fill_max_calls": FILL_MAX_CALLS,
+        # the build of the scheduler's hot modules every policy ran on (frenzy_scheduler/native.py)
+        "build": native.build_name(),
         "points": [sweep_point(trace, g, q, sweep_policies, rng) for g, q in grid]}
     for clock, p50, p99 in (("wall clock", "p50_s", "p99_s"), ("CPU time", "cpu_p50_s", "cpu_p99_s")):
         sweep = Table(title=f"decision time, steady state, {clock} (ms): p50 / p99; sia capped "
-                            f"at {SIA_SWEEP_CAP_S:.0f} s per decision")
+                            f"at {SIA_SWEEP_CAP_S:.0f} s per decision; {native.build_name()}")
         sweep.add_column("GPUs x queued")
         for name in sweep_policies:
             sweep.add_column(name, justify="right")

@@ -11,6 +11,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
 
+# The suite runs the scheduler's Python source, here and in every process it starts: its tests
+# patch policy internals, which the compiled build's classes refuse. tests/test_native_build.py
+# checks that build against the source (frenzy_scheduler/native.py).
+os.environ["FRENZY_NATIVE"] = "0"
+
 if TYPE_CHECKING:
     from frenzy.tools.localcluster import LocalCluster
 

@@ -35,6 +35,7 @@ from frenzy.runtime import run_service, run_until_stopped
 from frenzy.security.wiring import scheduler_verifier, tenant_policies
 from frenzy.statestore import read_state
 from frenzy.v1 import events_pb2, types_pb2
+from frenzy_scheduler import native
 from frenzy_scheduler.core import PLACE, PREEMPT, RESIZE, Decision, Placement
 from frenzy_scheduler.fairshare import FairSharePolicy, TenantShare
 from frenzy_scheduler.livestate import LiveState
@@ -241,7 +242,8 @@ class SchedulerService:
                 urgent=(topics.CLUSTER_EVENTS,)))
             timer = asyncio.create_task(self.redecide_loop())
             holds = asyncio.create_task(self.holds_loop())
-            log.info("scheduler started", policy=self.state.policy.name)
+            log.info("scheduler started", policy=self.state.policy.name,
+                     compiled=native.compiled_modules())  # which build decides (native.py)
             await run_until_stopped(stop, task, timer, holds)
         finally:
             await self.bus.stop()

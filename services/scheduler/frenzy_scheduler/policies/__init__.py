@@ -1,6 +1,10 @@
 """Policy registry: every policy is reachable by name from the service, the simulator and the CLI."""
 from __future__ import annotations
 
+from frenzy_scheduler.native import extend as _use_native_build
+
+_use_native_build(__path__, __name__)  # before any policy is imported (native.py)
+
 from dataclasses import replace
 from typing import Callable
 

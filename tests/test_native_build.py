@@ -1,0 +1,117 @@
+"""The compiled build of the scheduler's hot modules (frenzy_scheduler/native.py): used only
+when it matches the source, and making exactly the decisions the source makes."""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from frenzy_scheduler import native
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def fake_build(tmp_path: Path, source: str, built_from: str, python: str | None = None
+               ) -> tuple[list[str], Path]:
+    """A package `pkg` with module `mod`, and a build of it from `built_from`."""
+    source_dir = tmp_path / "src" / "pkg"
+    source_dir.mkdir(parents=True)
+    (source_dir / "mod.py").write_text(source)
+    build = tmp_path / "native"
+    (build / "pkg").mkdir(parents=True)
+    digest = native.hashlib.sha256(built_from.encode()).hexdigest()
+    (build / native.MANIFEST).write_text(json.dumps(
+        {"python": python or native.python_tag(), "modules": {"pkg.mod": digest}}))
+    return [str(source_dir)], build
+
+
+@pytest.fixture
+def native_on(monkeypatch, tmp_path):
+    monkeypatch.setenv("FRENZY_NATIVE", "1")
+    monkeypatch.setenv("FRENZY_NATIVE_DIR", str(tmp_path / "native"))
+
+
+def test_a_fresh_build_goes_ahead_of_the_source(native_on, tmp_path) -> None:
+    path, build = fake_build(tmp_path, "x = 1\n", "x = 1\n")
+    assert native.extend(path, "pkg")
+    assert path == [str(build / "pkg"), str(tmp_path / "src" / "pkg")]
+
+
+def test_a_build_older_than_its_source_is_not_used(native_on, tmp_path) -> None:
+    path, _ = fake_build(tmp_path, "x = 2\n", "x = 1\n")
+    with pytest.warns(RuntimeWarning, match="pkg.mod.*older than the source"):
+        assert not native.extend(path, "pkg")
+    assert path == [str(tmp_path / "src" / "pkg")]
+
+
+def test_a_build_for_another_interpreter_is_not_used(native_on, tmp_path) -> None:
+    path, _ = fake_build(tmp_path, "x = 1\n", "x = 1\n", python="cpython-39-linux")
+    assert not native.extend(path, "pkg")
+
+
+def test_frenzy_native_0_turns_the_build_off(native_on, monkeypatch, tmp_path) -> None:
+    path, _ = fake_build(tmp_path, "x = 1\n", "x = 1\n")
+    monkeypatch.setenv("FRENZY_NATIVE", "0")
+    assert not native.extend(path, "pkg")
+
+
+def test_a_package_with_nothing_built_is_left_alone(native_on, tmp_path) -> None:
+    path, _ = fake_build(tmp_path, "x = 1\n", "x = 1\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not native.extend(path, "other")
+    assert path == [str(tmp_path / "src" / "pkg")]
+
+
+def test_the_suite_runs_the_python_source() -> None:
+    """conftest turns the build off: the tests below patch internals of these modules."""
+    for name in native.MODULES:
+        importlib.import_module(name)
+    assert native.compiled_modules() == []
+
+
+# has's decisions in a window of the Philly trace (admission, growth, reservations) and after
+# each of 100 events at a sweep point (the per-event walk), hashed (bench/has_digest.py)
+DRIVER = r"""
+import json, random, sys
+sys.path.insert(0, "bench")
+import has_digest as d
+from frenzy_scheduler import native
+trace = d.load_trace(d.PHILLY)
+groups = d.load_cluster_file(d.CLUSTERS["frenzy-288"])
+jobs = d.prepare_jobs(trace, groups, start_s=trace[5000].submit_time_s, count=200, seed=0)
+out = {"window": d.simulated(jobs, groups, True)}
+queue, cluster, running = d.sweep_inputs(trace, 1000, 500, random.Random(0))
+out["events"] = d.evented(trace, queue, cluster, running, 1000, 500, True)
+out["compiled"] = native.compiled_modules()
+print(json.dumps(out))
+"""
+
+
+def decisions(native_setting: str, build: Path) -> dict:
+    env = {**os.environ, "FRENZY_NATIVE": native_setting, "FRENZY_NATIVE_DIR": str(build)}
+    done = subprocess.run([sys.executable, "-c", DRIVER], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_the_compiled_build_decides_exactly_as_the_source(tmp_path) -> None:
+    pytest.importorskip("mypyc", reason="the dev extra installs mypy, which carries mypyc")
+    build = tmp_path / "native"
+    made = subprocess.run([sys.executable, "-m", "frenzy.tools.native", "--out", str(build)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr[-3000:]
+    assert set(json.loads((build / native.MANIFEST).read_text())["modules"]) == \
+        set(native.MODULES)
+    compiled, source = decisions("1", build), decisions("0", build)
+    assert compiled["compiled"] == list(native.MODULES)
+    assert source["compiled"] == []
+    assert compiled["window"] == source["window"]
+    assert compiled["events"] == source["events"]
