@@ -135,27 +135,34 @@ class _JobFacts:
         """Per-option cost (duration x GPU-seconds penalty), recomputed only when the queue
         pressure changes the exponent (saturated queues keep it at the weight)."""
         if exponent != self.exponent:
+            entries = self.entries
             if exponent:
-                self.costs = tuple(d * (gs / self.min_gpu_seconds) ** exponent
-                                   for _, _, _, d, gs, _ in self.entries)
+                base = self.min_gpu_seconds
+                costs = tuple([entry[3] * (entry[4] / base) ** exponent for entry in entries])
             else:
-                self.costs = tuple(e[3] for e in self.entries)
-            self.by_cost = tuple(sorted(range(len(self.costs)), key=self.costs.__getitem__))
-            self.exponent = exponent
+                costs = tuple([entry[3] for entry in entries])
+            by_cost = tuple(sorted(range(len(costs)), key=costs.__getitem__))
             fewest: dict[str, int] = {}  # per type, the fewest GPUs of the entries so far
-            dominated = [False] * len(self.entries)
-            for rank in self.by_cost:
-                _, gpu_type, gpus, _, _, _ = self.entries[rank]
-                if fewest.get(gpu_type, gpus + 1) <= gpus:
+            dominated = [False] * len(entries)
+            rows = []  # one loop, explicit fields: a quarter of a rescoring's time otherwise
+            open_rows = []
+            dominated_min_gpus = INF
+            for rank in by_cost:
+                option, gpu_type, gpus, duration_s, _, tp = entries[rank]
+                is_dominated = fewest.get(gpu_type, gpus + 1) <= gpus
+                row = (costs[rank], rank, option, gpu_type, gpus, duration_s, tp, is_dominated)
+                rows.append(row)
+                if is_dominated:
                     dominated[rank] = True
+                    if gpus < dominated_min_gpus:
+                        dominated_min_gpus = float(gpus)
                 else:
                     fewest[gpu_type] = gpus
+                    open_rows.append(row)
+            self.costs, self.by_cost, self.exponent = costs, by_cost, exponent
             self.dominated = tuple(dominated)
-            costs, entries = self.costs, self.entries
-            self.rows = tuple([(costs[rank], rank, *entries[rank][:4], entries[rank][5],
-                                dominated[rank]) for rank in self.by_cost])
-            self.open_rows = tuple([row for row in self.rows if not row[7]])
-            self.dominated_min_gpus = min([row[4] for row in self.rows if row[7]], default=INF)
+            self.rows, self.open_rows = tuple(rows), tuple(open_rows)
+            self.dominated_min_gpus = dominated_min_gpus
         return self.costs, self.by_cost
 
 
