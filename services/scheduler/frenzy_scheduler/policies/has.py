@@ -144,7 +144,7 @@ class _JobFacts:
             by_cost = tuple(sorted(range(len(costs)), key=costs.__getitem__))
             fewest: dict[str, int] = {}  # per type, the fewest GPUs of the entries so far
             dominated = [False] * len(entries)
-            rows = []  # one loop, explicit fields: a quarter of a rescoring's time otherwise
+            rows = []  # built in the one loop, field by field
             open_rows = []
             dominated_min_gpus = INF
             for rank in by_cost:
