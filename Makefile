@@ -34,4 +34,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/e2e_latency.py
 
 clean:
-	rm -rf $(VENV) .frenzy
+	rm -rf $(VENV) .frenzy services/scheduler/frenzy_scheduler/_native
