@@ -21,7 +21,7 @@ run: $(STAMP)
 # The scheduler's hot modules compiled with mypyc (optional: without a C compiler it runs as
 # Python, the same decisions, slower; frenzy_scheduler/native.py). Rebuild after editing them.
 native: $(STAMP)
-	$(BIN)/python -m frenzy.tools.native
+	$(BIN)/python -m frenzy_scheduler.native_build
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q --durations=25

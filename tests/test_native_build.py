@@ -105,8 +105,9 @@ def decisions(native_setting: str, build: Path) -> dict:
 def test_the_compiled_build_decides_exactly_as_the_source(tmp_path) -> None:
     pytest.importorskip("mypyc", reason="the dev extra installs mypy, which carries mypyc")
     build = tmp_path / "native"
-    made = subprocess.run([sys.executable, "-m", "frenzy.tools.native", "--out", str(build)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    made = subprocess.run([sys.executable, "-m", "frenzy_scheduler.native_build",
+                           "--out", str(build)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
     assert made.returncode == 0, made.stderr[-3000:]
     assert set(json.loads((build / native.MANIFEST).read_text())["modules"]) == \
         set(native.MODULES)

@@ -6,10 +6,10 @@ Why: HAS's decision is a Python walk over the queue, and the goal is a p99 under
 about 0.6x the CPU time. The Python source stays the reference: it is what the tests run,
 what a reader reads, and what runs wherever no compiler is at hand.
 
-`frenzy.tools.native` builds `MODULES` into `native_dir()`, with a manifest of each source's
-SHA-256. A package that holds one of them calls `extend(__path__, __name__)` first thing:
-the build goes ahead of the source on the package's search path only when every module of
-that package in the manifest matches its source byte for byte, so an edited module is never
+`frenzy_scheduler.native_build` builds `MODULES` into `native_dir()`, with a manifest of each
+source's SHA-256. A package that holds one of them calls `extend(__path__, __name__)` first
+thing: the build goes ahead of the source on the package's search path only when every module
+of that package in the manifest matches its source byte for byte, so an edited module is never
 shadowed by a stale build (it runs as Python, with a warning, until rebuilt).
 
 Settings: FRENZY_NATIVE=0 turns the build off (the test suite does; tests patch the

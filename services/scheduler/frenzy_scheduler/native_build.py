@@ -1,4 +1,5 @@
-"""Build the scheduler's compiled hot modules: `make native` or `python -m frenzy.tools.native`.
+"""Build the scheduler's compiled hot modules: `make native`, or
+`python -m frenzy_scheduler.native_build`.
 
 Compiles `frenzy_scheduler.native.MODULES` from their unchanged Python source with mypyc (the
 `native` extra: mypy, and a C compiler) into `native_dir()`, and writes the manifest that
@@ -10,6 +11,7 @@ only slower), 2 for bad arguments.
 from __future__ import annotations
 
 import argparse
+import importlib
 import io
 import json
 import os
@@ -20,23 +22,22 @@ import time
 from contextlib import chdir, redirect_stdout
 from pathlib import Path
 
-os.environ["FRENZY_NATIVE"] = "0"  # locate and hash the Python source, never a previous build
+from frenzy_scheduler import native
 
-from frenzy_scheduler import native  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]  # the checkout (mypy's search path for `frenzy`)
 
 
 def sources() -> dict[str, Path]:
-    """module -> its Python source file."""
-    import importlib.util
-
+    """module -> its Python source file, found on its package's search path (which holds a
+    previous build too, when that is fresh: no .py there)."""
     found = {}
     for name in native.MODULES:
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+        package, _, leaf = name.rpartition(".")
+        paths = [Path(entry) / f"{leaf}.py" for entry in importlib.import_module(package).__path__]
+        source = next((path for path in paths if path.is_file()), None)
+        if source is None:
             raise RuntimeError(f"{name}: no Python source found")
-        found[name] = Path(spec.origin)
+        found[name] = source
     return found
 
 
@@ -53,8 +54,10 @@ def build(out_dir: Path, verbose: bool = False) -> dict[str, str]:
 
     found = sources()
     # mypy finds an installed package itself, and refuses site-packages on its search path
-    search_path = sorted(path for path in {str(source_root(m, p)) for m, p in found.items()}
-                         | {str(ROOT)} if "-packages" not in Path(path).name)
+    roots = {str(source_root(m, p)) for m, p in found.items()}
+    if (ROOT / "frenzy").is_dir():  # a checkout: the runtime package beside services/
+        roots.add(str(ROOT))
+    search_path = sorted(path for path in roots if "-packages" not in Path(path).name)
     with tempfile.TemporaryDirectory(prefix="frenzy-native-") as work:
         staging = Path(work) / "lib"
         os.environ["MYPYPATH"] = os.pathsep.join(search_path)
@@ -83,10 +86,11 @@ def build(out_dir: Path, verbose: bool = False) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m frenzy.tools.native", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m frenzy_scheduler.native_build",
+                                     description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=None,
-                        help="where to build (default: FRENZY_NATIVE_DIR, else the package's _native)")
+    parser.add_argument("--out", type=Path, default=None, help="where to build (default: "
+                        "FRENZY_NATIVE_DIR, else the package's _native)")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     out_dir = args.out if args.out is not None else native.native_dir()
