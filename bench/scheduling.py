@@ -549,14 +549,15 @@ def whole_trace(trace: list, config: SimConfig) -> dict[str, Any]:
     tick, tick_cpu = time.perf_counter(), time.process_time()
     metrics = run_policy("has", jobs, groups, config=config)
     wall_s, cpu_s = time.perf_counter() - tick, time.process_time() - tick_cpu  # + summary
+    build = native.build_name()
     for key in CURVE_KEYS:
         metrics.pop(key, None)
     Console().print(f"whole Philly trace ({len(jobs)} jobs, {metrics['completed']} completed) on "
                     f"frenzy-288 under has, trace arrivals, realism defaults: simulation "
                     f"{wall_s:.1f} s wall, {cpu_s:.1f} s CPU ({metrics['decisions']} decisions, "
                     f"{metrics['decision_total_s']:.1f} s of them in the policy, wall); "
-                    f"+ {mapped_s:.1f} s trace-to-MARP mapping; {native.build_name()}")
-    return {"policy": "has", "cluster": "frenzy-288", "jobs": len(jobs), "build": native.build_name(),
+                    f"+ {mapped_s:.1f} s trace-to-MARP mapping; {build}")
+    return {"policy": "has", "cluster": "frenzy-288", "jobs": len(jobs), "build": build,
             "mapping_s": mapped_s, "sim_wall_s": wall_s, "sim_cpu_s": cpu_s,
             "machine": "2 shared CPU cores; other engineers' jobs running", "metrics": metrics}
 

@@ -2,6 +2,7 @@
 when it matches the source, and making exactly the decisions the source makes."""
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import os
@@ -25,7 +26,7 @@ def fake_build(tmp_path: Path, source: str, built_from: str, python: str | None 
     (source_dir / "mod.py").write_text(source)
     build = tmp_path / "native"
     (build / "pkg").mkdir(parents=True)
-    digest = native.hashlib.sha256(built_from.encode()).hexdigest()
+    digest = hashlib.sha256(built_from.encode()).hexdigest()
     (build / native.MANIFEST).write_text(json.dumps(
         {"python": python or native.python_tag(), "modules": {"pkg.mod": digest}}))
     return [str(source_dir)], build

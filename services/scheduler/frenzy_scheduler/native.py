@@ -43,8 +43,12 @@ def native_dir() -> Path:
     return Path(configured) if configured else Path(__file__).resolve().parent / "_native"
 
 
-def source_digest(source: Path) -> str:
-    return hashlib.sha256(source.read_bytes()).hexdigest()
+def source_digest(source: Path) -> str | None:
+    """SHA-256 of a module's source; None when it has none."""
+    try:
+        return hashlib.sha256(source.read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def python_tag() -> str:
@@ -79,8 +83,7 @@ def extend(path: list[str], package: str) -> bool:
         return False
     source_dir = Path(path[0])
     stale = [m for m in mine
-             if not (source_dir / f"{m.rpartition('.')[2]}.py").is_file()
-             or source_digest(source_dir / f"{m.rpartition('.')[2]}.py") != built[m]]
+             if source_digest(source_dir / f"{m.rpartition('.')[2]}.py") != built[m]]
     if stale:
         warnings.warn(f"the compiled build of {', '.join(stale)} is older than the source; "
                       f"running it as Python (rebuild: make native)", RuntimeWarning, stacklevel=3)
