@@ -377,6 +377,7 @@ def main() -> None:
     cluster = start_cluster(DEFAULT_CLUSTER, free_port(), workdir, args.policy,
                             extra_env={"FRENZY_TIME_SCALE": str(args.time_scale)})
     pids = service_pids(cluster)
+    bus_settings["agent_rank_nice"] = int(cluster.env()["FRENZY_AGENT_RANK_NICE"])  # the agents'
     time.sleep(3.0)  # start-up settles (group joins, read-backs)
     idle_before = measure_idle(pids, args.idle_s)
     run_cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}

@@ -109,6 +109,11 @@ class ServiceSettings(BusSettings):
         2, ge=0, description="node agent: launches whose ranks are started ahead, idle until "
         "a job comes (frenzy_agent.prestart: one idle interpreter per GPU each); 0: none, "
         "ranks start with Popen when their job comes")
+    agent_rank_nice: int = Field(
+        0, ge=0, le=19, description="node agent: how much less CPU priority a job's ranks get "
+        "than the agent (`nice -n`, as YARN's yarn.nodemanager.container-executor.os.sched."
+        "priority.adjustment), so the agent and any services sharing the node's cores answer "
+        "promptly while ranks keep the cores busy; 0: the same priority")
     # Heartbeats are fetched in batches: up to this wait, or until this many bytes are ready.
     heartbeat_fetch_max_wait_ms: int = 200
     heartbeat_fetch_min_bytes: int = 65536

@@ -16,6 +16,7 @@ import pytest
 from frenzy.v1 import events_pb2, types_pb2
 from frenzy_agent import executor
 from frenzy_agent.prestart import LauncherSet, PrestartedRanks, Reaper
+from frenzy_agent.procfs import stat_fields
 
 
 def full_pool(ranks_per_set: int, sets: int = 1) -> PrestartedRanks:
@@ -204,3 +205,36 @@ def test_a_launch_larger_than_a_set_uses_popen() -> None:
         assert isinstance(pool.take(2), LauncherSet) and pool.idle_sets() == 0
     finally:
         pool.close()
+
+
+NICE_FIELD = 16  # procfs.stat_fields, which starts at field 3: field 19, the nice value
+
+
+@pytest.mark.parametrize("pre_started", [True, False])
+def test_ranks_run_the_configured_niceness_below_the_agent_and_keep_their_pids(
+        tmp_path: Path, pre_started: bool) -> None:
+    """ServiceSettings.agent_rank_nice: the pid the agent holds (the exit-recording wrapper) and
+    what it runs are both at the agent's niceness + 7, on a launcher and with Popen alike."""
+    pool = full_pool(2) if pre_started else None
+    try:
+        job = executor.launch(launch_cmd("j", 2, "ps -o ni= -p $$ > nice.$LOCAL_RANK; sleep 30"),
+                              tmp_path, 1.0, "", checkpoint_root=tmp_path / "ckpt",
+                              prestarted=pool, rank_nice=7)
+        try:
+            expected = os.getpriority(os.PRIO_PROCESS, 0) + 7
+            deadline = time.monotonic() + 30
+            while not all((job.workdir / f"nice.{r}").is_file() for r in range(2)):
+                assert time.monotonic() < deadline, "the ranks never ran"
+                time.sleep(0.01)
+            time.sleep(0.05)  # ps has written its line
+            for rank, pid in enumerate(job.pids):
+                assert (job.workdir / f"nice.{rank}").read_text().strip() == str(expected)
+                fields = stat_fields(pid)
+                assert fields is not None and int(fields[NICE_FIELD]) == expected
+            assert job.pgid == job.pids[0]
+        finally:
+            os.killpg(job.pgid, signal.SIGKILL)
+            wait_gone(job.pids)
+    finally:
+        if pool is not None:
+            pool.close()

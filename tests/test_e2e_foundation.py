@@ -17,6 +17,7 @@ from frenzy import topics
 from frenzy.client import FrenzyClient
 from frenzy.jobstates import TERMINAL
 from frenzy.security.signing import pipeline_headers
+from frenzy.tools.localcluster import LOCAL_RANK_NICE
 from frenzy.v1 import types_pb2
 from frenzy_agent.executor import job_dir_name
 from jobwatch import process_group_exists
@@ -145,6 +146,9 @@ def test_cancel_running_job_kills_its_processes(client, cluster):
     assert state_files
     pgids = [json.loads(f.read_text())["pgid"] for f in state_files]
     assert all(process_group_exists(p) for p in pgids)
+    # The local cluster's agents run ranks below the services' CPU priority.
+    ranks_nice = os.getpriority(os.PRIO_PROCESS, 0) + LOCAL_RANK_NICE
+    assert [os.getpriority(os.PRIO_PGRP, p) for p in pgids] == [ranks_nice] * len(pgids)
     assert client.cancel(job_id).state == types_pb2.CANCELLED
     deadline = time.monotonic() + 15
     while any(process_group_exists(p) for p in pgids):

@@ -34,6 +34,11 @@ from frenzy.topics import namespace_prefix
 DEFAULT_CLUSTER = Path(__file__).resolve().parents[2] / "deploy" / "clusters" / "local.yaml"
 BACKOFF_FIRST_S, BACKOFF_MAX_S = 0.5, 30.0
 HEALTHY_AFTER_S = 10.0  # a child that ran this long starts its backoff afresh
+# Here every service shares the machine's cores with the jobs' ranks, which a real cluster
+# keeps apart (the control plane on its own machines, daemons on reserved cores): the agents
+# start ranks this much below the services' CPU priority (FRENZY_AGENT_RANK_NICE, which the
+# environment overrides; docs/reaction-latency.md, eleventh round).
+LOCAL_RANK_NICE = 10
 
 
 def restart_delay_s(consecutive_failures: int) -> float:
@@ -99,7 +104,8 @@ class LocalCluster:
         return f"127.0.0.1:{self.grpc_port}"
 
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
-        return {**os.environ, "KAFKA_BOOTSTRAP": self.bootstrap, "FRENZY_GRPC_PORT": str(self.grpc_port),
+        return {"FRENZY_AGENT_RANK_NICE": str(LOCAL_RANK_NICE), **os.environ,
+                "KAFKA_BOOTSTRAP": self.bootstrap, "FRENZY_GRPC_PORT": str(self.grpc_port),
                 "PYTHONUNBUFFERED": "1", **(extra or {})}
 
     def spawn(self, name: str, args: list[str], extra_env: dict[str, str] | None = None) -> subprocess.Popen:

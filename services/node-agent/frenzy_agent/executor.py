@@ -35,6 +35,8 @@ MODEL_CONFIG_FILE = "model_config.json"
 # outlive it (else the agent sees the job gone before the trainer saved). A caught signal is
 # reset to its default in the program `sh` runs, so the trainer installs its own handler.
 _RECORD_EXIT = f'trap : USR1; "$@"; rc=$?; echo $rc > "${jobvars.EXIT_FILE}"; exit $rc'
+# coreutils' nice: it sets the priority and execs the rest, so the pid stays the rank's.
+NICE_PROGRAM = "/usr/bin/nice"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
@@ -179,10 +181,11 @@ def checkpoint_location(job_id: str, uri: str, root: Path) -> tuple[str, bool]:
 def launch(launch_cmd: events_pb2.LaunchJob, jobs_dir: Path, time_scale: float,
            visible_devices: str | None = None, cluster_id: str = "",
            checkpoint_root: Path | None = None,
-           prestarted: PrestartedRanks | None = None) -> RunningJob:
+           prestarted: PrestartedRanks | None = None, rank_nice: int = 0) -> RunningJob:
     """Start the job's ranks on this node: on a set of pre-started launchers from `prestarted`
     when one is idle (frenzy_agent.prestart), else with Popen. The caller refills `prestarted`
-    once the launch is reported (`PrestartedRanks.refill`)."""
+    once the launch is reported (`PrestartedRanks.refill`). `rank_nice` > 0 runs the ranks that
+    much below the agent's CPU priority (ServiceSettings.agent_rank_nice)."""
     # The orchestrator admits only valid ids (frenzy.security.limits); a record that bypassed
     # it still never names a directory outside jobs_dir (job_dir_name is flat whatever the id).
     check_job_id(launch_cmd.job_id)
@@ -191,7 +194,8 @@ def launch(launch_cmd: events_pb2.LaunchJob, jobs_dir: Path, time_scale: float,
     workdir.mkdir(parents=True, exist_ok=True)
     if launch_cmd.spec.model_config_json:
         (workdir / MODEL_CONFIG_FILE).write_text(launch_cmd.spec.model_config_json)
-    command = ["/bin/sh", "-c", _RECORD_EXIT, "sh", *job_command(launch_cmd)]
+    command = [*nice_prefix(rank_nice), "/bin/sh", "-c", _RECORD_EXIT, "sh",
+               *job_command(launch_cmd)]
 
     def environment(local_rank: int) -> dict[str, str]:
         return job_environment(launch_cmd, local_rank, workdir, time_scale, visible_devices,
@@ -255,6 +259,13 @@ def launch(launch_cmd: events_pb2.LaunchJob, jobs_dir: Path, time_scale: float,
                      start_ticks=ticks, boot_id=boot_id())
     job.save()
     return job
+
+
+def nice_prefix(rank_nice: int) -> list[str]:
+    """What runs a command `rank_nice` below the caller's CPU priority: a prefix, as YARN's
+    ContainerExecutor.getRunCommand puts `nice -n` before a container's command, rather than a
+    `preexec_fn`, which is unsafe in the agent's threads and a pre-started launcher never runs."""
+    return [NICE_PROGRAM, "-n", str(rank_nice)] if rank_nice else []
 
 
 def _kill_group(pgid: int) -> None:

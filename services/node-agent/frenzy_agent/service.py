@@ -44,6 +44,10 @@ class NodeAgent:
         self.monitor = monitor if monitor is not None or all(g.simulated for g in gpus) \
             else NvmlMonitor()
         self.settings = settings
+        if settings.agent_rank_nice and not os.access(executor.NICE_PROGRAM, os.X_OK):
+            # Said at start, not as every job's failed launch.
+            raise RuntimeError(f"FRENZY_AGENT_RANK_NICE={settings.agent_rank_nice} needs "
+                               f"{executor.NICE_PROGRAM} (coreutils), which is missing here")
         self.host = host
         # The local cluster this agent belongs to ("" outside `frenzy up`): its job records carry
         # it, and a restarted agent adopts only its own cluster's jobs.
@@ -166,7 +170,8 @@ class NodeAgent:
         job = await asyncio.to_thread(
             executor.launch, cmd, self.jobs_dir, self.settings.time_scale,
             self.visible_devices(cmd.gpu_indices), cluster_id=self.cluster_id,
-            checkpoint_root=self.checkpoint_root, prestarted=self.prestarted)
+            checkpoint_root=self.checkpoint_root, prestarted=self.prestarted,
+            rank_nice=self.settings.agent_rank_nice)
         self.running[cmd.job_id] = job
         record_rank_offset(job.workdir, cmd.rank_offset)
         # command_lag_s: produced to handled (the broker hop); spawn_s: starting the processes.
