@@ -192,6 +192,23 @@ def reaction_hops(jobs: list[types_pb2.Job], rec: Records, slowest: list[dict] |
     return hops, unsplit
 
 
+def scheduler_compiled(scheduler_log: Path) -> list[str] | None:
+    """The scheduler modules that ran compiled (its `scheduler started` line; native.py),
+    so that a figure says which build decided; None if the line is missing."""
+    try:
+        lines = scheduler_log.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if entry.get("msg") == "scheduler started":
+            return list(entry.get("compiled", []))
+    return None
+
+
 def availability_handled(scheduler_log: Path) -> dict[str, float]:
     """Job -> when the scheduler handled the last availability its release caused (its
     `availability` log lines)."""
@@ -434,6 +451,7 @@ def main() -> None:
     result = {
         "label": args.label, "jobs": len(burst), "arrivals": len(arrivals), "policy": args.policy,
         "wall_s": round(wall_s, 1), "settings": bus_settings,
+        "scheduler_compiled": scheduler_compiled(workdir / "logs" / "scheduler.log"),
         "load_average_before_after": [round(load_before[0], 2), round(load_after[0], 2)],
         "succeeded": sum(j.state == types_pb2.SUCCEEDED for j in jobs),
         "submit_to_placed_all": percentiles(placed),
@@ -455,7 +473,8 @@ def main() -> None:
     }
     print(f"e2e latency {args.label}: {result['jobs']} jobs + {result['arrivals']} arrivals on the "
           f"demo cluster ({args.policy}), {result['succeeded']} succeeded, {wall_s:.0f}s wall, "
-          f"load {result['load_average_before_after']}, settings {bus_settings}")
+          f"load {result['load_average_before_after']}, settings {bus_settings}, "
+          f"scheduler modules compiled: {result['scheduler_compiled']}")
     for key in ("submit_to_placed_no_wait", "submit_to_placed_all", "gpu_freed_to_next_launched",
                 "gpu_freed_to_next_launched_held", "gpu_freed_to_next_launched_usual",
                 "gpu_freed_to_launch_received"):
