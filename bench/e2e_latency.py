@@ -36,6 +36,7 @@ import random
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -192,18 +193,26 @@ def reaction_hops(jobs: list[types_pb2.Job], rec: Records, slowest: list[dict] |
     return hops, unsplit
 
 
+def log_entries(path: Path, contains: str = "") -> Iterator[dict]:
+    """The JSON entries of a service's log, skipping lines that are not JSON; with `contains`,
+    only lines holding that text are parsed (the agents' logs are long); nothing if unreadable."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return
+    for line in lines:
+        if contains not in line:
+            continue
+        try:
+            yield json.loads(line)
+        except ValueError:
+            continue
+
+
 def scheduler_compiled(scheduler_log: Path) -> list[str] | None:
     """The scheduler modules that ran compiled (its `scheduler started` line; native.py),
     so that a figure says which build decided; None if the line is missing."""
-    try:
-        lines = scheduler_log.read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
+    for entry in log_entries(scheduler_log, '"scheduler started"'):
         if entry.get("msg") == "scheduler started":
             return list(entry.get("compiled", []))
     return None
@@ -213,15 +222,7 @@ def availability_handled(scheduler_log: Path) -> dict[str, float]:
     """Job -> when the scheduler handled the last availability its release caused (its
     `availability` log lines)."""
     handled: dict[str, float] = {}
-    try:
-        lines = scheduler_log.read_text().splitlines()
-    except OSError:
-        return handled
-    for line in lines:
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
+    for entry in log_entries(scheduler_log):
         cause = entry.get("cause", "") if entry.get("msg") == "availability" else ""
         if cause.startswith("job ") and cause.endswith(" finished"):
             handled[cause[4:-9]] = max(entry["ts"], handled.get(cause[4:-9], 0.0))
@@ -235,17 +236,7 @@ def launch_received(log_dir: Path, rec: Records,
     those lines' `command_lag_s` and `spawn_s` (by ranks started: 1, 2, 4, 8)."""
     received: dict[tuple[str, int], float] = {}
     for path in sorted(log_dir.glob("*.log")):
-        try:
-            lines = path.read_text(errors="replace").splitlines()
-        except OSError:
-            continue
-        for line in lines:
-            if '"launched"' not in line:
-                continue
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue
+        for entry in log_entries(path, '"launched"'):
             key = (entry.get("job_id", ""), entry.get("attempt", 0))
             if entry.get("msg") == "launched" and agent_split is not None and "spawn_s" in entry:
                 agent_split.setdefault("command_lag", []).append(entry.get("command_lag_s", 0.0))
