@@ -380,7 +380,8 @@ def main() -> None:
     bus_settings = {"fetch_max_wait_ms": settings.fetch_max_wait_ms,
                  "agent_fetch_max_wait_ms": settings.agent_fetch_max_wait_ms,
                  "dashboard_fetch_max_wait_ms": DashboardSettings().dashboard_fetch_max_wait_ms,
-                 "linger_ms": settings.linger_ms}
+                 "linger_ms": settings.linger_ms,
+                 "agent_progress_interval_s": settings.agent_progress_interval_s}
     load_before = os.getloadavg()
     cluster = start_cluster(DEFAULT_CLUSTER, free_port(), workdir, args.policy,
                             extra_env={"FRENZY_TIME_SCALE": str(args.time_scale)})

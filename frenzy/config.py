@@ -114,6 +114,13 @@ class ServiceSettings(BusSettings):
         "than the agent (`nice -n`, as YARN's yarn.nodemanager.container-executor.os.sched."
         "priority.adjustment), so the agent and any services sharing the node's cores answer "
         "promptly while ranks keep the cores busy; 0: the same priority")
+    agent_progress_interval_s: float = Field(
+        1.0, ge=0, description="node agent: at most one progress report per running job in "
+        "this time (the first one, and a checkpoint commit, go at once; the last step always "
+        "rides on the final report). Each report becomes an authoritative status with the whole "
+        "job record, read by every status consumer; a trainer stepping ten times a second would "
+        "otherwise send ten. MapReduce paces task progress the same way "
+        "(mapreduce.task.progress-report.interval: 3 s by default). 0: every step")
     # Heartbeats are fetched in batches: up to this wait, or until this many bytes are ready.
     heartbeat_fetch_max_wait_ms: int = 200
     heartbeat_fetch_min_bytes: int = 65536

@@ -6,6 +6,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -621,3 +622,65 @@ def test_a_child_that_exits_between_two_polls_is_reaped_when_it_is_called_gone(m
         if child.stdin is not None:
             child.stdin.close()
         child.wait()
+
+
+def test_progress_is_paced_but_the_first_step_and_checkpoint_commits_go_at_once(tmp_path):
+    """Every progress report becomes an authoritative status read by the whole control plane,
+    so the agent sends at most one per `report_interval_s`. The first step goes at once, and
+    so does a checkpoint commit (the orchestrator resumes from the last commit it heard of);
+    a step held back goes when the interval is up, and the last one read is what the final
+    status carries. With no interval every step goes, as before the pacing."""
+    from frenzy_agent.executor import wait_for_exit
+    from frenzy_agent.procfs import process_start_ticks
+
+    interval_s = 2.0
+
+    def scenario(report_interval_s: float) -> tuple[list, RunningJob]:
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        job = RunningJob("j", 0, tmp_path / str(report_interval_s), proc.pid, [proc.pid], 0, [0],
+                         start_ticks=[process_start_ticks(proc.pid)])
+        job.workdir.mkdir()
+        reports: list[tuple[float, int, int | None]] = []
+
+        async def on_progress(progress: dict) -> None:
+            reports.append((time.monotonic(), progress["step"], job.checkpoint_step))
+
+        def write(*lines: dict) -> None:
+            with open(job.progress_file, "a") as f:
+                f.writelines(json.dumps(line) + "\n" for line in lines)
+
+        async def until(predicate, timeout_s: float = 20.0) -> None:
+            deadline = time.monotonic() + timeout_s
+            while not predicate() and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+
+        async def go() -> None:
+            waiter = asyncio.create_task(wait_for_exit(job, on_progress, poll_s=0.02,
+                                                       report_interval_s=report_interval_s))
+            write({"step": 1})
+            await until(lambda: len(reports) == 1)
+            write({"step": 2}, {"step": 3})
+            await asyncio.sleep(0.5)
+            write({"event": "checkpoint", "step": 3})
+            await until(lambda: any(c == 3 for _, _, c in reports))
+            write({"step": 4})
+            await until(lambda: any(s == 4 for _, s, _ in reports))
+            write({"step": 5})
+            proc.kill()
+            proc.wait()
+            await asyncio.wait_for(waiter, 20)
+
+        asyncio.run(go())
+        return reports, job
+
+    reports, job = scenario(interval_s)
+    steps = [(step, ckpt) for _, step, ckpt in reports]
+    assert steps == [(1, None), (3, 3), (4, 3)], steps  # 2 held back, then overtaken
+    (first_s, _, _), (commit_s, _, _), (fourth_s, _, _) = reports
+    assert commit_s - first_s < interval_s  # the commit did not wait for the pace
+    assert fourth_s - commit_s >= interval_s - 0.05  # step 4 did
+    assert job.last_progress["step"] == 5  # what the final status carries
+
+    reports, job = scenario(0.0)
+    steps = [(step, ckpt) for _, step, ckpt in reports]
+    assert steps[:4] == [(1, None), (3, None), (3, 3), (4, 3)], steps  # 2 and 3 were read together

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import os
 import re
 import signal
@@ -422,20 +423,32 @@ def _log_tails(job: RunningJob) -> list[str]:
     return tails
 
 
-async def wait_for_exit(job: RunningJob, on_progress, poll_s: float = 0.05) -> JobFacts:
+async def wait_for_exit(job: RunningJob, on_progress, poll_s: float = 0.05,
+                        report_interval_s: float = 0.0) -> JobFacts:
     """Poll until every process of the job is gone, reporting progress as it changes.
+
+    Progress is reported at most once per report_interval_s: every report fans out to the
+    whole control plane (docs/architecture.md, "Reaction latency"). The first step and each
+    checkpoint commit go at once, since the orchestrator resumes from the last commit it
+    heard of; a step held back meanwhile goes when the interval is up, and the final status
+    carries the last one read (`job.last_progress`).
 
     When one process fails the others are stopped, so a job never half-runs. A process's exit
     wakes the loop at once (`ExitWatch`): the GPUs it frees reach the orchestrator without
     waiting out the poll interval, which only paces the progress reports.
     """
-    last_seen = None
+    reported: tuple | None = None  # (step, checkpoint step) last reported
+    reported_at_s = -math.inf
     with ExitWatch(job.pids) as exits:
         while True:
             alive = ranks_alive(job)
             progress = read_progress(job)
-            if progress and (progress.get("step"), job.checkpoint_step) != last_seen:
-                last_seen = (progress.get("step"), job.checkpoint_step)
+            current = (progress.get("step"), job.checkpoint_step)
+            now_s = time.monotonic()
+            if progress and current != reported and (
+                    reported is None or current[1] != reported[1]
+                    or now_s - reported_at_s >= report_interval_s):
+                reported, reported_at_s = current, now_s
                 await on_progress(progress)
             if not alive:
                 return facts(job)

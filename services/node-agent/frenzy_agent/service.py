@@ -94,7 +94,8 @@ class NodeAgent:
             await self.report(job, types_pb2.RUNNING, "progress", progress=progress)
 
         try:
-            result = classify(await executor.wait_for_exit(job, on_progress))
+            result = classify(await executor.wait_for_exit(
+                job, on_progress, report_interval_s=self.settings.agent_progress_interval_s))
         finally:
             if self.running.get(job.job_id) is job:
                 self.running.pop(job.job_id, None)
