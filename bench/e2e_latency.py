@@ -281,8 +281,12 @@ def scheduler_hop_split(jobs: list[types_pb2.Job], rec: Records,
     return split
 
 
-def arrival_hops(jobs: list[types_pb2.Job], rec: Records) -> dict[str, list[float]]:
+def arrival_hops(jobs: list[types_pb2.Job], rec: Records,
+                 slowest: list[dict] | None = None) -> dict[str, list[float]]:
+    """Submit -> placed of jobs that did not queue, hop by hop; `slowest` gets the five
+    slowest with their hops (ms), as `slowest_reactions` does for the burst."""
     hops: dict[str, list[float]] = {h: [] for h in ARRIVAL_HOPS}
+    each: list[dict] = []
     for job in jobs:
         placed = rec.placed.get(job.id)
         if placed is None or job.id not in rec.planned or job.id not in rec.queued:
@@ -290,8 +294,13 @@ def arrival_hops(jobs: list[types_pb2.Job], rec: Records) -> dict[str, list[floa
         stamps = [seconds(job.submitted_at), rec.planned[job.id], rec.queued[job.id],
                   seconds(placed.job_placed.decision.decided_at), seconds(placed.produced_at),
                   seconds(job.placed_at)]
+        row = {"job_id": job.id, "total_ms": round((stamps[-1] - stamps[0]) * 1e3, 1)}
         for name, (a, b) in zip(ARRIVAL_HOPS, zip(stamps, stamps[1:])):
             hops[name].append(b - a)
+            row[name] = round((b - a) * 1e3, 1)
+        each.append(row)
+    if slowest is not None:
+        slowest += sorted(each, key=lambda r: r["total_ms"])[-5:]
     return hops
 
 
@@ -436,6 +445,7 @@ def main() -> None:
     placed = [seconds(j.placed_at) - seconds(j.submitted_at) for j in burst if j.placed_at.seconds]
     on_arrival = [seconds(j.placed_at) - seconds(j.submitted_at) for j in arrivals if j.placed_at.seconds]
     split: list[dict] = []
+    slowest_arrivals: list[dict] = []
     held_hops: dict[str, list[float]] = {}
     hops, unsplit = reaction_hops(burst, records, split, held_hops)
     agent_split: dict[str, list[float]] = {}
@@ -458,7 +468,8 @@ def main() -> None:
         "scheduler_hop_split": summarise(scheduler_hop_split(
             burst, records, availability_handled(workdir / "logs" / "scheduler.log"))),
         "slowest_reactions": sorted(split, key=lambda r: r["total_ms"])[-5:],
-        "arrival_hops": summarise(arrival_hops(arrivals, records)),
+        "arrival_hops": summarise(arrival_hops(arrivals, records, slowest_arrivals)),
+        "slowest_arrivals": slowest_arrivals,
         "cpu_percent_idle_before": idle_before, "cpu_percent_idle_after": idle_after,
         "cpu_percent_during_burst": run_cpu,
         "records_by_kind": dict(records.kinds.most_common()),
@@ -487,6 +498,7 @@ def main() -> None:
     print(f"  CPU % of a core during the burst {run_cpu}")
     print(f"  records read back, by kind: {result['records_by_kind']}")
     print(f"  slowest reactions (ms): {result['slowest_reactions']}")
+    print(f"  slowest arrivals (ms): {result['slowest_arrivals']}")
     print(f"  services' logs: {workdir / 'logs'}")
     save_result(result, args.out)
 
