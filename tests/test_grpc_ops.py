@@ -57,3 +57,25 @@ async def test_the_http_health_endpoint_answers_while_the_loop_runs():
     finally:
         server.close()
     assert await serve_health(0) is None
+
+
+def test_a_service_runs_with_its_startup_heap_frozen_out_of_full_collections(monkeypatch):
+    """run_service collects, then freezes what the imports built, before the service's loop
+    starts, so a full collection later walks only what the service made since (the 71-123 ms
+    pauses of the scheduler's loop in docs/reaction-latency.md, twelfth round)."""
+    import gc
+
+    from frenzy import runtime
+
+    monkeypatch.setattr(runtime, "setup_logging", lambda: None)  # the suite's logging stays
+    gc.unfreeze()
+    seen: list[int] = []
+
+    async def main(stop) -> None:
+        seen.append(gc.get_freeze_count())
+
+    try:
+        runtime.run_service(main)
+    finally:
+        gc.unfreeze()  # the rest of the suite runs with the collector as usual
+    assert seen and seen[0] > 1000, seen
