@@ -117,13 +117,17 @@ def test_a_job_submitted_from_the_host_runs_to_succeeded_with_its_logs(cluster):
 
 
 def test_a_killed_agent_container_is_restarted_and_its_node_and_logs_come_back(cluster):
+    # About a minute at the cluster's time scale on 4 T4s (MARP: 1.6 h; FRENZY_TIME_SCALE 0.01):
+    # long enough to be killed mid-run, and it runs again whole (the synthetic workload keeps
+    # no checkpoint), so every extra token is test time twice over
     long_spec = {**SPEC, "name": "long", "constraints": {"gpu_types": ["T4"], "max_gpus": 4},
-                 "training": {**SPEC["training"], "tokens": 1_000_000_000}}
+                 "training": {**SPEC["training"], "tokens": 300_000_000}}
     job_id = cluster.submit(long_spec, job_id="compose-killed")
     job = wait_until(lambda: (j := cluster.get(job_id)).state == types_pb2.RUNNING and j, 120, "running")
     node = job.assignments[0].node_id
     wait_until(lambda: list(cluster.logs(job_id)), 30, "first log lines shipped")
     container = f"{PROJECT}_{node}_1"
+    assert cluster.get(job_id).state == types_pb2.RUNNING, "the job ended before the kill"
     pid = int(podman("inspect", "-f", "{{.State.Pid}}", container))
     os.kill(pid, 9)  # the agent container's main process dies, as on a crash
     wait_until(lambda: int(podman("inspect", "-f", "{{.RestartCount}}", container)) >= 1
