@@ -14,9 +14,9 @@ rows of the table are written by hand from its benchmarks/*.md (see the file).
 """
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
-import sys
 
 import yaml
 
@@ -145,8 +145,10 @@ def one_per_case(found: list[dict]) -> list[dict]:
 
 
 def main() -> None:
-    repo = sys.argv[1]
-    for r in one_per_case(rows(repo)):
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("repo", help="a Megatron-LM git directory (a clone or `fetch`'s mirror)")
+    for r in one_per_case(rows(parser.parse_args().repo)):
         print(yaml.safe_dump([r], sort_keys=False, width=200), end="")
 
 

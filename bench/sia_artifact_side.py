@@ -21,6 +21,7 @@ The main loop is `multi_simulator.py multi_simulate`'s (`cluster.step(interval)`
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import json
@@ -141,7 +142,13 @@ def _plain(value):
 
 
 def main() -> None:
-    sia_dir, spec_path, out_path = sys.argv[1:4]
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("sia_dir", help="the artifact's sia-simulator/ directory")
+    parser.add_argument("spec_path", help="the case spec (JSON) sia_crosscheck.py wrote")
+    parser.add_argument("out_path", help="where to write what Sia did (JSON)")
+    args = parser.parse_args()
+    sia_dir, spec_path, out_path = args.sia_dir, args.spec_path, args.out_path
     spec = json.loads(Path(spec_path).read_text())
     out_path = str(Path(out_path).resolve())
     chatter = io.StringIO()  # Sia prints every round; its last lines go with an error
