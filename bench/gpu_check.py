@@ -119,15 +119,21 @@ def check_training(gpu: Gpu, monitor: NvmlMonitor, steps: int = 20) -> tuple[lis
     return failures, summary
 
 
-# (name, plan) for --plans; ranks = dp x tp x pp GPUs
+# (name, plan) for --plans; ranks = dp x tp x pp GPUs. The one-GPU plans come first and
+# vary what MARP's terms vary on one device (recompute, micro-batch), so a one-GPU machine
+# still checks MARP's allocated and reserved peaks at several points
 PLAN_CHECKS = [
     ("dp1-z0-full", {"dp": 1, "zero": 0, "micro_batch": 4, "recompute": "full"}),
+    ("dp1-z0-none", {"dp": 1, "zero": 0, "micro_batch": 4}),
+    ("dp1-z0-selective", {"dp": 1, "zero": 0, "micro_batch": 4, "recompute": "selective"}),
+    ("dp1-z0-none-mb8", {"dp": 1, "zero": 0, "micro_batch": 8}),
     ("dp2-z1", {"dp": 2, "zero": 1, "micro_batch": 4}),
     ("dp2-z3", {"dp": 2, "zero": 3, "micro_batch": 4}),
     ("tp2-sp", {"dp": 1, "tp": 2, "micro_batch": 4, "sequence_parallel": True}),
     ("pp2", {"dp": 1, "pp": 2, "micro_batch": 2}),
     ("tp2-pp2-sp", {"dp": 1, "tp": 2, "pp": 2, "micro_batch": 2, "sequence_parallel": True}),
 ]
+PLAN_CHECKS_BY_NAME = dict(PLAN_CHECKS)
 PLAN_MODEL, PLAN_SEQ_LEN, PLAN_BATCH, PLAN_STEPS = "gpt2", 512, 8, 6
 
 
@@ -138,7 +144,9 @@ def _run_ranks(gpus: list[Gpu], plan: dict, workdir: Path, args: list[str]) -> t
     port = str(free_port())
     procs = []
     for rank in range(ranks):
-        env = child_env(",".join(g.uuid or str(g.index) for g in gpus[:ranks]))
+        # --cpu-dry-run's simulated GPUs: no device visible, the trainer runs on gloo
+        env = child_env("" if gpus[0].simulated else
+                        ",".join(g.uuid or str(g.index) for g in gpus[:ranks]))
         env.update({"WORLD_SIZE": str(ranks), "RANK": str(rank), "LOCAL_RANK": str(rank),
                     "LOCAL_WORLD_SIZE": str(ranks), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
                     "FRENZY_PLAN": json.dumps(plan), "FRENZY_PROGRESS_FILE": str(workdir / "progress.jsonl"),
@@ -149,13 +157,14 @@ def _run_ranks(gpus: list[Gpu], plan: dict, workdir: Path, args: list[str]) -> t
     return [p.returncode for p in procs], "\n".join(o[-800:] for o in outputs)
 
 
-def check_plans(gpus: list[Gpu]) -> tuple[list[str], list[dict]]:
+def check_plans(gpus: list[Gpu], model: str = PLAN_MODEL, seq_len: int = PLAN_SEQ_LEN
+                ) -> tuple[list[str], list[dict]]:
     from frenzy.catalog.models import load_model
     from frenzy.domain import ParallelPlan, Recipe
     from frenzy_predictor.memory import estimate_memory
 
-    arch, failures, rows = load_model(PLAN_MODEL), [], []
-    common = ["--model", PLAN_MODEL, "--seq-len", str(PLAN_SEQ_LEN), "--global-batch", str(PLAN_BATCH),
+    arch, failures, rows = load_model(model), [], []
+    common = ["--model", model, "--seq-len", str(seq_len), "--global-batch", str(PLAN_BATCH),
               "--lr", "3e-4", "--checkpoint-every-steps", "3", "--keep-checkpoints"]
     with tempfile.TemporaryDirectory() as tmp:
         for name, plan in PLAN_CHECKS:
@@ -173,11 +182,16 @@ def check_plans(gpus: list[Gpu]) -> tuple[list[str], list[dict]]:
             full = ParallelPlan(**{"dp": 1, "tp": 1, "pp": 1, "zero": 0, "micro_batch": 1,
                                    "recompute": "none", "sequence_parallel": False, **plan})
             grad_accum = PLAN_BATCH // (full.dp * full.micro_batch)
-            predicted = estimate_memory(arch, Recipe(), full, PLAN_SEQ_LEN, grad_accum=grad_accum).peak_tensor_bytes
+            estimate = estimate_memory(arch, Recipe(), full, seq_len, grad_accum=grad_accum)
+            predicted, predicted_reserved = estimate.peak_allocated_bytes, estimate.peak_reserved_bytes
             measured = lines[-1].get("peak_memory_bytes", 0) if lines else 0
+            reserved = lines[-1].get("peak_reserved_bytes", 0) if lines else 0
             row = {"plan": name, "exit_codes": codes, "measured_peak_bytes": measured,
                    "marp_peak_tensor_bytes": predicted,
                    "marp_error": round((predicted - measured) / measured, 4) if measured else None,
+                   "measured_reserved_bytes": reserved, "marp_peak_reserved_bytes": predicted_reserved,
+                   "marp_reserved_error": round((predicted_reserved - reserved) / reserved, 4)
+                   if reserved else None,
                    "checkpoints": [l["step"] for l in lines if l.get("event") == "checkpoint"]}
             rows.append(row)
             print(f"plan {name}: {json.dumps(row)}")
@@ -190,7 +204,7 @@ def check_plans(gpus: list[Gpu]) -> tuple[list[str], list[dict]]:
         if source.is_dir() and len(gpus) >= 2:
             workdir = Path(tmp) / "reshard"
             workdir.mkdir()
-            codes, output = _run_ranks(gpus, dict(PLAN_CHECKS[3][1]), workdir,
+            codes, output = _run_ranks(gpus, dict(PLAN_CHECKS_BY_NAME["tp2-sp"]), workdir,
                                        [*common, "--steps", str(PLAN_STEPS), "--checkpoint-uri", str(source)])
             lines = [json.loads(l) for l in (workdir / "progress.jsonl").read_text().splitlines()] \
                 if (workdir / "progress.jsonl").exists() else []
@@ -206,7 +220,23 @@ def main() -> int:
     parser.add_argument("--plans", action="store_true",
                         help="also run every plan the GPUs allow on nccl, with checkpoints, beside MARP")
     parser.add_argument("--json", type=Path, help="write the inventory and results as JSON here")
+    parser.add_argument("--cpu-dry-run", type=int, default=0, metavar="RANKS",
+                        help="no GPU: run --plans' plans that fit RANKS ranks on CPU (gloo), with "
+                             "--dry-run-model, to check this script before a GPU session spends "
+                             "device time on it (allocated is the CPU tracker's; reserved prints as null)")
+    parser.add_argument("--dry-run-model", default="tiny-gpt2")
+    parser.add_argument("--dry-run-seq-len", type=int, default=128)
     args = parser.parse_args()
+    if args.cpu_dry_run:
+        fake = [Gpu(index=i, gpu_type="cpu", memory_total_bytes=0, simulated=True, name="cpu")
+                for i in range(args.cpu_dry_run)]
+        failures, rows = check_plans(fake, args.dry_run_model, args.dry_run_seq_len)
+        if args.json:
+            args.json.write_text(json.dumps({"plans": rows, "failures": failures}, indent=2))
+        for failure in failures:
+            print(f"FAIL: {failure}")
+        print("gpu_check (CPU dry run): OK" if not failures else f"gpu_check: {len(failures)} failure(s)")
+        return 1 if failures else 0
     try:
         gpus = discover_nvml()
     except NvmlUnavailable as err:

@@ -107,6 +107,13 @@ class PeakMemory:
             return self.tracker.peak_bytes
         return int(torch.cuda.max_memory_allocated(self.device))
 
+    def peak_reserved_bytes(self) -> int:
+        """CUDA's max_memory_reserved (what MARP's peak_reserved_bytes predicts: the caching
+        allocator's segments, allocated or not); 0 on CPU, which has no caching allocator."""
+        if self.tracker is not None:
+            return 0
+        return int(torch.cuda.max_memory_reserved(self.device))
+
     @contextlib.contextmanager
     def untracked(self):
         """CPU: tensors made inside are not counted. For checkpoint saves, whose copies live in

@@ -345,18 +345,17 @@ def data_parallel_rank(rank: int, plan: ParallelPlan) -> int:
     return (rank // plan.tp) % plan.dp
 
 
-def _reduce(loss: torch.Tensor, peak_bytes: int, device: torch.device) -> tuple[float, int]:
-    """Mean loss over data-parallel ranks and the largest per-rank peak."""
+def _reduce(loss: torch.Tensor, peaks: tuple[int, int], device: torch.device
+            ) -> tuple[float, tuple[int, int]]:
+    """Mean loss over data-parallel ranks and the largest per-rank peaks (allocated,
+    reserved)."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return float(loss), peak_bytes
-    values = torch.stack([loss.float().to(device), torch.tensor(float(peak_bytes), device=device,
-                                                                dtype=torch.float32)])
-    world = dist.get_world_size()
-    mean = values[:1].clone()
+        return float(loss), peaks
+    mean = loss.float().to(device).reshape(1).clone()
     dist.all_reduce(mean)
-    peak = values[1:].clone()
-    dist.all_reduce(peak, op=dist.ReduceOp.MAX)
-    return float(mean) / world, int(peak)
+    largest = torch.tensor([float(p) for p in peaks], device=device, dtype=torch.float64)
+    dist.all_reduce(largest, op=dist.ReduceOp.MAX)
+    return float(mean) / dist.get_world_size(), (int(largest[0]), int(largest[1]))
 
 
 def train(config: JobConfig, plan: ParallelPlan, env: DistEnv, device: torch.device,
@@ -377,16 +376,18 @@ def train(config: JobConfig, plan: ParallelPlan, env: DistEnv, device: torch.dev
         progress.write({"event": "resumed", "step": first})
     tokens_per_step = config.seq_len * config.global_batch
     started = time.monotonic()
-    loss, peak, step, event = math.nan, 0, first, "done"
+    loss, peak, reserved, step, event = math.nan, 0, 0, first, "done"
     for step in range(first + 1, config.steps + 1):
         batches = rank_micro_batches(source, step, config.global_batch, plan.dp,
                                      data_parallel_rank(env.rank, plan), plan.micro_batch, device)
         step_loss = trainer.train_step(batches)
         memory.check()
         if step % config.log_every == 0 or step == config.steps:
-            loss, peak = _reduce(step_loss, memory.peak_bytes(), device)
+            loss, (peak, reserved) = _reduce(
+                step_loss, (memory.peak_bytes(), memory.peak_reserved_bytes()), device)
             progress.write({"step": step, "steps": config.steps, "tokens": step * tokens_per_step,
                             "loss": round(loss, 6), "peak_memory_bytes": peak,
+                            **({"peak_reserved_bytes": reserved} if reserved else {}),
                             "time_s": round(time.monotonic() - started, 3)})
         save, stop = checkpoints.poll(step, preempt.is_set())
         stop = stop and step < config.steps  # the last step needs no checkpoint: the job is done
@@ -407,7 +408,8 @@ def train(config: JobConfig, plan: ParallelPlan, env: DistEnv, device: torch.dev
     done = step - first
     return {"event": event, "step": step, "steps": config.steps,
             "tokens": step * tokens_per_step, "loss": round(loss, 6),
-            "peak_memory_bytes": peak, "time_s": round(elapsed, 3),
+            "peak_memory_bytes": peak, **({"peak_reserved_bytes": reserved} if reserved else {}),
+            "time_s": round(elapsed, 3),
             "tokens_per_s": round(done * tokens_per_step / max(elapsed, 1e-9), 1),
             "world_size": env.world_size, "device": device.type, "resumed_from_step": first,
             "checkpoint_step": checkpoint.latest_committed(config.checkpoint.uri)
