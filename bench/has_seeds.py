@@ -10,6 +10,7 @@ both draws; seed 0 reproduces bench/results/scheduling.json (checked, and printe
 
     .venv/bin/python bench/has_seeds.py                      # seeds 0-4, has and sia
     .venv/bin/python bench/has_seeds.py --seeds 0,1 --policies has,sia,frenzy
+    .venv/bin/python bench/has_seeds.py --duration-error-sigma 0 --out /tmp/exact.json
 
 Writes bench/results/has_seeds.json: per seed, setting and window, each policy's summary
 metrics; and per setting the has / policy ratios (avg JCT: mean over windows of per-window
@@ -36,21 +37,24 @@ SAVED = ROOT / "bench/results/scheduling.json"
 OUT = ROOT / "bench/results/has_seeds.json"
 KEYS = ("avg_jct_s", "p99_jct_s", "avg_queue_s", "gpu_hours", "restarts")
 GOAL_VS_SIA = 0.85  # issue 9: has avg JCT <= 0.85x elastic sia's
+DEFAULT_SIGMA = SimConfig.realistic().duration_error_sigma
 
 
 def setting_name(cluster: str, load: float) -> str:
     return f"{cluster}/{'trace' if not load else f'load {load:g}'}"
 
 
-def run_window(task: tuple[int, str, float, int, str]) -> tuple[tuple, dict[str, Any], float]:
-    """One (seed, cluster, load, window start, policy): the benchmark's own preparation."""
-    seed, cluster, load, start_index, policy = task
+def run_window(task: tuple[int, str, float, int, str, float]) -> tuple[tuple, dict[str, Any], float]:
+    """One (seed, cluster, load, window start, policy, error sigma): the benchmark's own
+    preparation."""
+    seed, cluster, load, start_index, policy, sigma = task
     trace = _trace()
     groups = load_cluster_file(CLUSTERS[cluster])
     jobs = prepare_jobs(trace, groups, start_s=trace[start_index].submit_time_s,
                         count=WINDOW_JOBS, load=load, seed=seed)
     tick = time.process_time()
-    metrics = run_policy(policy, jobs, groups, config=SimConfig.realistic(seed=seed))
+    metrics = run_policy(policy, jobs, groups,
+                         config=SimConfig.realistic(seed=seed, duration_error_sigma=sigma))
     return task, {key: metrics[key] for key in KEYS}, time.process_time() - tick
 
 
@@ -92,6 +96,8 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1,2,3,4")
     parser.add_argument("--policies", default="has,sia", help="has first; the others are baselines")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--duration-error-sigma", type=float, default=DEFAULT_SIGMA,
+                        help="the realism default 0.3; 0: every policy sees exact durations")
     parser.add_argument("--out", default=str(OUT))
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -99,14 +105,15 @@ def main() -> None:
     if policies[0] != "has":
         raise SystemExit("--policies: has must come first")
     settings = [(cluster, load) for cluster in CLUSTERS for load in LOADS]
-    tasks = [(seed, cluster, load, start, policy) for seed in seeds for cluster, load in settings
-             for start in WINDOW_STARTS for policy in policies]
+    sigma = args.duration_error_sigma
+    tasks = [(seed, cluster, load, start, policy, sigma) for seed in seeds
+             for cluster, load in settings for start in WINDOW_STARTS for policy in policies]
     # seed -> setting -> window start -> policy -> metrics
     results: dict[int, dict[str, dict[int, dict[str, dict[str, float]]]]] = {}
     cpu_s = 0.0
     started = time.perf_counter()
     with ProcessPoolExecutor(args.workers) as pool:
-        for (seed, cluster, load, start, policy), metrics, spent in pool.map(run_window, tasks):
+        for (seed, cluster, load, start, policy, _), metrics, spent in pool.map(run_window, tasks):
             cpu_s += spent
             results.setdefault(seed, {}).setdefault(setting_name(cluster, load), {}) \
                 .setdefault(start, {})[policy] = metrics
@@ -129,7 +136,7 @@ def main() -> None:
             print(f"{name:28s} has/{policy}: avg JCT {line} | mean {entry['avg_jct_mean']:.3f} "
                   f"[{entry['avg_jct_min']:.3f}, {entry['avg_jct_max']:.3f}], p99 "
                   f"{entry['p99_jct_mean']:.3f}, GPU-h {entry['gpu_hours_mean']:.3f}")
-            saved = saved_seed0(cluster, load, policy)
+            saved = saved_seed0(cluster, load, policy) if sigma == DEFAULT_SIGMA else None
             if 0 in per_seed and saved is not None:
                 same = abs(per_seed[0]["avg_jct"] - saved) < 1e-9
                 print(f"{'':28s} seed 0 against bench/results/scheduling.json: "
@@ -142,7 +149,8 @@ def main() -> None:
               f"{' / '.join(f'{m:.3f}' for m in means)}; (setting, seed) pairs at or under "
               f"{GOAL_VS_SIA}: {met} of {len(settings) * len(seeds)}")
     Path(args.out).write_text(json.dumps(
-        {"seeds": seeds, "policies": policies, "window_starts": list(WINDOW_STARTS),
+        {"seeds": seeds, "policies": policies, "duration_error_sigma": sigma,
+         "window_starts": list(WINDOW_STARTS),
          "window_jobs": WINDOW_JOBS, "cpu_s": cpu_s, "summary": summary,
          "windows": {str(seed): {name: {str(start): w for start, w in by_start.items()}
                                  for name, by_start in by_setting.items()}
