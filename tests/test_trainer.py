@@ -177,6 +177,38 @@ def test_cpu_tracker_counts_live_bytes():
             torch.zeros(1000)
 
 
+_DTENSOR_PROBE = """
+import torch, torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Shard
+from frenzy_trainer.progress import LiveTensorBytes
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+mesh = init_device_mesh("cpu", (1,))
+with LiveTensorBytes() as tracker:
+    local = torch.zeros(500, 1000)  # 2 MB: this rank's shard of a 1000 x 1000 fp32 tensor
+    sharded = DTensor.from_local(local, mesh, [Shard(0)], run_check=False,
+                                 shape=torch.Size([1000, 1000]), stride=(1000, 1))
+    before = tracker.live_bytes
+    doubled = sharded * 2
+    print(sharded.untyped_storage().nbytes(), tracker.live_bytes - before)
+dist.destroy_process_group()
+"""
+
+
+def test_cpu_tracker_counts_a_dtensor_at_its_shard_not_its_global_shape():
+    """Tensor parallelism and FSDP2 compute on DTensors, whose wrapper storage reports the
+    global shape's bytes (4 MB here); the shard this rank holds is half of it. Counted at the
+    global size, a 2-rank TP run of tiny-gpt2 measured 35.8 MB against 21.4 MB."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(Path(__file__).resolve().parent.parent / "services" / "node-agent"),
+         os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", _DTENSOR_PROBE], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    wrapper_bytes, counted_bytes = map(int, done.stdout.split())
+    assert (wrapper_bytes, counted_bytes) == (4_000_000, 2_000_000)
+
+
 def test_sigterm_exits_143(tmp_path):
     (proc,) = _launch(tmp_path, ["--model", "tiny-gpt2", "--steps", "100000", *COMMON], {}, world=1)
     progress = tmp_path / "progress.jsonl"

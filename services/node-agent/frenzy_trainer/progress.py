@@ -34,6 +34,14 @@ class MemoryLimitExceeded(RuntimeError):
     """Raised when tracked memory passes FRENZY_MEMORY_LIMIT_BYTES (an emulated OOM)."""
 
 
+def _storage(tensor: torch.Tensor) -> torch.UntypedStorage:
+    """The storage a tensor's bytes live in. A DTensor (tensor parallelism, FSDP2's
+    parameters) is a wrapper whose own storage reports the global shape's bytes: its shard on
+    this rank is its local tensor (the mode does not see the ops DTensor runs on it)."""
+    local = getattr(tensor, "_local_tensor", None)
+    return (local if isinstance(local, torch.Tensor) else tensor).untyped_storage()
+
+
 class LiveTensorBytes(TorchDispatchMode):
     """Live and peak bytes of all tensor storages created while the mode is active."""
 
@@ -50,11 +58,11 @@ class LiveTensorBytes(TorchDispatchMode):
         if self.paused:
             return out
         if isinstance(out, torch.Tensor):  # fast path: most ops return one tensor
-            self._track(out.untyped_storage())
+            self._track(_storage(out))
         elif isinstance(out, (tuple, list)):
             for leaf in tree_leaves(out):
                 if isinstance(leaf, torch.Tensor):
-                    self._track(leaf.untyped_storage())
+                    self._track(_storage(leaf))
         return out
 
     def _track(self, storage: torch.UntypedStorage) -> None:
