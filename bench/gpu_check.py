@@ -231,12 +231,7 @@ def main() -> int:
         fake = [Gpu(index=i, gpu_type="cpu", memory_total_bytes=0, simulated=True, name="cpu")
                 for i in range(args.cpu_dry_run)]
         failures, rows = check_plans(fake, args.dry_run_model, args.dry_run_seq_len)
-        if args.json:
-            args.json.write_text(json.dumps({"plans": rows, "failures": failures}, indent=2))
-        for failure in failures:
-            print(f"FAIL: {failure}")
-        print("gpu_check (CPU dry run): OK" if not failures else f"gpu_check: {len(failures)} failure(s)")
-        return 1 if failures else 0
+        return report({"plans": rows}, failures, args.json, "gpu_check (CPU dry run)")
     try:
         gpus = discover_nvml()
     except NvmlUnavailable as err:
@@ -269,12 +264,19 @@ def main() -> int:
     else:
         print("visibility/training: skipped (torch with CUDA not available)")
     monitor.close()
+    return report(results, failures, args.json)
+
+
+def report(results: dict, failures: list[str], json_path: Path | None,
+           name: str = "gpu_check") -> int:
+    """Write the results (with the failures) as JSON if asked, print the failures and the
+    verdict, and return the exit code."""
     results["failures"] = failures
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
+    if json_path:
+        json_path.write_text(json.dumps(results, indent=2))
     for failure in failures:
         print(f"FAIL: {failure}")
-    print("gpu_check: OK" if not failures else f"gpu_check: {len(failures)} failure(s)")
+    print(f"{name}: OK" if not failures else f"{name}: {len(failures)} failure(s)")
     return 1 if failures else 0
 
 
