@@ -13,13 +13,15 @@ both draws; seed 0 reproduces bench/results/scheduling.json (checked, and printe
     .venv/bin/python bench/has_seeds.py --duration-error-sigma 0 --out /tmp/exact.json
 
 Writes bench/results/has_seeds.json: per seed, setting and window, each policy's summary
-metrics; and per setting the has / policy ratios (avg JCT: mean over windows of per-window
-ratios, as the benchmark reports it; p99 JCT and GPU-hours: ratios of the window means) for
-every seed, with their mean, min and max over seeds. Windows run in two worker processes.
+metrics; and per setting the has / policy ratios as the benchmark computes them
+(`summarize_cluster`: avg JCT the mean over windows of per-window ratios, p99 JCT and
+GPU-hours ratios of the window means) for every seed, with their mean, min and max over
+seeds. Each (seed, setting) runs in one of two worker processes (`window_runs`).
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import time
@@ -28,14 +30,15 @@ from pathlib import Path
 from typing import Any
 
 from frenzy.clusterfile import load_cluster_file
-from frenzy_scheduler.simulator import SimConfig, prepare_jobs, run_policy
+from frenzy_scheduler.simulator import SimConfig
 from frenzy_scheduler.simulator.trace import load_trace
 
-from scheduling import CLUSTERS, LOADS, PHILLY, ROOT, WINDOW_JOBS, WINDOW_STARTS
+from scheduling import (CLUSTERS, LOADS, PHILLY, ROOT, WINDOW_JOBS, WINDOW_STARTS,
+                        summarize_cluster, window_runs)
 
 SAVED = ROOT / "bench/results/scheduling.json"
 OUT = ROOT / "bench/results/has_seeds.json"
-KEYS = ("avg_jct_s", "p99_jct_s", "avg_queue_s", "gpu_hours", "restarts")
+KEYS = ("avg_jct_s", "p99_jct_s", "avg_queue_s", "gpu_hours", "restarts")  # kept per window
 GOAL_VS_SIA = 0.85  # issue 9: has avg JCT <= 0.85x elastic sia's
 DEFAULT_SIGMA = SimConfig.realistic().duration_error_sigma
 
@@ -44,41 +47,21 @@ def setting_name(cluster: str, load: float) -> str:
     return f"{cluster}/{'trace' if not load else f'load {load:g}'}"
 
 
-def run_window(task: tuple[int, str, float, int, str, float]) -> tuple[tuple, dict[str, Any], float]:
-    """One (seed, cluster, load, window start, policy, error sigma): the benchmark's own
-    preparation."""
-    seed, cluster, load, start_index, policy, sigma = task
-    trace = _trace()
-    groups = load_cluster_file(CLUSTERS[cluster])
-    jobs = prepare_jobs(trace, groups, start_s=trace[start_index].submit_time_s,
-                        count=WINDOW_JOBS, load=load, seed=seed)
-    tick = time.process_time()
-    metrics = run_policy(policy, jobs, groups,
-                         config=SimConfig.realistic(seed=seed, duration_error_sigma=sigma))
-    return task, {key: metrics[key] for key in KEYS}, time.process_time() - tick
-
-
-_TRACE: list | None = None
-
-
+@functools.lru_cache(maxsize=1)
 def _trace() -> list:
-    global _TRACE  # one parse per worker process, not per window
-    if _TRACE is None:
-        _TRACE = load_trace(PHILLY)
-    return _TRACE
+    """One parse per worker process, not per task."""
+    return load_trace(PHILLY)
 
 
-def ratios(windows: dict[int, dict[str, dict[str, float]]], policy: str) -> dict[str, float]:
-    """has / policy on one setting and seed, as the benchmark computes them."""
-    starts = sorted(windows)
-
-    def mean(name: str, key: str) -> float:
-        return statistics.fmean(windows[s][name][key] for s in starts)
-
-    return {"avg_jct": statistics.fmean(windows[s]["has"]["avg_jct_s"] / windows[s][policy]["avg_jct_s"]
-                                        for s in starts),
-            "p99_jct": mean("has", "p99_jct_s") / mean(policy, "p99_jct_s"),
-            "gpu_hours": mean("has", "gpu_hours") / mean(policy, "gpu_hours")}
+def run_setting(task: tuple[int, str, float, tuple[str, ...], float]
+                ) -> tuple[tuple, list[dict[str, Any]], float]:
+    """One (seed, cluster, load, policies, error sigma): the benchmark's own windows."""
+    seed, cluster, load, policies, sigma = task
+    tick = time.process_time()
+    runs = window_runs(_trace(), load_cluster_file(CLUSTERS[cluster]), WINDOW_STARTS, load,
+                       list(policies), SimConfig.realistic(seed=seed, duration_error_sigma=sigma),
+                       seed=seed)
+    return task, runs, time.process_time() - tick
 
 
 def saved_seed0(cluster: str, load: float, policy: str) -> float | None:
@@ -101,30 +84,30 @@ def main() -> None:
     parser.add_argument("--out", default=str(OUT))
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
-    policies = args.policies.split(",")
+    policies = tuple(args.policies.split(","))
     if policies[0] != "has":
         raise SystemExit("--policies: has must come first")
     settings = [(cluster, load) for cluster in CLUSTERS for load in LOADS]
     sigma = args.duration_error_sigma
-    tasks = [(seed, cluster, load, start, policy, sigma) for seed in seeds
-             for cluster, load in settings for start in WINDOW_STARTS for policy in policies]
-    # seed -> setting -> window start -> policy -> metrics
-    results: dict[int, dict[str, dict[int, dict[str, dict[str, float]]]]] = {}
+    tasks = [(seed, cluster, load, policies, sigma) for seed in seeds for cluster, load in settings]
+    runs: dict[int, dict[str, list[dict[str, Any]]]] = {}  # seed -> setting -> windows
     cpu_s = 0.0
     started = time.perf_counter()
     with ProcessPoolExecutor(args.workers) as pool:
-        for (seed, cluster, load, start, policy, _), metrics, spent in pool.map(run_window, tasks):
+        for (seed, cluster, load, _, _), windows, spent in pool.map(run_setting, tasks):
             cpu_s += spent
-            results.setdefault(seed, {}).setdefault(setting_name(cluster, load), {}) \
-                .setdefault(start, {})[policy] = metrics
+            runs.setdefault(seed, {})[setting_name(cluster, load)] = windows
     summary: dict[str, Any] = {}
-    print(f"{len(tasks)} simulations, {cpu_s:.0f} s CPU, "
+    print(f"{len(tasks) * len(WINDOW_STARTS) * len(policies)} simulations, {cpu_s:.0f} s CPU, "
           f"{time.perf_counter() - started:.0f} s wall ({args.workers} workers)")
     for cluster, load in settings:
         name = setting_name(cluster, load)
+        vs = {seed: summarize_cluster(runs[seed][name], list(policies))["has_vs"] for seed in seeds}
         summary[name] = {}
         for policy in policies[1:]:
-            per_seed = {seed: ratios(results[seed][name], policy) for seed in seeds}
+            per_seed = {seed: {"avg_jct": vs[seed][policy]["avg_jct_ratio_mean_over_windows"],
+                               "p99_jct": vs[seed][policy]["p99_jct_ratio"],
+                               "gpu_hours": vs[seed][policy]["gpu_hours_ratio"]} for seed in seeds}
             jct = [r["avg_jct"] for r in per_seed.values()]
             entry = summary[name][policy] = {
                 "per_seed": per_seed,
@@ -149,12 +132,15 @@ def main() -> None:
               f"{' / '.join(f'{m:.3f}' for m in means)}; (setting, seed) pairs at or under "
               f"{GOAL_VS_SIA}: {met} of {len(settings) * len(seeds)}")
     Path(args.out).write_text(json.dumps(
-        {"seeds": seeds, "policies": policies, "duration_error_sigma": sigma,
-         "window_starts": list(WINDOW_STARTS),
-         "window_jobs": WINDOW_JOBS, "cpu_s": cpu_s, "summary": summary,
-         "windows": {str(seed): {name: {str(start): w for start, w in by_start.items()}
-                                 for name, by_start in by_setting.items()}
-                     for seed, by_setting in results.items()}}, indent=1) + "\n")
+        {"seeds": seeds, "policies": list(policies), "duration_error_sigma": sigma,
+         "window_starts": list(WINDOW_STARTS), "window_jobs": WINDOW_JOBS, "cpu_s": cpu_s,
+         "summary": summary,
+         "windows": {str(seed): {name: {str(w["start_index"]): {p: {k: w["policies"][p][k]
+                                                                     for k in KEYS}
+                                                                 for p in policies}
+                                        for w in windows}
+                                 for name, windows in by_setting.items()}
+                     for seed, by_setting in runs.items()}}, indent=1) + "\n")
     print(f"wrote {args.out}")
 
 

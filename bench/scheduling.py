@@ -70,13 +70,15 @@ console = Console(stderr=True)
 
 def window_runs(trace: list, groups: list[NodeGroup], starts: tuple[int, ...], load: float,
                 policies: list[str], config: SimConfig,
-                kept: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+                kept: list[dict[str, Any]] | None = None, seed: int = 0) -> list[dict[str, Any]]:
     """`kept`: saved windows of an earlier run whose policies not in `policies` are copied
-    (`--rerun has` after a change to has alone; the others' runs are deterministic)."""
+    (`--rerun has` after a change to has alone; the others' runs are deterministic). `seed`:
+    the trace-to-model mapping's (`prepare_jobs`; the benchmark's is 0, bench/has_seeds.py
+    varies it)."""
     runs = []
     for position, start_index in enumerate(starts):
         start_s = trace[start_index].submit_time_s
-        jobs = prepare_jobs(trace, groups, start_s=start_s, count=WINDOW_JOBS, load=load, seed=0)
+        jobs = prepare_jobs(trace, groups, start_s=start_s, count=WINDOW_JOBS, load=load, seed=seed)
         parity = parity_menu(jobs)
         window = {"start_index": start_index, "start_s": start_s,
                   "span_h": (jobs[-1].submit_time_s - jobs[0].submit_time_s) / 3600,
