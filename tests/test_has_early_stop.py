@@ -165,7 +165,8 @@ def test_the_last_job_that_can_start_is_not_skipped(monkeypatch) -> None:
     queue = [QueuedJob("wide", 0.0, (option("T4", 2, 100.0), option("T4", 1, 5000.0))),
              QueuedJob("fast", 0.0, (option("A100-80GB", 1, 200.0), option("T4", 1, 1600.0))),
              QueuedJob("last", 0.0, (option("T4", 1, 700.0),))]
-    config = HasConfig(launch_overhead_s=0.0, elastic=False)
+    # without the fair share, which would cap "wide" at one of the two T4s (three jobs want T4)
+    config = HasConfig(launch_overhead_s=0.0, elastic=False, fair_share=False)
     looked = record_looks(monkeypatch)
     fast = HasPolicy(config).schedule(queue, cluster, 0.0, running)
     assert fast == HasPolicy(config, shortcuts=False).schedule(queue, cluster, 0.0, running)
@@ -181,7 +182,8 @@ def test_the_walk_stops_before_jobs_that_cannot_start(monkeypatch) -> None:
     queue = [QueuedJob("wide", 0.0, (option("T4", 2, 100.0), option("T4", 1, 5000.0))),
              QueuedJob("slow", 0.0, (option("A100-80GB", 1, 2000.0), option("T4", 1, 16000.0))),
              QueuedJob("long", 0.0, (option("T4", 1, 20000.0),))]
-    config = HasConfig(launch_overhead_s=0.0, elastic=False)
+    # without the fair share, which would cap "wide" at one of the two T4s (three jobs want T4)
+    config = HasConfig(launch_overhead_s=0.0, elastic=False, fair_share=False)
     scored: list[str] = []
     original = HasPolicy._score
 

@@ -229,23 +229,26 @@ def test_a_job_held_for_a_release_is_decided_again_at_the_predicted_end_without_
         async def publish_many(self, items, contexts=None, trace_ids=None):
             self.published.extend(items)
 
-    wide = PlanOption("A100-80GB", ParallelPlan(dp=4), 10, 1.0, 1000.0)
-    narrow = PlanOption("A100-80GB", ParallelPlan(dp=2), 10, 1.0, 2000.0)
+    # r runs on 3 of the 4 GPUs; q's wide option (2 GPUs, its fair share of the 4 beside r)
+    # waits for r's end, its narrow one fits the free GPU now
+    held = PlanOption("A100-80GB", ParallelPlan(dp=3), 10, 1.0, 2000.0)
+    wide = PlanOption("A100-80GB", ParallelPlan(dp=2), 10, 1.0, 1000.0)
+    narrow = PlanOption("A100-80GB", ParallelPlan(dp=1), 10, 1.0, 2000.0)
     bus = RecordingBus()
     service = SchedulerService(bus, "has", ServiceSettings(reshape_jobs=False, scheduler_redecide_s=600))
 
     async def scenario():
-        await service.on_availability(envelope(availability([2, 3], 1, jobs=["r"])), "n1")
-        record = types_pb2.Job(id="r", state=types_pb2.RUNNING, version=5, option=option_to_proto(narrow),
-                               assignments=[types_pb2.GpuAssignment(node_id="n1", gpu_indices=[0, 1])])
-        record.started_at.FromNanoseconds(int((time.time() - narrow.duration_s + 2.0) * 1e9))
+        await service.on_availability(envelope(availability([3], 1, jobs=["r"])), "n1")
+        record = types_pb2.Job(id="r", state=types_pb2.RUNNING, version=5, option=option_to_proto(held),
+                               assignments=[types_pb2.GpuAssignment(node_id="n1", gpu_indices=[0, 1, 2])])
+        record.started_at.FromNanoseconds(int((time.time() - held.duration_s + 2.0) * 1e9))
         await service.on_status(envelope(events_pb2.JobStatusChanged(
             job_id="r", state=types_pb2.RUNNING, source=events_pb2.ORCHESTRATOR, job=record)), "r")
         await service.on_planned(envelope(events_pb2.JobPlanned(
             job_id="q", options=[option_to_proto(wide), option_to_proto(narrow)])), "q")
         await service.on_status(envelope(status("q", types_pb2.QUEUED, 3)), "q")
         await service.schedule_if_changed()
-        assert bus.published == []  # held: the 4-GPU option is worth the two-second wait
+        assert bus.published == []  # held: the 2-GPU option is worth the two-second wait
         timer = asyncio.create_task(service.redecide_loop())
         started = time.monotonic()
         try:
@@ -257,8 +260,8 @@ def test_a_job_held_for_a_release_is_decided_again_at_the_predicted_end_without_
 
     waited_s = asyncio.run(scenario())
     [(_, key, placed)] = bus.published
-    assert key == "q" and placed.option.num_gpus == 2, placed
-    assert [tuple(a.gpu_indices) for a in placed.assignments] == [(2, 3)]
+    assert key == "q" and placed.option.num_gpus == 1, placed
+    assert [tuple(a.gpu_indices) for a in placed.assignments] == [(3,)]
     assert 1.0 < waited_s < 30, waited_s  # just after the predicted end, not the 600 s fallback
 
 

@@ -474,3 +474,71 @@ def test_has_does_not_bet_on_a_move_to_gpus_that_jobs_ahead_wait_for() -> None:
     placed = HasPolicy(HasConfig(launch_overhead_s=0)).schedule(
         queue, cluster, 10.0, _a100_busy_until(2010.0))
     assert [p.job_id for p in placed if p.kind == "place"] == []
+
+
+def test_has_gives_a_burst_its_fair_shares_instead_of_the_first_job_the_whole_type() -> None:
+    """Worked by hand: 8 free A100s, two jobs, each 100 s on 8, 200 s on 4, 400 s on 2. Alone,
+    each would take all 8 (earliest completion); the second would then wait or start on the
+    T4s. With the fair share (8 GPUs over 2 jobs wanting them) both start at once on 4."""
+    cluster = nodes({"a": ("A100-80GB", 8, list(range(8))), "t": ("T4", 8, list(range(8)))})
+    menu = (option("A100-80GB", 8, 100.0), option("A100-80GB", 4, 200.0),
+            option("A100-80GB", 2, 400.0), option("T4", 8, 4000.0))
+    queue = [job("j0", 0, *menu), job("j1", 1, *menu)]
+    shared = HasPolicy().schedule(queue, cluster, 10.0)
+    assert [(p.job_id, p.option.gpu_type, p.option.num_gpus) for p in shared] == \
+        [("j0", "A100-80GB", 4), ("j1", "A100-80GB", 4)]
+    # The record says why the 8-GPU option lost
+    assert any(a.option.num_gpus == 8 and "fair share of A100-80GB (4 GPUs)" in a.verdict
+               for a in shared[0].decision.alternatives)
+    # The control: without it, j0 takes the whole type and j1 starts 40x slower on the T4s
+    alone = HasPolicy(HasConfig(fair_share=False)).schedule(queue, cluster, 10.0)
+    assert [(p.job_id, p.option.gpu_type, p.option.num_gpus) for p in alone] == \
+        [("j0", "A100-80GB", 8), ("j1", "T4", 8)]
+
+
+def test_has_fair_share_counts_running_jobs_and_never_caps_a_jobs_narrowest_option() -> None:
+    """3 jobs run on the 12 A100s' first 8 and one is queued: a share of 12 / 4 = 3 GPUs. The
+    queued job's options are 4 and 2 GPUs: it takes 2, not the 4 that are free. A job whose
+    narrowest option is 4 still starts on 4, and so does an urgent deadline job's 4."""
+    busy = option("A100-80GB", 2, 1e5)
+    running = [RunningJob(f"r{i}", busy, (("a", (2 * i, 2 * i + 1)),), 0.0, 1e5) for i in range(3)]
+    cluster = nodes({"a": ("A100-80GB", 12, list(range(6, 12)))})
+    flexible = job("x", 0, option("A100-80GB", 4, 100.0), option("A100-80GB", 2, 200.0))
+    [placed] = HasPolicy().schedule([flexible], cluster, 10.0, running)
+    assert placed.option.num_gpus == 2
+    rigid = job("y", 0, option("A100-80GB", 4, 100.0))
+    assert [p.option.num_gpus for p in HasPolicy().schedule([rigid], cluster, 10.0, running)] == [4]
+    urgent = job("d", 0, option("A100-80GB", 4, 100.0), option("A100-80GB", 2, 200.0),
+                 deadline_s=250.0)
+    assert [p.option.num_gpus for p in HasPolicy().schedule([urgent], cluster, 10.0, running)] == [4]
+
+
+def test_fair_shares_divide_a_type_among_the_jobs_that_want_it_while_each_can_have_some() -> None:
+    from frenzy_scheduler.policies.has import fair_shares
+    capacity = {"A100-80GB": 16, "T4": 8, "V100-32GB": 4}
+    running = {"A100-80GB": 2, "V100-32GB": 3}
+    queued = {"A100-80GB": 2, "T4": 9, "V100-32GB": 1}
+    # A100: 16 over 4 jobs; T4: 9 want 8 GPUs, so no cap; V100: 4 over 4
+    assert fair_shares(running, queued, capacity) == {"A100-80GB": 4, "T4": 8, "V100-32GB": 1}
+    assert fair_shares({}, {}, {"T4": 8}) == {"T4": 8}  # nobody wants it: no cap
+
+
+def test_has_fair_share_caps_only_the_type_a_job_wants_and_not_when_too_many_want_it() -> None:
+    """With 9 jobs wanting 8 A100s, no share: the first takes its fastest, all 8. And a job's
+    slower type is not capped: with the A100s held by a long job, a job whose fastest option is
+    on A100s starts on all 6 free T4s."""
+    a100, t4 = "A100-80GB", "T4"
+    cluster = nodes({"a": (a100, 8, list(range(8))), "t": (t4, 8, list(range(8)))})
+    menu = (option(a100, 8, 100.0), option(a100, 4, 200.0), option(a100, 1, 800.0))
+    crowd = [job(f"j{i}", i, *menu) for i in range(9)]
+    placed = HasPolicy().schedule(crowd, cluster, 10.0)
+    assert (placed[0].job_id, placed[0].option.num_gpus) == ("j0", 8)
+    # r holds the A100s for long; two jobs run on one T4 each (a T4 share of 8 / 2 = 4, were
+    # T4 the type x wants)
+    running = [RunningJob("r", option(a100, 8, 1e6), (("a", tuple(range(8))),), 0.0, 1e6)] + \
+        [RunningJob(f"t{i}", option(t4, 1, 1e6), (("t", (i,)),), 0.0, 1e6) for i in range(2)]
+    full = nodes({"a": (a100, 8, []), "t": (t4, 8, list(range(2, 8)))})
+    spill = job("x", 0, option(a100, 8, 100.0), option(a100, 1, 800.0), option(t4, 6, 400.0),
+                option(t4, 2, 1600.0))
+    [started] = HasPolicy().schedule([spill], full, 10.0, running)
+    assert (started.option.gpu_type, started.option.num_gpus) == (t4, 6)

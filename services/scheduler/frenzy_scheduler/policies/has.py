@@ -9,7 +9,9 @@ One pass over the queue per decision, in the Kubernetes framework's steps:
 3. score: estimated completion time = expected start + MARP duration. The expected start of
    an option that cannot start now comes from the running jobs' expected ends, minus what
    higher-priority jobs in this pass already wait for. A job holds (stays queued) when waiting
-   for faster GPUs finishes earlier than starting now on slower ones;
+   for faster GPUs finishes earlier than starting now on slower ones. On the type of its
+   fastest option, a job starts, holds for or is admitted to no option wider than its fair
+   share of that type (`fair_shares`);
 4. reserve / bind: best-fit nodes (`FreeIndex.best_fit`), which keeps whole nodes free for big
    jobs; a job blocked for `reserve_after_s` gets an EASY-style reservation on its type, and
    later jobs may use that type only if they end before it or fit in the spare GPUs (backfill).
@@ -85,6 +87,9 @@ class HasConfig:
     # What HAS expects a start to cost: launch_overhead_s x (1 + log2(nodes)). A property of
     # the cluster (measured live); the simulator charges every policy the same default.
     launch_overhead_s: float = 60.0
+    # A start takes at most the job's fair share of the type it wants (`fair_shares`), as Sia's
+    # round narrows a burst so that every job runs; growth widens jobs later on idle GPUs.
+    fair_share: bool = True
 
     def launch_s(self, nodes: int) -> float:
         return self.launch_overhead_s * (1.0 + math.log2(max(1, nodes)))
@@ -234,6 +239,11 @@ class _ReleaseProfile:
         cum = self._cumulative.get(gpu_type)
         return cum[-1] if cum else 0
 
+    def jobs_by_type(self) -> dict[str, int]:
+        """How many running jobs hold GPUs of each type (one expected end each)."""
+        ends = self._ends if self._ends is not None else self._build()
+        return {gpu_type: len(type_ends) for gpu_type, type_ends in ends.items()}
+
     def released_by(self, gpu_type: str, time_s: float) -> int:
         """GPUs of the type released at or before `time_s` (>= now)."""
         ends = self._ends if self._ends is not None else self._build()
@@ -265,6 +275,7 @@ class _Pass:
     prune_holds: bool = True  # `_score` skips the holds of dominated options (the fast path)
     # The most GPUs any type has free at the pass's start (free GPUs only shrink in a pass)
     most_free: int = field(init=False)
+    share: dict[str, int] | None = None  # per type, the widest start allowed (`fair_shares`)
 
     def __post_init__(self) -> None:
         self.release_ends = self.releases.ends
@@ -380,6 +391,37 @@ def _worth_starting_now(slow_s: float, fast_s: float, wait_s: float, move_s: flo
     return gain_s >= loss_s
 
 
+def fair_shares(running: dict[str, int], queued: dict[str, int],
+                capacity: dict[str, int]) -> dict[str, int]:
+    """Per GPU type, the most GPUs a queued job that wants the type may start on there: the
+    type's GPUs over the jobs that want it, those running on it and those queued whose fastest
+    option is on it (`running`, `queued`: jobs by type). When more jobs want the type than it
+    has GPUs, every job cannot have some, and the share is the whole type (no cap: the order
+    decides, as without shares).
+
+    Why: each job's fastest option is the best for that job alone. In a burst the first jobs of
+    the order would take the fast type at full width, and the jobs after them would wait for it
+    or start on slow, wide options that burn many times the GPU-time (docs/has-experiments.md,
+    s15). Sia's round re-solves every job at once and gives every job some GPUs first; this is
+    the event-driven counterpart: on the type it wants, a job starts (or holds for, or is
+    admitted to) at most its share, and growth gives idle GPUs to the jobs that scale once no
+    queued job wants them. A job's narrowest option there is always allowed, so the cap never
+    leaves a job unable to run; its options on other types, and urgent deadline jobs, are not
+    capped (`_over_share`)."""
+    shares = {}
+    for gpu_type, gpus in capacity.items():
+        users = running.get(gpu_type, 0) + queued.get(gpu_type, 0)
+        shares[gpu_type] = gpus // users if 0 < users <= gpus else gpus
+    return shares
+
+
+def _over_share(share: dict[str, int] | None, facts: _JobFacts, gpu_type: str, gpus: int) -> bool:
+    """Is this option wider than the job may take (`fair_shares`)? Only on the type of the job's
+    fastest option, never its narrowest option there, and never for an urgent deadline job."""
+    return share is not None and gpus > share.get(gpu_type, gpus) and \
+        gpus > facts.reach[gpu_type][0] and facts.key[0] != 0 and gpu_type == facts.entries[0][1]
+
+
 class HasPolicy:
     name = "has"
     round_s = 0.0
@@ -406,6 +448,7 @@ class HasPolicy:
         self._deadlines: dict[int, _JobFacts] = {}
         self._order: list[_JobFacts] = []
         self._demand = 0
+        self._wanting: dict[str, int] = {}  # queued jobs by the type of their fastest option
         # Admission's victim candidates, spare and most freed, with what they were built for
         self._kept_candidates: tuple | None = None
 
@@ -422,13 +465,16 @@ class HasPolicy:
         demand = 0
         releases = _ReleaseProfile(running, now_s,
                                    self._release_times if self.shortcuts else None)
+        share: dict[str, int] | None = None
         if queue:
-            ordered, demand = self._sort(queue, index, now_s)
+            ordered, demand, wanting = self._sort(queue, index, now_s)
+            if self.config.fair_share:
+                share = fair_shares(releases.jobs_by_type(), wanting, index.capacity)
             if elastic:
                 # Displace only while the queue fits in the free GPUs: under pressure the
                 # queue's pass takes the idle GPUs a displaced job would run on
                 moves, admitted = self._admit(ordered, running, index, releases, now_s,
-                                              demand <= index.total_free())
+                                              demand <= index.total_free(), share)
                 if admitted:  # the pass skips them
                     taken = {p.job_id for p in admitted}
                     ordered = [f for f in ordered if f.job.job_id not in taken]
@@ -443,7 +489,7 @@ class HasPolicy:
                       max(self.config.min_cost_exponent, pressure * self.config.gpu_cost_weight),
                       elastic and self.config.start_now and pressure == 0.0,
                       self.config.restart_floor_s + self.config.launch_s(1),
-                      prune_holds=self.shortcuts)
+                      prune_holds=self.shortcuts, share=share)
         placements: list[Placement] = []
         reserve_after_s = self.config.reserve_after_s
         binding_holds = self.config.binding_holds
@@ -505,7 +551,8 @@ class HasPolicy:
         return moves + admitted + placements
 
     def _admit(self, ordered: list[_JobFacts], running: Sequence[RunningJob], index: FreeIndex,
-               releases: _ReleaseProfile, now_s: float, displace: bool = True
+               releases: _ReleaseProfile, now_s: float, displace: bool = True,
+               share: dict[str, int] | None = None
                ) -> tuple[list[Placement], list[Placement]]:
         """Before the pass, admission by shrinking: a job at the head of the order whose best
         completion (start now, or wait for GPUs to free) is later than it would be on GPUs that
@@ -514,7 +561,9 @@ class HasPolicy:
         restarts; the gain must exceed it by `min_gain_fraction` (prediction error). Victims
         step down their own options where the loss per GPU is smallest, so a wide job gives a
         few GPUs rather than falling to one. An urgent deadline job may also preempt
-        (`reclaim`). Returns (reshapes, placements of the admitted jobs)."""
+        (`reclaim`). Options wider than the job's fair share of their type (`share`) are
+        neither its baseline nor admitted. Returns (reshapes, placements of the admitted
+        jobs)."""
         cfg = self.config
         displace = displace and cfg.displace
         free = index.free_by_type
@@ -574,6 +623,8 @@ class HasPolicy:
                 _, t, n, total_s, _, _ = entry = entries[i]
                 if total_s >= baseline_s:
                     break  # fastest first: no later entry can end earlier
+                if _over_share(share, facts, t, n):
+                    continue
                 short = n + claimed.get(t, 0) - free.get(t, 0)
                 if short > 0:  # releases.wait_s, inlined
                     memo = release_ends.get(t)
@@ -601,6 +652,8 @@ class HasPolicy:
                 # Every plan costs at least two restarts: nothing slower can net more.
                 if baseline_s - total_s - two_restarts_s <= best_s:
                     break
+                if _over_share(share, facts, gpu_type, gpus):
+                    continue
                 have = free.get(gpu_type, 0)
                 if gpus <= have:  # no deficit: the pass can start it now
                     continue
@@ -747,9 +800,10 @@ class HasPolicy:
         return facts
 
     def _sort(self, queue: Sequence[QueuedJob], index: FreeIndex,
-              now_s: float) -> tuple[list[_JobFacts], int]:
+              now_s: float) -> tuple[list[_JobFacts], int, dict[str, int]]:
         """Urgent deadline jobs by slack, then shortest aged duration, then arrival; also the
-        queue's GPU demand (sum of each job's fewest GPUs) for the pressure.
+        queue's GPU demand (sum of each job's fewest GPUs) for the pressure, and its jobs by
+        the type of their fastest option, for the fair shares.
 
         The aged key `best - aging x (now - submit)` orders jobs like `best + aging x submit`,
         which does not depend on now, so it is cached with the job's facts; only deadline
@@ -771,15 +825,19 @@ class HasPolicy:
         decision = self._decision
         order: list[_JobFacts] = []
         demand = 0
+        wanting: dict[str, int] = {}
         for job in queue:
             facts = self._cached_facts(job, index)
             if facts is None or facts.decision == decision:  # no usable option, or a duplicate
                 continue
             demand += facts.min_gpus
+            if facts.entries:
+                fastest_type = facts.entries[0][1]
+                wanting[fastest_type] = wanting.get(fastest_type, 0) + 1
             facts.job, facts.key, facts.decision = job, self._key(facts, job, now_s), decision
             order.append(facts)
         order.sort(key=_KEY)
-        return order, demand
+        return order, demand, wanting
 
     def _cached_facts(self, job: QueuedJob, index: FreeIndex) -> _JobFacts | None:
         facts = self._facts.get(job.job_id)
@@ -796,7 +854,7 @@ class HasPolicy:
         return facts.sjf_key
 
     def _sort_incremental(self, queue: Sequence[QueuedJob], index: FreeIndex,
-                          now_s: float) -> tuple[list[_JobFacts], int] | None:
+                          now_s: float) -> tuple[list[_JobFacts], int, dict[str, int]] | None:
         """`_sort`'s answer from the last one and what changed (`IdentityDiff`): O(changes +
         deadline jobs), plus C-speed set operations over the queue. None when the queue holds
         a job twice (the straightforward sort decides which copy counts)."""
@@ -809,7 +867,9 @@ class HasPolicy:
         if fresh:
             self._order, self._queued, self._queued_ids, self._deadlines = [], {}, {}, {}
             self._demand = 0
-        queued, ids, deadlines = self._queued, self._queued_ids, self._deadlines
+            self._wanting = {}
+        queued, ids, deadlines, wanting = (self._queued, self._queued_ids, self._deadlines,
+                                           self._wanting)
         order = self._order
         if departed:
             for job in departed:
@@ -817,6 +877,8 @@ class HasPolicy:
                 del ids[job.job_id]
                 if facts is not None:
                     self._demand -= facts.min_gpus
+                    if facts.entries:
+                        wanting[facts.entries[0][1]] -= 1
                     facts.decision = -1  # marks it for removal below
                     deadlines.pop(id(job), None)
             order = [f for f in order if f.decision != -1]
@@ -830,6 +892,9 @@ class HasPolicy:
             if facts is None:
                 continue
             self._demand += facts.min_gpus
+            if facts.entries:
+                fastest_type = facts.entries[0][1]
+                wanting[fastest_type] = wanting.get(fastest_type, 0) + 1
             facts.job, facts.key, facts.decision = job, facts.sjf_key, 0
             if job.deadline_s > 0:
                 deadlines[id(job)] = facts
@@ -847,7 +912,7 @@ class HasPolicy:
             for facts in new:
                 bisect.insort(order, facts, key=_KEY)
         self._order = order
-        return order, self._demand
+        return order, self._demand, wanting
 
     # -- filter ----------------------------------------------------------------------------
 
@@ -899,7 +964,10 @@ class HasPolicy:
             choice, hold_value = HasPolicy._scan(facts.open_rows, facts, state)
             if choice is None or hold_value < INF or choice[1] is not None:
                 return choice  # no option, a finite hold, or a start now
-            return facts.entries[0][0], None  # every hold waits forever: the fastest
+            # every hold waits forever: the fastest option within the job's share
+            share = state.share
+            return next(option for option, gpu_type, gpus, _, _, _ in facts.entries
+                        if not _over_share(share, facts, gpu_type, gpus)), None
         return HasPolicy._scan(facts.rows, facts, state)[0]
 
     @staticmethod
@@ -919,8 +987,16 @@ class HasPolicy:
         hold: PlanOption | None = None  # the best option to wait for: (hold_value, hold_rank)
         hold_value, hold_rank, hold_wait_s = INF, 0, 0.0
         start_now, move_s = state.start_now, state.move_s
+        # Options over the share are skipped (`_over_share`): a narrower option of the type comes
+        # before any that one dominates, so the skipped never hide what the pruning relies on
+        share = state.share if facts.key[0] != 0 else None  # not for urgent deadline jobs
+        reach = facts.reach
+        wanted = entries[0][1]
         # state.expected_wait_s and backfill_allowed, inlined: hot loop
         for cost, rank, option, gpu_type, gpus, duration_s, tp, dominated in rows:
+            if share is not None and gpus > share[gpu_type] and gpus > reach[gpu_type][0] \
+                    and gpu_type == wanted:
+                continue  # wider than its fair share (`_over_share`, inlined)
             if cost > hold_value and (not start_now or hold_wait_s <= move_s):
                 break  # nothing left can beat holding (elastic: a wait shorter than a move)
             have = free.get(gpu_type, 0)
@@ -984,8 +1060,13 @@ class HasPolicy:
             if option is chosen or (option.duration_s == chosen_s and option == chosen):
                 continue
             start_s = 0.0 if free.get(gpu_type, 0) >= gpus else state.expected_wait_s(gpu_type, gpus)
-            verdict = ("costs more GPU-time" if start_s == 0.0 and duration_s < chosen.duration_s
-                       else "later completion")
+            share = state.share
+            if share is not None and _over_share(share, facts, gpu_type, gpus):
+                verdict = f"wider than its fair share of {gpu_type} ({share[gpu_type]} GPUs)"
+            elif start_s == 0.0 and duration_s < chosen.duration_s:
+                verdict = "costs more GPU-time"
+            else:
+                verdict = "later completion"
             alternatives.append(Alternative(option, start_s, start_s + duration_s, verdict))
         if state.reason is None:  # the same for every placement of the pass
             state.reason = ("earliest estimated completion" if state.exponent == 0 else
@@ -1002,7 +1083,7 @@ class HasPolicy:
             return False  # every type is already reserved
         best: tuple[float, float, PlanOption] | None = None
         for option, gpu_type, gpus, duration_s, _, _ in facts.entries:
-            if gpu_type in reservations:
+            if gpu_type in reservations or _over_share(state.share, facts, gpu_type, gpus):
                 continue
             wait_s = state.expected_wait_s(gpu_type, gpus)
             if best is None or wait_s + duration_s < best[0]:
