@@ -49,6 +49,7 @@ INF = math.inf
 # finds a free type unclaimed costs O(types)
 _IDLE_CHECK = 64
 _KEY = attrgetter("key")
+_NO_LIMIT = 1 << 62  # more GPUs than any option has: `_scan`'s fair-share limit when off
 
 # One scored option: (option, GPU type, GPU count, duration s, GPU-seconds, tp degree).
 _Entry = tuple[PlanOption, str, int, float, float, int]
@@ -989,13 +990,13 @@ class HasPolicy:
         start_now, move_s = state.start_now, state.move_s
         # Options over the share are skipped (`_over_share`): a narrower option of the type comes
         # before any that one dominates, so the skipped never hide what the pruning relies on
-        share = state.share if facts.key[0] != 0 else None  # not for urgent deadline jobs
-        reach = facts.reach
-        wanted = entries[0][1]
+        wanted = entries[0][1]  # the type of its fastest option, the only one capped
+        share = state.share
+        limit = max(share[wanted], facts.reach[wanted][0]) \
+            if share is not None and facts.key[0] != 0 else _NO_LIMIT  # not for urgent jobs
         # state.expected_wait_s and backfill_allowed, inlined: hot loop
         for cost, rank, option, gpu_type, gpus, duration_s, tp, dominated in rows:
-            if share is not None and gpus > share[gpu_type] and gpus > reach[gpu_type][0] \
-                    and gpu_type == wanted:
+            if gpus > limit and gpu_type == wanted:
                 continue  # wider than its fair share (`_over_share`, inlined)
             if cost > hold_value and (not start_now or hold_wait_s <= move_s):
                 break  # nothing left can beat holding (elastic: a wait shorter than a move)
