@@ -49,7 +49,7 @@ INF = math.inf
 # finds a free type unclaimed costs O(types)
 _IDLE_CHECK = 64
 _KEY = attrgetter("key")
-_NO_LIMIT = 1 << 62  # more GPUs than any option has: `_scan`'s fair-share limit when off
+_NO_LIMIT = 1 << 62  # more GPUs than any option has: the fair-share limit when there is none
 
 # One scored option: (option, GPU type, GPU count, duration s, GPU-seconds, tp degree).
 _Entry = tuple[PlanOption, str, int, float, float, int]
@@ -416,11 +416,20 @@ def fair_shares(running: dict[str, int], queued: dict[str, int],
     return shares
 
 
+def _share_limit(share: dict[str, int] | None, facts: _JobFacts) -> int:
+    """The most GPUs the job may take on the type of its fastest option (`fair_shares`): its
+    share there, but never less than its narrowest option there; no limit for an urgent
+    deadline job, or without shares."""
+    if share is None or facts.key[0] == 0:
+        return _NO_LIMIT
+    wanted = facts.entries[0][1]
+    return max(share[wanted], facts.reach[wanted][0])
+
+
 def _over_share(share: dict[str, int] | None, facts: _JobFacts, gpu_type: str, gpus: int) -> bool:
-    """Is this option wider than the job may take (`fair_shares`)? Only on the type of the job's
-    fastest option, never its narrowest option there, and never for an urgent deadline job."""
-    return share is not None and gpus > share.get(gpu_type, gpus) and \
-        gpus > facts.reach[gpu_type][0] and facts.key[0] != 0 and gpu_type == facts.entries[0][1]
+    """Is this option wider than the job may take? Only options on the type of its fastest
+    option are limited (`_share_limit`)."""
+    return gpu_type == facts.entries[0][1] and gpus > _share_limit(share, facts)
 
 
 class HasPolicy:
@@ -991,13 +1000,11 @@ class HasPolicy:
         # Options over the share are skipped (`_over_share`): a narrower option of the type comes
         # before any that one dominates, so the skipped never hide what the pruning relies on
         wanted = entries[0][1]  # the type of its fastest option, the only one capped
-        share = state.share
-        limit = max(share[wanted], facts.reach[wanted][0]) \
-            if share is not None and facts.key[0] != 0 else _NO_LIMIT  # not for urgent jobs
+        limit = _share_limit(state.share, facts)
         # state.expected_wait_s and backfill_allowed, inlined: hot loop
         for cost, rank, option, gpu_type, gpus, duration_s, tp, dominated in rows:
             if gpus > limit and gpu_type == wanted:
-                continue  # wider than its fair share (`_over_share`, inlined)
+                continue  # wider than its fair share (`_over_share`, one comparison a row)
             if cost > hold_value and (not start_now or hold_wait_s <= move_s):
                 break  # nothing left can beat holding (elastic: a wait shorter than a move)
             have = free.get(gpu_type, 0)
