@@ -38,6 +38,19 @@ def test_dominated_marks_follow_their_definition(menu, exponent) -> None:
     assert facts.scored(exponent)[1] is by_cost  # kept while the exponent is
 
 
+def test_a_new_job_is_scored_at_the_saturated_exponent_when_derived() -> None:
+    """A walk reaches a job deep in the queue only when the queue is long, i.e. at the
+    saturated pressure: the job arrives scored for it, so that first deep walk does not score
+    hundreds of jobs at once (the per-event decision-time tail, docs/has-performance.md)."""
+    job = QueuedJob("j", 0.0, (option("A", 1, 100.0), option("A", 8, 20.0), option("B", 2, 60.0)))
+    for config, exponent in ((HasConfig(), 1.0), (HasConfig(gpu_cost_weight=0.5), 0.5),
+                             (HasConfig(gpu_cost_weight=0.5, min_cost_exponent=0.7), 0.7)):
+        facts = HasPolicy(config)._derive_facts(job, FreeIndex(CLUSTER))
+        assert facts.exponent == exponent
+        by_cost = facts.by_cost
+        assert facts.scored(exponent)[1] is by_cost  # nothing to redo at that pressure
+
+
 def test_a_dominated_option_still_starts_now() -> None:
     """Worked by hand: type A has 2 GPUs free, 6 busy until t=950. "big" (first in order:
     100 s on 8 A GPUs, or a million seconds on the one free B GPU) holds for A and reserves

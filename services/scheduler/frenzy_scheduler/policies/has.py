@@ -449,6 +449,7 @@ class HasPolicy:
         self._capacity: dict[str, int] = {}  # the cluster shape the cached facts were built for
         self._need_ids: dict[tuple[tuple[str, int], ...], int] = {}
         self._launch_s: dict[int, float] = {}  # config.launch_s by nodes spanned
+        self._saturated_exponent = max(config.min_cost_exponent, config.gpu_cost_weight)
         self._decision = 0  # straightforward sorts so far (marks a job seen in this one)
         # The incremental sort's state: the last queue (by identity), its jobs' facts (None:
         # no usable option), job id -> id(job), the deadline jobs, the order, the demand.
@@ -806,6 +807,11 @@ class HasPolicy:
             min([gpus for _, gpus, _, _, _ in keyed]),
             (1, best_s + self.config.aging_rate * job.submit_time_s, job.submit_time_s, job.job_id),
             {gpu_type: (gpus, shortest[gpu_type]) for gpu_type, gpus in need}, job)
+        # Scored now at the saturated queue's exponent: a walk reaches a job deep in the queue
+        # only when the queue is long, which is when its pressure is saturated. So the first
+        # walk that goes that deep does not score hundreds of jobs at once (the decision-time
+        # tail); a job near the head, reached at any pressure, is scored again if it differs
+        facts.scored(self._saturated_exponent)
         self._facts[job.job_id] = facts
         return facts
 
