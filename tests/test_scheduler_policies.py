@@ -317,10 +317,14 @@ def test_has_admits_a_waiting_job_by_displacing_a_running_one_to_idle_slower_gpu
     # slower) costs it 1800 s to its end plus two restarts, far less than the newcomer's
     # 9000 s: it migrates, and the newcomer takes its A100s. If the 3090s were 3x slower for
     # 'long' (18000 s lost to its end), nothing moves: a displaced job's loss is counted to
-    # its end, not only over the newcomer's run (the return is not counted on).
+    # its end, not only over the newcomer's run (the return is not counted on). Then the
+    # newcomer starts on the 3090s as a stopgap and keeps its place in line for the A100s
+    # (`keep_place`: the 450 s of A100 work it does meanwhile beat the 180 s move); without
+    # a kept place it holds.
     now_s = 1000.0
 
-    def actions(slow_s: float, *more: QueuedJob) -> dict[str, tuple[str, str]]:
+    def actions(slow_s: float, *more: QueuedJob,
+                config: HasConfig = HasConfig()) -> dict[str, tuple[str, str]]:
         cluster = nodes({"a": ("A100-80GB", 4, []), "r": ("RTX-3090", 4, [0, 1, 2, 3])})
         menu = (option("A100-80GB", 4, 10_000.0), option("RTX-3090", 4, slow_s))
         running = [RunningJob("long", menu[0], (("a", (0, 1, 2, 3)),), 0.0, now_s + 9000.0,
@@ -328,10 +332,11 @@ def test_has_admits_a_waiting_job_by_displacing_a_running_one_to_idle_slower_gpu
         queue = [job("new", now_s, option("A100-80GB", 4, 1000.0),
                      option("RTX-3090", 4, 20_000.0)), *more]
         return {a.job_id: (a.kind, a.option.gpu_type)
-                for a in HasPolicy().schedule(queue, cluster, now_s, running)}
+                for a in HasPolicy(config).schedule(queue, cluster, now_s, running)}
 
     assert actions(12_000.0) == {"long": ("migrate", "RTX-3090"), "new": ("place", "A100-80GB")}
-    assert actions(30_000.0) == {}
+    assert actions(30_000.0) == {"new": ("place", "RTX-3090")}
+    assert actions(30_000.0, config=HasConfig(keep_place=False)) == {}
     # Under queue pressure (a second job wants the 3090s too: 8 GPUs asked, 4 free) the
     # pass takes the idle GPUs, so nobody is displaced onto them; the 3090 job starts there.
     assert actions(12_000.0, job("other", now_s, option("RTX-3090", 4, 3000.0))) == {
@@ -439,18 +444,81 @@ def _a100_busy_until(end_s: float) -> list[RunningJob]:
 
 
 def test_has_starts_now_on_slower_gpus_only_at_even_odds() -> None:
-    # The whole-trace regression (docs/has.md): start-now put long jobs on GPUs many times
-    # slower, betting on a move to the fast ones that a busy cluster never made. The A100
-    # frees in 2,000 s. A job 8x slower on the free T4 (80,000 s against 10,000) would gain at
-    # most 70 s from the bet and lose 68,000 s without the move: it holds. A job 1.3x slower
-    # (13,000 s) gains up to 1,743 s and loses at most 500 s: it starts now on the T4.
+    # Without a place kept in line (`keep_place=False`). The whole-trace regression
+    # (docs/has.md): start-now put long jobs on GPUs many times slower, betting on a move to
+    # the fast ones that a busy cluster never made. The A100 frees in 2,000 s. A job 8x
+    # slower on the free T4 (80,000 s against 10,000) would gain at most 70 s from the bet and
+    # lose 68,000 s without the move: it holds. A job 1.3x slower (13,000 s) gains up to
+    # 1,743 s and loses at most 500 s: it starts now on the T4.
     cluster = nodes({"t": ("T4", 4, [0, 1, 2, 3]), "a": ("A100-80GB", 8, [])})
     running = _a100_busy_until(2010.0)
+    config = HasConfig(launch_overhead_s=0, keep_place=False)
     long_job = [job("x", 0, option("T4", 1, 80_000.0), option("A100-80GB", 1, 10_000.0))]
-    assert HasPolicy(HasConfig(launch_overhead_s=0)).schedule(long_job, cluster, 10.0, running) == []
+    assert HasPolicy(config).schedule(long_job, cluster, 10.0, running) == []
     close = [job("x", 0, option("T4", 1, 13_000.0), option("A100-80GB", 1, 10_000.0))]
-    placed = HasPolicy(HasConfig(launch_overhead_s=0)).schedule(close, cluster, 10.0, running)
+    placed = HasPolicy(config).schedule(close, cluster, 10.0, running)
     assert [(p.job_id, p.option.gpu_type) for p in placed] == [("x", "T4")]
+
+
+def test_with_a_place_in_line_a_start_on_slower_gpus_needs_only_to_pay_for_its_move() -> None:
+    # The jobs of the test above with `keep_place` (the default): the move comes at the job's
+    # turn, so the start on the T4 is no bet, and pays when the work done there while waiting
+    # saves more on the A100 than the move costs (`_stopgap_pays`; the move is the 120 s
+    # restore and a 60 s launch here). The 8x slower job does 2,000 / 80,000 of its work in
+    # the 2,000 s wait, which saves 250 s on the A100: more than 180 s, it starts. A job 40x
+    # slower saves 50 s: it holds.
+    cluster = nodes({"t": ("T4", 4, [0, 1, 2, 3]), "a": ("A100-80GB", 8, [])})
+    running = _a100_busy_until(2010.0)
+    config = HasConfig(launch_overhead_s=60.0)
+    slow = [job("x", 0, option("T4", 1, 80_000.0), option("A100-80GB", 1, 10_000.0))]
+    assert [(p.job_id, p.option.gpu_type) for p in
+            HasPolicy(config).schedule(slow, cluster, 10.0, running)] == [("x", "T4")]
+    slower = [job("x", 0, option("T4", 1, 400_000.0), option("A100-80GB", 1, 10_000.0))]
+    assert HasPolicy(config).schedule(slower, cluster, 10.0, running) == []
+
+
+def _on_t4_wanting_a100(start_s: float, now_s: float, submit_s: float) -> RunningJob:
+    """'r' runs on 4 T4s (40,000 s for all its work; submitted at `submit_s`, started at
+    `start_s`, 10 % done at `now_s`); on 2 A100s it would take 8,000 s for all its work."""
+    menu = (option("T4", 4, 40_000.0), option("A100-80GB", 2, 8_000.0))
+    span_s = (now_s - start_s) / 0.1
+    return RunningJob("r", menu[0], (("t", (0, 1, 2, 3)),), start_s, start_s + span_s, menu,
+                      submit_time_s=submit_s)
+
+
+def test_a_running_job_on_slower_gpus_keeps_its_place_in_line_and_migrates_at_its_turn() -> None:
+    # Two A100s free up. 'r' (above) has 36,000 s left on the T4s, 7,200 s on the A100s: it
+    # is in line for them, by its work left (7,260 s with the launch), ahead of 'q', which
+    # arrives now and needs 20,000 s on them. At its turn the A100s are free and the move
+    # gains far more than the thresholds: it migrates, and 'q' waits for the next release.
+    # Without a place kept in line, 'q' takes the A100s and 'r' runs on the T4s to its end.
+    now_s = 4000.0
+    cluster = nodes({"a": ("A100-80GB", 4, [0, 1]), "t": ("T4", 4, [])})
+    running = [_on_t4_wanting_a100(0.0, now_s, 0.0),
+               RunningJob("busy", option("A100-80GB", 2, 1e5), (("a", (2, 3)),), 0.0, 1e5)]
+    queue = [job("q", now_s, option("A100-80GB", 2, 20_000.0))]
+    [move] = HasPolicy().schedule(queue, cluster, now_s, running)
+    assert (move.job_id, move.kind, move.option.gpu_type, move.option.num_gpus) == \
+        ("r", "migrate", "A100-80GB", 2)
+    assert move.option.duration_s == 8_000.0  # the full-work option of its menu, as growth's
+    assert "its turn" in move.decision.reason
+    [placed] = HasPolicy(HasConfig(keep_place=False)).schedule(queue, cluster, now_s, running)
+    assert (placed.job_id, placed.kind) == ("q", "place")
+
+
+def test_a_running_job_earns_no_aging_in_line() -> None:
+    # The same two jobs, later: 'q' has waited 80,000 s, and 'r' waited 80,000 s before it
+    # started. 'q''s key (20,060 s less 0.2 x 80,000 s of aging) beats 'r''s (7,260 s, with
+    # no aging for its time in line: a running job is not starving; with it, 'r' would go
+    # first). 'q' takes the A100s: under sustained load the waiting jobs go first
+    # (docs/has-experiments.md, s16).
+    now_s = 84_000.0
+    cluster = nodes({"a": ("A100-80GB", 4, [0, 1]), "t": ("T4", 4, [])})
+    running = [_on_t4_wanting_a100(80_000.0, now_s, 0.0),
+               RunningJob("busy", option("A100-80GB", 2, 1e6), (("a", (2, 3)),), 0.0, 1e6)]
+    queue = [job("q", 4000.0, option("A100-80GB", 2, 20_000.0))]
+    [placed] = HasPolicy().schedule(queue, cluster, now_s, running)
+    assert (placed.job_id, placed.kind) == ("q", "place")
 
 
 def test_has_does_not_start_now_under_queue_pressure() -> None:
@@ -466,12 +534,13 @@ def test_has_does_not_start_now_under_queue_pressure() -> None:
 
 
 def test_has_does_not_bet_on_a_move_to_gpus_that_jobs_ahead_wait_for() -> None:
-    # The even-odds job of the test above, behind a shorter job that holds for the A100 (its
-    # T4 option is far slower): the A100 that frees goes to that job first, so no bet.
+    # Without a place kept in line. The even-odds job of the test above, behind a shorter
+    # job that holds for the A100 (its T4 option is far slower): the A100 that frees goes to
+    # that job first, so no bet. (With a place in line, the job's wait counts that claim.)
     cluster = nodes({"t": ("T4", 4, [0, 1, 2, 3]), "a": ("A100-80GB", 8, [])})
     queue = [job("ahead", 0, option("T4", 4, 90_000.0), option("A100-80GB", 1, 5_000.0)),
              job("x", 0, option("T4", 1, 13_000.0), option("A100-80GB", 1, 10_000.0))]
-    placed = HasPolicy(HasConfig(launch_overhead_s=0)).schedule(
+    placed = HasPolicy(HasConfig(launch_overhead_s=0, keep_place=False)).schedule(
         queue, cluster, 10.0, _a100_busy_until(2010.0))
     assert [p.job_id for p in placed if p.kind == "place"] == []
 

@@ -28,17 +28,18 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from operator import attrgetter, is_
 from typing import Sequence
 
 from frenzy.domain import RESHAPE_MIN_INTERVAL_S, PlanOption
-from frenzy_scheduler.core import (Alternative, ClusterView, Decision, Placement, QueuedJob,
-                                  RunningJob)
+from frenzy_scheduler.core import (MIGRATE, Alternative, ClusterView, Decision, Placement,
+                                  QueuedJob, RunningJob)
 from frenzy_scheduler.placement import Assignments, FreeIndex, KeptFreeIndex
 from frenzy_scheduler.policies.elastic import (Candidates, Menus, Shrinkable, ShrinkPlan, Victims,
-                                               apply_shrinks, fill_floor, floor_items, grow,
-                                               most_freed, movable_from_s, reclaim, shrink_plan,
+                                               apply_shrinks, fill_floor, floor_items,
+                                               full_duration_s, grow, most_freed, movable,
+                                               movable_from_s, reclaim, shrink_plan,
                                                shrinkable, spare_gpus, undo_shrinks,
                                                victim_candidates, with_work_left)
 from frenzy_scheduler.policies.releases import ReleaseTimes, release_lists
@@ -48,7 +49,11 @@ INF = math.inf
 # Jobs walked between two looks for the walk's early stop (`_Pass.idle_from`): each look that
 # finds a free type unclaimed costs O(types)
 _IDLE_CHECK = 64
+# A running job's place in line (`HasPolicy._in_line`) is derived again once it has done this
+# share of the work it had left then: its remaining durations are then within 5 %
+_IN_LINE_REFRESH = 0.95
 _KEY = attrgetter("key")
+_DURATION = attrgetter("duration_s")
 _NO_LIMIT = 1 << 62  # more GPUs than any option has: the fair-share limit when there is none
 
 # One scored option: (option, GPU type, GPU count, duration s, GPU-seconds, tp degree).
@@ -91,6 +96,12 @@ class HasConfig:
     # A start takes at most the job's fair share of the type it wants (`fair_shares`), as Sia's
     # round narrows a burst so that every job runs; growth widens jobs later on idle GPUs.
     fair_share: bool = True
+    # Elastic: a job running on a slower type than its fastest option's keeps a place in line
+    # for the faster types: it takes part in the walk, by the work it has left, and migrates
+    # when its turn finds their GPUs free (`HasPolicy._in_line`). So a start on slower GPUs
+    # is a stopgap whose move comes, and `start_now` asks only that the work done while
+    # waiting saves more than the move costs (`_stopgap_pays`), not even odds.
+    keep_place: bool = True
 
     def launch_s(self, nodes: int) -> float:
         return self.launch_overhead_s * (1.0 + math.log2(max(1, nodes)))
@@ -136,6 +147,9 @@ class _JobFacts:
     # Set by each decision's sort: its sort key, the decision number.
     key: tuple[int, float, float, str] = (2, 0.0, 0.0, "")
     decision: int = -1
+    # A running job in line for faster types (`HasPolicy._in_line`): (the job, its full-work
+    # option by id of each scaled one); None for a queued job
+    running: tuple[RunningJob, dict[int, PlanOption]] | None = None
 
     def scored(self, exponent: float) -> tuple[tuple[float, ...], tuple[int, ...]]:
         """Per-option cost (duration x GPU-seconds penalty), recomputed only when the queue
@@ -277,6 +291,7 @@ class _Pass:
     # The most GPUs any type has free at the pass's start (free GPUs only shrink in a pass)
     most_free: int = field(init=False)
     share: dict[str, int] | None = None  # per type, the widest start allowed (`fair_shares`)
+    keep_place: bool = False  # running jobs keep a place in line (`HasConfig.keep_place`)
 
     def __post_init__(self) -> None:
         self.release_ends = self.releases.ends
@@ -392,6 +407,15 @@ def _worth_starting_now(slow_s: float, fast_s: float, wait_s: float, move_s: flo
     return gain_s >= loss_s
 
 
+def _stopgap_pays(slow_s: float, fast_s: float, wait_s: float, move_s: float) -> bool:
+    """With a place kept in line (`HasConfig.keep_place`), start now on a slower option, and
+    move to the faster one at its turn, rather than hold `wait_s` for it? When the work done on
+    the slow GPUs while waiting (the share `wait_s / slow_s` of it) saves more time on the
+    fast ones than the move's restart costs. Unlike `_worth_starting_now`, no even-odds bet on
+    the move happening: the job's turn comes as a queued job's would."""
+    return fast_s * min(1.0, wait_s / slow_s) >= move_s
+
+
 def fair_shares(running: dict[str, int], queued: dict[str, int],
                 capacity: dict[str, int]) -> dict[str, int]:
     """Per GPU type, the most GPUs a queued job that wants the type may start on there: the
@@ -449,6 +473,8 @@ class HasPolicy:
         self._capacity: dict[str, int] = {}  # the cluster shape the cached facts were built for
         self._need_ids: dict[tuple[tuple[str, int], ...], int] = {}
         self._launch_s: dict[int, float] = {}  # config.launch_s by nodes spanned
+        # Running jobs in line for faster types: id(run) -> (run, work left then, facts or None)
+        self._in_line_facts: dict[int, tuple[RunningJob, float, _JobFacts | None]] = {}
         self._saturated_exponent = max(config.min_cost_exponent, config.gpu_cost_weight)
         self._decision = 0  # straightforward sorts so far (marks a job seen in this one)
         # The incremental sort's state: the last queue (by identity), its jobs' facts (None:
@@ -500,7 +526,15 @@ class HasPolicy:
                       max(self.config.min_cost_exponent, pressure * self.config.gpu_cost_weight),
                       elastic and self.config.start_now and pressure == 0.0,
                       self.config.restart_floor_s + self.config.launch_s(1),
-                      prune_holds=self.shortcuts, share=share)
+                      prune_holds=self.shortcuts, share=share,
+                      keep_place=elastic and self.config.keep_place)
+        if state.keep_place:  # running jobs in line for faster types join the walk
+            in_line = self._in_line(running, index, now_s,
+                                    {p.job_id for p in moves} | {p.job_id for p in admitted})
+            if in_line:  # a few: inserted into a copy (the sort's kept order is not ours)
+                ordered = ordered.copy()
+                for facts in in_line:
+                    bisect.insort(ordered, facts, key=_KEY)
         placements: list[Placement] = []
         reserve_after_s = self.config.reserve_after_s
         binding_holds = self.config.binding_holds
@@ -519,6 +553,14 @@ class HasPolicy:
             if position >= stop:
                 break
             job = facts.job
+            if facts.running is not None:  # a running job in line for faster GPUs
+                move = self._turn(facts, facts.running, state)
+                if move is not None:
+                    placements.append(move)
+                    total_free -= move.option.num_gpus
+                    if total_free <= 0:
+                        break
+                continue
             if not self._filter(facts, state):
                 if now_s - job.submit_time_s >= reserve_after_s:  # else _maybe_reserve says no
                     self._maybe_reserve(job, facts, state)
@@ -555,6 +597,8 @@ class HasPolicy:
                 any(n for t, n in index.free_by_type.items() if t not in blocked):
             cfg = self.config
             acted = {m.job_id for m in moves}
+            if state.keep_place:
+                acted |= {p.job_id for p in placements}  # migrated in the walk
             moves += grow([r for r in running if r.job_id not in acted], index, blocked, now_s,
                           cfg.reshape_interval_s, cfg.min_gain_fraction, cfg.min_gain_s,
                           cfg.restart_floor_s, cfg.grow_cost_limit, cfg.max_moves - len(moves),
@@ -1002,7 +1046,7 @@ class HasPolicy:
         now_s = state.now_s
         hold: PlanOption | None = None  # the best option to wait for: (hold_value, hold_rank)
         hold_value, hold_rank, hold_wait_s = INF, 0, 0.0
-        start_now, move_s = state.start_now, state.move_s
+        start_now, move_s, keep_place = state.start_now, state.move_s, state.keep_place
         # Options over the share are skipped (`_over_share`): a narrower option of the type comes
         # before any that one dominates, so the skipped never hide what the pruning relies on
         wanted = entries[0][1]  # the type of its fastest option, the only one capped
@@ -1021,9 +1065,12 @@ class HasPolicy:
                                  or gpus <= reservation.spare_gpus):
                 # A slower start beyond the plain rule is a bet on a later move; not when jobs
                 # ahead already wait for the faster type (they get its GPUs first)
-                if cost > hold_value and (claimed.get(entries[hold_rank][1]) or
-                                          not _worth_starting_now(duration_s, entries[hold_rank][3],
-                                                                  hold_wait_s, move_s)):
+                if cost > hold_value and (
+                        not _stopgap_pays(duration_s, entries[hold_rank][3], hold_wait_s, move_s)
+                        if keep_place else
+                        (claimed.get(entries[hold_rank][1]) or
+                         not _worth_starting_now(duration_s, entries[hold_rank][3],
+                                                 hold_wait_s, move_s))):
                     break  # slower still from here on: hold
                 assignments = index.best_fit(gpu_type, gpus, tp)
                 if assignments is not None:
@@ -1046,6 +1093,117 @@ class HasPolicy:
             if hold is None or value < hold_value or (value == hold_value and rank < hold_rank):
                 hold, hold_value, hold_rank, hold_wait_s = option, value, rank, wait_s
         return ((hold, None) if hold is not None else None), hold_value
+
+    # -- running jobs in line for faster GPUs (`HasConfig.keep_place`) ----------------------
+
+    def _in_line(self, running: Sequence[RunningJob], index: FreeIndex, now_s: float,
+                 acted: set[str]) -> list[_JobFacts]:
+        """The running jobs that keep a place in line for faster types, as facts of the walk:
+        their options on the other types with the durations scaled to the work they have left
+        (derived once per job and again after 5 % more progress, `_IN_LINE_REFRESH`), sorted by
+        the key of a job with that work that arrived now. No aging credit: a running job is not
+        starving, and under sustained load the queued jobs that are go first (with its waiting
+        time counted, the running jobs took the fast GPUs from the queue: the first 15,000
+        trace jobs waited twice as long, docs/has-experiments.md, s16).
+
+        Only those with an option that fits the GPUs free now: the rest would fail the walk's
+        filter (free GPUs only shrink in a pass) and then neither move nor claim, as a queued
+        job that fails it. A job found not eligible (`_in_line_facts_of` gave None) stays so
+        while it runs on the same GPUs, so most running jobs cost one lookup."""
+        cache = self._in_line_facts
+        if len(cache) > 4 * len(running) + 1000:
+            live = {id(r): r for r in running}
+            self._in_line_facts = cache = {k: e for k, e in cache.items() if live.get(k) is e[0]}
+        free = index.free_by_type
+        most_free = max(free.values(), default=0)
+        aging_now = self.config.aging_rate * now_s
+        interval_s = self.config.reshape_interval_s
+        out = []
+        for run in running:
+            entry = cache.get(id(run))
+            if entry is not None and entry[0] is run:
+                facts = entry[2]
+                if facts is None or facts.min_gpus > most_free:
+                    continue
+                left = run.remaining_fraction(now_s)
+                if left < _IN_LINE_REFRESH * entry[1]:
+                    facts = self._in_line_facts_of(run, left, index)
+                    cache[id(run)] = (run, left, facts)
+            else:
+                left = run.remaining_fraction(now_s)
+                facts = self._in_line_facts_of(run, left, index)
+                cache[id(run)] = (run, left, facts)
+            if facts is None or run.job_id in acted or not movable(run, now_s, interval_s) or \
+                    not any(free.get(gpu_type, 0) >= gpus for gpu_type, gpus in facts.need):
+                continue
+            facts.key = (1, facts.best_s + aging_now, now_s, run.job_id)
+            out.append(facts)
+        return out
+
+    def _in_line_facts_of(self, run: RunningJob, left: float, index: FreeIndex
+                          ) -> _JobFacts | None:
+        """A running job's facts as if it were queued with the work it has `left`, over its
+        options on other types; None unless it runs on a slower type than its fastest option's
+        and a move there could clear the gain thresholds (`_turn`)."""
+        own_type = run.option.gpu_type
+        if run.deadline_s or not run.options or \
+                min(run.options, key=_DURATION).gpu_type == own_type:
+            return None  # deadline jobs are growth's and `reclaim`'s
+        cfg = self.config
+        current_s = left * full_duration_s(run)
+        if current_s - left * self._menus.of(run.options).fastest_s - cfg.restart_floor_s < \
+                max(cfg.min_gain_s, cfg.min_gain_fraction * current_s):
+            return None  # nor later: the gain shrinks faster than its threshold as work is done
+        full_by_id: dict[int, PlanOption] = {}
+        options = []
+        for option in run.options:
+            if option.gpu_type != own_type:
+                scaled = replace(option, duration_s=option.duration_s * left)
+                full_by_id[id(scaled)] = option
+                options.append(scaled)
+        job = QueuedJob(run.job_id, run.submit_time_s, tuple(options))
+        facts = self._derive_facts(job, index)
+        self._facts.pop(run.job_id, None)  # not a queued job's: kept here, by the run
+        if facts is not None:
+            facts.job, facts.running = job, (run, full_by_id)
+        return facts
+
+    def _turn(self, facts: _JobFacts, running: tuple[RunningJob, dict[int, PlanOption]],
+              state: _Pass) -> Placement | None:
+        """A running job's turn in the walk: scored as a queued job is. It migrates when it
+        can start now on another type and the move clears growth's gain thresholds; when it
+        holds, its claim keeps the later jobs of the walk off those GPUs, as a queued job's."""
+        run, full_by_id = running
+        if not self._filter(facts, state):
+            return None
+        choice = self._score(facts, state)
+        if choice is None:
+            return None
+        option, assignments = choice
+        if assignments is None:
+            gpu_type = option.gpu_type
+            state.claimed[gpu_type] = state.claimed.get(gpu_type, 0) + option.num_gpus
+            if gpu_type in state.reservations and gpu_type not in state.closed:
+                state.changed(gpu_type)
+            return None
+        cfg = self.config
+        now_s = state.now_s
+        current_s = run.remaining_fraction(now_s) * full_duration_s(run)
+        nodes = -(-option.num_gpus // max(1, state.index.node_size.get(option.gpu_type, 1)))
+        restart_s = (run.restart_s or cfg.restart_floor_s + cfg.launch_s(nodes)) + \
+            run.redo_s(now_s)
+        new_s = restart_s + option.duration_s
+        if current_s - new_s < max(cfg.min_gain_s, cfg.min_gain_fraction * current_s):
+            return None
+        state.index.take(assignments)  # its own GPUs free up at the next decision
+        state.fits.clear()
+        state.changed(option.gpu_type)
+        full = full_by_id[id(option)]
+        return Placement(run.job_id, full, assignments, MIGRATE, Decision(
+            self.name, f"migrate: its turn for faster GPUs, predicted {current_s:.0f} s left -> "
+                       f"{new_s:.0f} s with the restart ({restart_s:.0f} s)",
+            (Alternative(full, restart_s, new_s, "chosen"),
+             Alternative(run.option, 0.0, current_s, "current: slower"))))
 
     # -- reserve / bind --------------------------------------------------------------------
 
