@@ -518,7 +518,10 @@ class HasPolicy:
         total_free = index.total_free()
         if total_free == 0:
             return moves + admitted
-        pressure = min(1.0, max(0.0, demand / max(1, total_free) - 1.0))
+        # In steps of 1/16: every job's scoring depends on the exponent (`_JobFacts.scored`),
+        # so a pressure that moved by a hair with each event re-scored the whole walk each time
+        # (10,000 GPUs x 500 queued: about 500 jobs a decision, docs/has-performance.md)
+        pressure = round(16 * min(1.0, max(0.0, demand / max(1, total_free) - 1.0))) / 16
         # Start now on slower GPUs only while the queue fits in the free GPUs: the move to the
         # faster ones later needs them free after the pass, which under pressure they are not
         # (the queue takes them), so the job would run its whole slow option to the end.
@@ -1134,11 +1137,23 @@ class HasPolicy:
                 facts = self._in_line_facts_of(run, left, index)
                 cache[id(run)] = (run, left, facts)
             if facts is None or run.job_id in acted or not movable(run, now_s, interval_s) or \
-                    not any(free.get(gpu_type, 0) >= gpus for gpu_type, gpus in facts.need):
+                    not self._could_move(run, left, facts, free, now_s):
                 continue
             facts.key = (1, facts.best_s + aging_now, now_s, run.job_id)
             out.append(facts)
         return out
+
+    def _could_move(self, run: RunningJob, left: float, facts: _JobFacts,
+                    free: dict[str, int], now_s: float) -> bool:
+        """Does its fastest option that fits the GPUs free now clear the gain thresholds?
+        If not, no option can in this pass (free GPUs only shrink)."""
+        for _, gpu_type, gpus, total_s, _, _ in facts.entries:  # fastest first
+            if free.get(gpu_type, 0) >= gpus:
+                cfg = self.config
+                current_s = left * full_duration_s(run)
+                new_s = (run.restart_s or cfg.restart_floor_s) + total_s + run.redo_s(now_s)
+                return current_s - new_s >= max(cfg.min_gain_s, cfg.min_gain_fraction * current_s)
+        return False
 
     def _in_line_facts_of(self, run: RunningJob, left: float, index: FreeIndex
                           ) -> _JobFacts | None:
