@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from operator import attrgetter, is_
 from typing import Sequence
 
@@ -1173,7 +1173,10 @@ class HasPolicy:
         options = []
         for option in run.options:
             if option.gpu_type != own_type:
-                scaled = replace(option, duration_s=option.duration_s * left)
+                scaled = PlanOption(  # positional: `dataclasses.replace` is most of the cost
+                    option.gpu_type, option.plan, option.peak_bytes_per_gpu, option.step_time_s,
+                    option.duration_s * left, option.peak_allocated_bytes,
+                    option.peak_reserved_bytes, option.memory_margin)
                 full_by_id[id(scaled)] = option
                 options.append(scaled)
         job = QueuedJob(run.job_id, run.submit_time_s, tuple(options))
