@@ -1103,16 +1103,17 @@ class HasPolicy:
                  acted: set[str]) -> list[_JobFacts]:
         """The running jobs that keep a place in line for faster types, as facts of the walk:
         their options on the other types with the durations scaled to the work they have left
-        (derived once per job and again after 5 % more progress, `_IN_LINE_REFRESH`), sorted by
-        the key of a job with that work that arrived now. No aging credit: a running job is not
-        starving, and under sustained load the queued jobs that are go first (with its waiting
-        time counted, the running jobs took the fast GPUs from the queue: the first 15,000
-        trace jobs waited twice as long, docs/has-experiments.md, s16).
+        (derived once per job and again after 5 % more progress, `_IN_LINE_REFRESH`), keyed as
+        a job with that work that arrived now. No aging credit: a running job is not starving,
+        and under sustained load the queued jobs that are go first (with its waiting time
+        counted, the running jobs took the fast GPUs from the queue: the first 15,000 trace
+        jobs waited twice as long, docs/has-experiments.md, s16).
 
-        Only those with an option that fits the GPUs free now: the rest would fail the walk's
-        filter (free GPUs only shrink in a pass) and then neither move nor claim, as a queued
-        job that fails it. A job found not eligible (`_in_line_facts_of` gave None) stays so
-        while it runs on the same GPUs, so most running jobs cost one lookup."""
+        Only those whose best move onto the GPUs free now would clear the gain thresholds
+        (`_could_move`): free GPUs only shrink in a pass, so the others cannot move in it, and
+        they do not claim either (a choice: the windows were slightly better without their
+        claims, and the walk shorter). A job found not eligible (`_in_line_facts_of` gave None)
+        stays so while it runs on the same GPUs, so most running jobs cost one lookup."""
         cache = self._in_line_facts
         if len(cache) > 4 * len(running) + 1000:
             live = {id(r): r for r in running}
