@@ -234,6 +234,18 @@ def reclaim(runs: Sequence[RunningJob], index: FreeIndex, gpu_type: str, deficit
     return actions
 
 
+def gain_floor_s(current_s: float, min_gain_fraction: float, min_gain_s: float) -> float:
+    """The least a move must save, after its restart, for a job with `current_s` left: a share
+    of it (prediction error) and at least `min_gain_s`."""
+    return max(min_gain_s, min_gain_fraction * current_s)
+
+
+def move_restart_s(run: RunningJob, restart_floor_s: float, launch_s: float, now_s: float) -> float:
+    """What moving a running job costs besides its new run: the restore and a new launch (as
+    its last start cost, when measured), and the work since its last checkpoint if it is lost."""
+    return (run.restart_s or restart_floor_s + launch_s) + run.redo_s(now_s)
+
+
 def grow(runs: Sequence[RunningJob], index: FreeIndex, blocked_types: set[str], now_s: float,
          interval_s: float, min_gain_fraction: float, min_gain_s: float, restart_floor_s: float,
          cost_limit: float, max_moves: int, policy: str, menus: Menus,
@@ -255,7 +267,7 @@ def grow(runs: Sequence[RunningJob], index: FreeIndex, blocked_types: set[str], 
         current_s = left * full_duration_s(run)
         menu = menus.of(run.options)
         own_type = run.option.gpu_type
-        floor_gain_s = max(min_gain_s, min_gain_fraction * current_s)
+        floor_gain_s = gain_floor_s(current_s, min_gain_fraction, min_gain_s)
         if current_s - left * menu.fastest_s < floor_gain_s:
             continue  # not even its fastest option gains enough (the first test below)
         limit_gpu_s = cost_limit * menu.cheapest_gpu_s
@@ -267,9 +279,7 @@ def grow(runs: Sequence[RunningJob], index: FreeIndex, blocked_types: set[str], 
             if gpus > room or current_s - left * duration_s < floor_gain_s:
                 continue  # no room, or no gain even before the restart
             nodes = -(-gpus // max(1, index.node_size.get(gpu_type, 1)))
-            # restore and a new launch (as its last start cost, when measured), and the work
-            # since the last checkpoint if it is lost
-            restart_s = (run.restart_s or restart_floor_s + launch_s(nodes)) + run.redo_s(now_s)
+            restart_s = move_restart_s(run, restart_floor_s, launch_s(nodes), now_s)
             new_s = restart_s + left * duration_s
             if current_s - new_s < floor_gain_s:
                 continue

@@ -38,8 +38,8 @@ from frenzy_scheduler.core import (MIGRATE, Alternative, ClusterView, Decision, 
 from frenzy_scheduler.placement import Assignments, FreeIndex, KeptFreeIndex
 from frenzy_scheduler.policies.elastic import (Candidates, Menus, Shrinkable, ShrinkPlan, Victims,
                                                apply_shrinks, fill_floor, floor_items,
-                                               full_duration_s, grow, most_freed, movable,
-                                               movable_from_s, reclaim, shrink_plan,
+                                               full_duration_s, gain_floor_s, grow, most_freed,
+                                               movable, movable_from_s, move_restart_s, reclaim, shrink_plan,
                                                shrinkable, spare_gpus, undo_shrinks,
                                                victim_candidates, with_work_left)
 from frenzy_scheduler.policies.releases import ReleaseTimes, release_lists
@@ -318,6 +318,12 @@ class _Pass:
                     >= total):
                 self.closed.add(gpu_type)
 
+    def claim(self, gpu_type: str, gpus: int) -> None:
+        """A held job waits for `gpus` of the type: later jobs of the pass see them claimed."""
+        self.claimed[gpu_type] = self.claimed.get(gpu_type, 0) + gpus
+        if gpu_type in self.reservations and gpu_type not in self.closed:
+            self.changed(gpu_type)
+
     def backfill_allowed(self, gpu_type: str, gpus: int, duration_s: float) -> bool:
         reservation = self.reservations.get(gpu_type)
         return (reservation is None or self.now_s + duration_s <= reservation.shadow_s
@@ -585,9 +591,7 @@ class HasPolicy:
                         self._maybe_reserve(job, facts, state)) and not (
                         binding_holds and gpu_type not in reservations and
                         self._reserve(option, state)):
-                    claimed[gpu_type] = claimed.get(gpu_type, 0) + option.num_gpus
-                    if gpu_type in reservations and gpu_type not in closed:
-                        state.changed(gpu_type)
+                    state.claim(gpu_type, option.num_gpus)
                 continue
             placements.append(self._bind(job, facts, option, assignments, state))
             total_free -= option.num_gpus
@@ -1138,23 +1142,35 @@ class HasPolicy:
                 facts = self._in_line_facts_of(run, left, index)
                 cache[id(run)] = (run, left, facts)
             if facts is None or run.job_id in acted or not movable(run, now_s, interval_s) or \
-                    not self._could_move(run, left, facts, free, now_s):
+                    not self._could_move(run, facts, index, now_s):
                 continue
             facts.key = (1, facts.best_s + aging_now, now_s, run.job_id)
             out.append(facts)
         return out
 
-    def _could_move(self, run: RunningJob, left: float, facts: _JobFacts,
-                    free: dict[str, int], now_s: float) -> bool:
+    def _could_move(self, run: RunningJob, facts: _JobFacts, index: FreeIndex,
+                    now_s: float) -> bool:
         """Does its fastest option that fits the GPUs free now clear the gain thresholds?
         If not, no option can in this pass (free GPUs only shrink)."""
-        for _, gpu_type, gpus, total_s, _, _ in facts.entries:  # fastest first
+        free = index.free_by_type
+        for option, gpu_type, gpus, _, _, _ in facts.entries:  # fastest first
             if free.get(gpu_type, 0) >= gpus:
-                cfg = self.config
-                current_s = left * full_duration_s(run)
-                new_s = (run.restart_s or cfg.restart_floor_s) + total_s + run.redo_s(now_s)
-                return current_s - new_s >= max(cfg.min_gain_s, cfg.min_gain_fraction * current_s)
+                return self._move_gain_s(run, option, index, now_s) is not None
         return False
+
+    def _move_gain_s(self, run: RunningJob, option: PlanOption, index: FreeIndex, now_s: float
+                     ) -> tuple[float, float, float] | None:
+        """(time left now, time left after the move, its restart) for moving a running job to
+        `option` (scaled to its work left), or None when the saving is under the gain floor:
+        growth's estimate and thresholds (`elastic.move_restart_s`, `elastic.gain_floor_s`)."""
+        cfg = self.config
+        current_s = run.remaining_fraction(now_s) * full_duration_s(run)
+        nodes = -(-option.num_gpus // max(1, index.node_size.get(option.gpu_type, 1)))
+        restart_s = move_restart_s(run, cfg.restart_floor_s, cfg.launch_s(nodes), now_s)
+        new_s = restart_s + option.duration_s
+        if current_s - new_s < gain_floor_s(current_s, cfg.min_gain_fraction, cfg.min_gain_s):
+            return None
+        return current_s, new_s, restart_s
 
     def _in_line_facts_of(self, run: RunningJob, left: float, index: FreeIndex
                           ) -> _JobFacts | None:
@@ -1168,7 +1184,7 @@ class HasPolicy:
         cfg = self.config
         current_s = left * full_duration_s(run)
         if current_s - left * self._menus.of(run.options).fastest_s - cfg.restart_floor_s < \
-                max(cfg.min_gain_s, cfg.min_gain_fraction * current_s):
+                gain_floor_s(current_s, cfg.min_gain_fraction, cfg.min_gain_s):
             return None  # nor later: the gain shrinks faster than its threshold as work is done
         full_by_id: dict[int, PlanOption] = {}
         options = []
@@ -1200,20 +1216,12 @@ class HasPolicy:
             return None
         option, assignments = choice
         if assignments is None:
-            gpu_type = option.gpu_type
-            state.claimed[gpu_type] = state.claimed.get(gpu_type, 0) + option.num_gpus
-            if gpu_type in state.reservations and gpu_type not in state.closed:
-                state.changed(gpu_type)
+            state.claim(option.gpu_type, option.num_gpus)
             return None
-        cfg = self.config
-        now_s = state.now_s
-        current_s = run.remaining_fraction(now_s) * full_duration_s(run)
-        nodes = -(-option.num_gpus // max(1, state.index.node_size.get(option.gpu_type, 1)))
-        restart_s = (run.restart_s or cfg.restart_floor_s + cfg.launch_s(nodes)) + \
-            run.redo_s(now_s)
-        new_s = restart_s + option.duration_s
-        if current_s - new_s < max(cfg.min_gain_s, cfg.min_gain_fraction * current_s):
+        gain = self._move_gain_s(run, option, state.index, state.now_s)
+        if gain is None:
             return None
+        current_s, new_s, restart_s = gain
         state.index.take(assignments)  # its own GPUs free up at the next decision
         state.fits.clear()
         state.changed(option.gpu_type)
