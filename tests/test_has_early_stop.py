@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from frenzy.domain import ParallelPlan, PlanOption
-from frenzy_scheduler.core import (PLACE, PREEMPT, ClusterView, NodeState, Placement, QueuedJob,
+from frenzy_scheduler.core import (MIGRATE, PLACE, PREEMPT, ClusterView, NodeState, Placement, QueuedJob,
                                    RunningJob)
 from frenzy_scheduler.policies import has
 from frenzy_scheduler.policies.has import HasConfig, HasPolicy
@@ -131,13 +131,13 @@ def test_early_stop_decides_like_the_whole_walk(monkeypatch, every, scenario, co
 
 
 def record_looks(monkeypatch) -> list[tuple[int, int | None]]:
-    """Every look for the early stop: (position, what `_Pass.idle_from` found)."""
+    """Every look for the early stop: (position, the stop `_Pass.idle_from` found)."""
     looked: list[tuple[int, int | None]] = []
     original = has._Pass.idle_from
 
-    def recording(self, ordered, position):
-        found = original(self, ordered, position)
-        looked.append((position, found))
+    def recording(self, ordered, position, line=None):
+        found = original(self, ordered, position, line)
+        looked.append((position, None if found is None else found[0]))
         return found
 
     monkeypatch.setattr(has._Pass, "idle_from", recording)
@@ -239,3 +239,34 @@ def test_a_free_type_nobody_claimed_yet_keeps_the_walk_going(monkeypatch) -> Non
     # what skipping "old" would have meant: growth takes the T4 for r
     assert [(a.job_id, a.kind, a.option.num_gpus) for a in HasPolicy(config).schedule(
         queue[:1], cluster, 100.0, running)] == [("r", "resize", 4)]
+
+
+def test_a_running_job_in_line_after_the_stop_still_takes_its_turn(monkeypatch) -> None:
+    """Worked by hand. One A100 GPU is free; "s" holds the other until 50,400 s. "wide" wants
+    both A100s (100 s), holds and reserves them (shadow 50,400 s), which claims the only free
+    type, so the stop is looked for after it. "slow" (keyed 5,000: 5,000 s, submitted at 0)
+    needs 5,000 s on one A100, more than the 400 s to the shadow, so no queued job after
+    "wide" can start: the queue's stop is right after "wide". But "mover", running on a T4
+    with a tenth of its work left (2,400 s there, 300 s on an A100), is in line keyed 10,300
+    (300 + aging 0.2 x now 50,000), after "slow", and its 300 s end before the shadow: the
+    stop must fall after it, and it migrates to the free A100 (gain 2,400 -> 420 s with the
+    120 s restart floor, over the 720 s floor). Looked for once, at 1: the stop at 2 (past
+    "slow", which is walked) and "mover" taken after the queue."""
+    monkeypatch.setattr(has, "_IDLE_CHECK", 1)
+    now_s = 50_000.0
+    cluster = ClusterView({"a": NodeState("a", "A100-80GB", 2, [1]),
+                           "t": NodeState("t", "T4", 1, [])})
+    mover_menu = (option("T4", 1, 24_000.0), option("A100-80GB", 1, 3_000.0))
+    running = [RunningJob("s", option("A100-80GB", 1, 1.0), (("a", (0,)),), 40_000.0, 50_400.0),
+               RunningJob("mover", mover_menu[0], (("t", (0,)),), now_s - 21_600.0,
+                          now_s + 2_400.0, mover_menu)]
+    queue = [QueuedJob("wide", 0.0, (option("A100-80GB", 2, 100.0),
+                                     option("A100-80GB", 1, 5000.0))),
+             QueuedJob("slow", 0.0, (option("A100-80GB", 1, 5000.0),))]
+    config = HasConfig(launch_overhead_s=0.0, fair_share=False)
+    looked = record_looks(monkeypatch)
+    fast = HasPolicy(config).schedule(queue, cluster, now_s, running)
+    assert fast == HasPolicy(config, shortcuts=False).schedule(queue, cluster, now_s, running)
+    assert [(p.job_id, p.kind, p.assignments) for p in fast] == [
+        ("mover", MIGRATE, (("a", (1,)),))]
+    assert looked == [(1, 2)]

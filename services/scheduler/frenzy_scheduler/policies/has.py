@@ -29,8 +29,8 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass, field
-from operator import attrgetter, is_
-from typing import Sequence
+from operator import attrgetter, is_, itemgetter
+from typing import Callable, Sequence
 
 from frenzy.domain import RESHAPE_MIN_INTERVAL_S, PlanOption
 from frenzy_scheduler.core import (MIGRATE, Alternative, ClusterView, Decision, Placement,
@@ -53,8 +53,12 @@ _IDLE_CHECK = 64
 # share of the work it had left then: its remaining durations are then within 5 %
 _IN_LINE_REFRESH = 0.95
 _KEY = attrgetter("key")
+_FIRST = itemgetter(0)
 _DURATION = attrgetter("duration_s")
 _NO_LIMIT = 1 << 62  # more GPUs than any option has: the fair-share limit when there is none
+# Sort keys below and above every job's (urgent deadline jobs are 0, the others 1)
+_FIRST_KEY: tuple[int, float, float, str] = (-1, 0.0, 0.0, "")
+_LAST_KEY: tuple[int, float, float, str] = (3, 0.0, 0.0, "")
 
 # One scored option: (option, GPU type, GPU count, duration s, GPU-seconds, tp degree).
 _Entry = tuple[PlanOption, str, int, float, float, int]
@@ -347,10 +351,13 @@ class _Pass:
                     return False
         return True
 
-    def idle_from(self, ordered: Sequence["_JobFacts"], position: int) -> int | None:
-        """Where the rest of the walk stops mattering: an index from which on no job of
-        `ordered` can start now, or None while some type with free GPUs is not yet claimed
-        (ask again later). Asked before the job at `position` is processed.
+    def idle_from(self, ordered: Sequence["_JobFacts"], position: int,
+                  line: "_Line | None" = None
+                  ) -> tuple[int, tuple[int, float, float, str]] | None:
+        """Where the rest of the walk stops mattering: (an index from which on no job of
+        `ordered` can start now, the key of the last running job in `line` that could), or
+        None while some type with free GPUs is not yet claimed (ask again later). Asked
+        before the job at `position` is processed; `_FIRST_KEY` when no job in line could.
 
         Why stopping there is exact. What the pass hands on is its placements, the free index
         and, for growth, the types held jobs claimed or reserved (`blocked`); a hold's claims
@@ -386,19 +393,125 @@ class _Pass:
                 open_types.append((gpu_type, have, spare, shadow_s))
                 spare_max, shadow_max = max(spare_max, spare), max(shadow_max, shadow_s)
         now_s = self.now_s
+        stop = position
         for end, facts in zip(range(len(ordered), position, -1), reversed(ordered)):
             # Most of the tail at once: no option with as few GPUs as any spare, and none as
             # short as the latest shadow (a job's fewest GPUs and shortest time bound every
             # type's; floats add monotonically)
             if facts.min_gpus > spare_max and now_s + facts.best_s > shadow_max:
                 continue
-            reach = facts.reach
-            for gpu_type, have, spare, shadow_s in open_types:
-                fit = reach.get(gpu_type)
-                if fit is not None and fit[0] <= have and \
-                        (fit[0] <= spare or now_s + fit[1] <= shadow_s):
-                    return end
-        return position
+            if _could_start(facts, open_types, now_s):
+                stop = end
+                break
+        # The running jobs still in line are merged into the walk by key (`_Line`): the last
+        # one that could start moves the stop past the queued jobs ahead of it
+        through = _FIRST_KEY
+        if line is not None:
+            through = line.last_that(lambda facts: _could_start(facts, open_types, now_s))
+            if through is not _FIRST_KEY:
+                stop = max(stop, bisect.bisect_left(ordered, through, key=_KEY))
+        return stop, through
+
+
+def _when_left(run: RunningJob, fraction: float) -> float:
+    """A time before which `run.remaining_fraction` stays at or above `fraction` (its work
+    is done at a steady rate from its begin), with a margin for rounding: a bound, so the
+    caller still compares the work left once it has passed."""
+    begin_s = max(run.start_time_s, run.restoring_until_s)
+    rate = run.fraction_per_s
+    if rate <= 0:
+        span_s = run.expected_end_s - begin_s
+        if span_s <= 0:
+            return -INF
+        rate = run.fraction_at_start / span_s
+    when_s = begin_s + (run.fraction_at_start - fraction) / rate
+    return when_s - 1e-6 * (abs(when_s) + 1.0)
+
+
+def _could_start(facts: "_JobFacts", open_types: list[tuple[str, int, int, float]],
+                 now_s: float) -> bool:
+    """`_Pass.idle_from`'s test: has the job, on a type with free GPUs, an option that fits
+    them and passes the type's reservation? (type, free GPUs, spare GPUs past the shadow,
+    shadow time) per type in `open_types`."""
+    reach = facts.reach
+    for gpu_type, have, spare, shadow_s in open_types:
+        fit = reach.get(gpu_type)
+        if fit is not None and fit[0] <= have and \
+                (fit[0] <= spare or now_s + fit[1] <= shadow_s):
+            return True
+    return False
+
+
+@dataclass(slots=True)
+class _Place:
+    """A running job's place in line for faster types (`HasPolicy._in_line`), kept per job
+    object (a `RunningJob` is immutable: a start or reshape makes a new one)."""
+
+    run: RunningJob
+    # (launch s, full-work duration s) of its options on the other types that exist: its key's
+    # best time; () when it can never move up (`HasPolicy._place_of`)
+    timings: tuple[tuple[float, float], ...]
+    min_gpus: int  # the fewest GPUs of any of them
+    # Those the cluster can host, with (GPUs, type): what a move could take
+    probe: tuple[tuple[float, float, int, str], ...]
+    full_s: float  # its whole work's duration on its current option, and on its fastest
+    fastest_s: float
+    left: float  # the work it has left, as of the latest refresh (`_IN_LINE_REFRESH`)
+    best_s: float  # its best time to completion with that work (the key's)
+    # Before when no refresh is due (a bound: the refresh itself compares the work left)
+    refresh_s: float
+    facts: "_JobFacts | None" = None  # as a queued job with that work, once asked for
+
+
+class _Line:
+    """The running jobs in line for faster types (`HasConfig.keep_place`), merged into the
+    walk by key as it goes, not inserted into a copy of the queue's order: a walk that stops
+    early (`_Pass.idle_from`) never looks at the ones behind its stop. Whether a job could
+    move onto the GPUs free at the pass's start, and its facts for the walk, are asked
+    (`facts_of`: None when it could not) only when its turn comes or the early stop needs
+    them, and once; one that could not move is not in line (it neither moves nor claims in
+    this pass)."""
+
+    def __init__(self, places: list[tuple[tuple[int, float, float, str], _Place]],
+                 facts_of: "Callable[[tuple[int, float, float, str], _Place], _JobFacts | None]"
+                 ) -> None:
+        places.sort(key=_FIRST)
+        self.places = places  # (key, place), in key order
+        self.next = 0  # the first not taken yet
+        self._facts_of = facts_of
+        self._answers: list[_JobFacts | None] = [None] * len(places)
+        self._asked = [False] * len(places)
+
+    def head_key(self) -> tuple[int, float, float, str]:
+        return self.places[self.next][0] if self.next < len(self.places) else _LAST_KEY
+
+    def _facts(self, i: int) -> "_JobFacts | None":
+        if not self._asked[i]:
+            self._asked[i] = True
+            self._answers[i] = self._facts_of(*self.places[i])
+        return self._answers[i]
+
+    def take(self, key: tuple[int, float, float, str], through: bool = False
+             ) -> list["_JobFacts"]:
+        """The jobs in line before `key` (or up to it, `through`), in order: their turns."""
+        out = []
+        places = self.places
+        while self.next < len(places) and (places[self.next][0] < key or
+                                           through and places[self.next][0] == key):
+            facts = self._facts(self.next)
+            if facts is not None:
+                out.append(facts)
+            self.next += 1
+        return out
+
+    def last_that(self, could_start: "Callable[[_JobFacts], bool]"
+                  ) -> tuple[int, float, float, str]:
+        """The key of the last job still in line that `could_start`, or `_FIRST_KEY`."""
+        for i in range(len(self.places) - 1, self.next - 1, -1):
+            facts = self._facts(i)
+            if facts is not None and could_start(facts):
+                return facts.key
+        return _FIRST_KEY
 
 
 def _worth_starting_now(slow_s: float, fast_s: float, wait_s: float, move_s: float) -> bool:
@@ -479,8 +592,7 @@ class HasPolicy:
         self._capacity: dict[str, int] = {}  # the cluster shape the cached facts were built for
         self._need_ids: dict[tuple[tuple[str, int], ...], int] = {}
         self._launch_s: dict[int, float] = {}  # config.launch_s by nodes spanned
-        # Running jobs in line for faster types: id(run) -> (run, work left then, facts or None)
-        self._in_line_facts: dict[int, tuple[RunningJob, float, _JobFacts | None]] = {}
+        self._places: dict[int, _Place] = {}  # id(run) -> its place in line for faster types
         self._saturated_exponent = max(config.min_cost_exponent, config.gpu_cost_weight)
         self._decision = 0  # straightforward sorts so far (marks a job seen in this one)
         # The incremental sort's state: the last queue (by identity), its jobs' facts (None:
@@ -537,39 +649,36 @@ class HasPolicy:
                       self.config.restart_floor_s + self.config.launch_s(1),
                       prune_holds=self.shortcuts, share=share,
                       keep_place=elastic and self.config.keep_place)
-        if state.keep_place:  # running jobs in line for faster types join the walk
-            in_line = self._in_line(running, index, now_s,
-                                    {p.job_id for p in moves} | {p.job_id for p in admitted})
-            if in_line:  # a few: inserted into a copy (the sort's kept order is not ours)
-                ordered = ordered.copy()
-                for facts in in_line:
-                    bisect.insort(ordered, facts, key=_KEY)
+        line: _Line | None = None  # running jobs in line for faster types, merged by key
+        if state.keep_place:
+            line = self._in_line(running, index, now_s,
+                                 {p.job_id for p in moves} | {p.job_id for p in admitted})
+        line_key = line.head_key() if line is not None else _LAST_KEY
         placements: list[Placement] = []
         reserve_after_s = self.config.reserve_after_s
         binding_holds = self.config.binding_holds
         claimed, reservations, closed = state.claimed, state.reservations, state.closed
         # The walk's early stop (`_Pass.idle_from`), looked for every _IDLE_CHECK jobs until
-        # every type with free GPUs is claimed, then fixed: no job from `stop` on can start now
+        # every type with free GPUs is claimed, then fixed: no job from `stop` on can start now,
+        # nor any running job in line after `through`
         stop = len(ordered)
+        through = _LAST_KEY
         check = _IDLE_CHECK if self.shortcuts else stop
         for position, facts in enumerate(ordered):
             if position == check:
-                found = state.idle_from(ordered, position)
+                found = state.idle_from(ordered, position, line)
                 if found is None:
                     check += _IDLE_CHECK
                 else:
-                    stop, check = found, -1
+                    (stop, through), check = found, -1
             if position >= stop:
                 break
+            if line_key < facts.key and line is not None:  # running jobs in line ahead of it
+                total_free = self._turns(line.take(facts.key), state, placements, total_free)
+                if total_free <= 0:
+                    break
+                line_key = line.head_key()
             job = facts.job
-            if facts.running is not None:  # a running job in line for faster GPUs
-                move = self._turn(facts, facts.running, state)
-                if move is not None:
-                    placements.append(move)
-                    total_free -= move.option.num_gpus
-                    if total_free <= 0:
-                        break
-                continue
             if not self._filter(facts, state):
                 if now_s - job.submit_time_s >= reserve_after_s:  # else _maybe_reserve says no
                     self._maybe_reserve(job, facts, state)
@@ -597,6 +706,9 @@ class HasPolicy:
             total_free -= option.num_gpus
             if total_free == 0:
                 break
+        if line is not None and total_free > 0:  # the running jobs in line after the last job
+            total_free = self._turns(line.take(through, through=True), state, placements,
+                                     total_free)
         blocked = set(state.claimed) | set(state.reservations)
         # growth gives only GPUs of types no queued job claimed (`grow` returns nothing
         # otherwise); asked here first, it spares listing the running jobs for nothing
@@ -878,6 +990,7 @@ class HasPolicy:
         `_sort_incremental` only removes the jobs that left and inserts the ones that came."""
         if index.capacity != self._capacity:  # nodes came or went: re-derive every job's facts
             self._facts.clear()
+            self._places.clear()
             self._capacity = dict(index.capacity)
             self._queue_diff.reset()
         elif len(self._facts) > 4 * len(queue) + 1000:
@@ -1104,70 +1217,138 @@ class HasPolicy:
     # -- running jobs in line for faster GPUs (`HasConfig.keep_place`) ----------------------
 
     def _in_line(self, running: Sequence[RunningJob], index: FreeIndex, now_s: float,
-                 acted: set[str]) -> list[_JobFacts]:
-        """The running jobs that keep a place in line for faster types, as facts of the walk:
-        their options on the other types with the durations scaled to the work they have left
-        (derived once per job and again after 5 % more progress, `_IN_LINE_REFRESH`), keyed as
-        a job with that work that arrived now. No aging credit: a running job is not starving,
-        and under sustained load the queued jobs that are go first (with its waiting time
-        counted, the running jobs took the fast GPUs from the queue: the first 15,000 trace
-        jobs waited twice as long, docs/has-experiments.md, s16).
+                 acted: set[str]) -> _Line | None:
+        """The running jobs that keep a place in line for faster types, keyed as a job with
+        the work they have left that arrived now, on their options on the other types (the
+        work left as of the latest refresh: taken again after 5 % more progress,
+        `_IN_LINE_REFRESH`). No aging credit: a running job is not starving, and under
+        sustained load the queued jobs that are go first (with its waiting time counted, the
+        running jobs took the fast GPUs from the queue: the first 15,000 trace jobs waited
+        twice as long, docs/has-experiments.md, s16).
 
-        Only those whose best move onto the GPUs free now would clear the gain thresholds
-        (`_could_move`): free GPUs only shrink in a pass, so the others cannot move in it, and
-        they do not claim either (a choice: the windows were slightly better without their
-        claims, and the walk shorter). A job found not eligible (`_in_line_facts_of` gave None)
-        stays so while it runs on the same GPUs, so most running jobs cost one lookup."""
-        cache = self._in_line_facts
+        Per decision a job costs a lookup (`_place_of`, kept per job object; most running jobs
+        can never move up) and, if some option of it fits the GPUs free now, its key from its
+        timings (a few floats per option). Whether it could move, and its facts for the walk,
+        are derived only when the walk reaches it (`_line_facts`)."""
+        cache = self._places
         if len(cache) > 4 * len(running) + 1000:
             live = {id(r): r for r in running}
-            self._in_line_facts = cache = {k: e for k, e in cache.items() if live.get(k) is e[0]}
+            self._places = cache = {k: e for k, e in cache.items() if live.get(k) is e.run}
         free = index.free_by_type
         most_free = max(free.values(), default=0)
         aging_now = self.config.aging_rate * now_s
         interval_s = self.config.reshape_interval_s
         out = []
         for run in running:
-            entry = cache.get(id(run))
-            if entry is not None and entry[0] is run:
-                facts = entry[2]
-                if facts is None or facts.min_gpus > most_free:
-                    continue
+            place = cache.get(id(run))
+            if place is None or place.run is not run:
+                place = cache[id(run)] = self._place_of(run, index, now_s)
+            elif place.timings and place.min_gpus <= most_free and now_s >= place.refresh_s:
                 left = run.remaining_fraction(now_s)
-                if left < _IN_LINE_REFRESH * entry[1]:
-                    facts = self._in_line_facts_of(run, left, index)
-                    cache[id(run)] = (run, left, facts)
-            else:
-                left = run.remaining_fraction(now_s)
-                facts = self._in_line_facts_of(run, left, index)
-                cache[id(run)] = (run, left, facts)
-            if facts is None or run.job_id in acted or not movable(run, now_s, interval_s) or \
-                    not self._could_move(run, facts, index, now_s):
+                if left < _IN_LINE_REFRESH * place.left:
+                    self._refresh(place, left)
+            if not place.timings or place.min_gpus > most_free or run.job_id in acted or \
+                    not movable(run, now_s, interval_s):
                 continue
-            facts.key = (1, facts.best_s + aging_now, now_s, run.job_id)
-            out.append(facts)
-        return out
+            out.append(((1, place.best_s + aging_now, now_s, run.job_id), place))
+        if not out:
+            return None
+        at_start = dict(free)  # the GPUs free at the pass's start
+        return _Line(out, lambda key, place: self._line_facts(key, place, at_start, index, now_s))
 
-    def _could_move(self, run: RunningJob, facts: _JobFacts, index: FreeIndex,
-                    now_s: float) -> bool:
-        """Does its fastest option that fits the GPUs free now clear the gain thresholds?
-        If not, no option can in this pass (free GPUs only shrink)."""
-        free = index.free_by_type
-        for option, gpu_type, gpus, _, _, _ in facts.entries:  # fastest first
+    def _place_of(self, run: RunningJob, index: FreeIndex, now_s: float) -> _Place:
+        """A running job's timings and probe, on its options on the other types; none unless
+        it runs on a slower type than its fastest option's (and has no deadline: deadline jobs
+        are growth's and `reclaim`'s) and a move could clear the gain thresholds."""
+        own_type = run.option.gpu_type
+        if run.deadline_s or not run.options or \
+                min(run.options, key=_DURATION).gpu_type == own_type:
+            return _Place(run, (), 0, (), 0.0, 0.0, 0.0, 0.0, INF)
+        node_size, capacity = index.node_size, index.capacity
+        timings, probe = [], []
+        min_gpus = 0
+        for option in run.options:
+            gpu_type, gpus = option.gpu_type, option.num_gpus
+            if gpu_type == own_type or gpu_type not in node_size:
+                continue
+            nodes = -(-gpus // node_size[gpu_type])
+            launch_s = self._launch_s.get(nodes)
+            if launch_s is None:
+                launch_s = self._launch_s[nodes] = self.config.launch_s(nodes)
+            timings.append((launch_s, option.duration_s))
+            min_gpus = gpus if not min_gpus or gpus < min_gpus else min_gpus
+            if gpus <= capacity.get(gpu_type, 0):
+                probe.append((launch_s, option.duration_s, gpus, gpu_type))
+        if not timings:
+            return _Place(run, (), 0, (), 0.0, 0.0, 0.0, 0.0, INF)
+        place = _Place(run, tuple(timings), min_gpus, tuple(probe), full_duration_s(run),
+                       self._menus.of(run.options).fastest_s, 1.0, 0.0, INF)
+        self._refresh(place, run.remaining_fraction(now_s))
+        return place
+
+    def _refresh(self, place: _Place, left: float) -> None:
+        """Take the work left again; a job that cannot gain enough from a move now never will
+        (the gain shrinks faster than its threshold as work is done): out of line."""
+        cfg = self.config
+        current_s = left * place.full_s
+        if current_s - left * place.fastest_s - cfg.restart_floor_s < \
+                gain_floor_s(current_s, cfg.min_gain_fraction, cfg.min_gain_s):
+            place.timings, place.probe, place.facts = (), (), None
+        else:
+            place.left, place.facts = left, None
+            place.best_s = min([launch_s + duration_s * left
+                                for launch_s, duration_s in place.timings])
+            place.refresh_s = _when_left(place.run, _IN_LINE_REFRESH * left)
+
+    def _line_facts(self, key: tuple[int, float, float, str], place: _Place,
+                    free: dict[str, int], index: FreeIndex, now_s: float) -> _JobFacts | None:
+        """A running job's facts for the walk, keyed `key`, if its fastest option that fits
+        the GPUs `free` at the pass's start clears the gain thresholds (else None: free GPUs
+        only shrink in a pass, so no option can). Derived as a queued job's with the work it
+        has left (`_Place.left`), when first asked for after a refresh."""
+        run, left = place.run, place.left
+        fastest: tuple[float, int, str, float] | None = None  # (time to completion, GPUs, ...)
+        for launch_s, duration_s, gpus, gpu_type in place.probe:
             if free.get(gpu_type, 0) >= gpus:
-                return self._move_gain_s(run, option, index, now_s) is not None
-        return False
+                candidate = (launch_s + duration_s * left, gpus, gpu_type, duration_s * left)
+                if fastest is None or candidate < fastest:
+                    fastest = candidate
+        if fastest is None or \
+                self._move_gain_s(run, fastest[2], fastest[1], fastest[3], index, now_s) is None:
+            return None
+        facts = place.facts
+        if facts is None:
+            facts = place.facts = self._in_line_facts_of(run, left, index)
+            if facts is None:
+                return None
+        facts.key = key
+        return facts
 
-    def _move_gain_s(self, run: RunningJob, option: PlanOption, index: FreeIndex, now_s: float
-                     ) -> tuple[float, float, float] | None:
+    def _turns(self, due: list[_JobFacts], state: _Pass, placements: list[Placement],
+               total_free: int) -> int:
+        """The turns of the running jobs in line in `due` (`_turn`), until no GPU is free;
+        returns the GPUs still free."""
+        for facts in due:
+            assert facts.running is not None
+            move = self._turn(facts, facts.running, state)
+            if move is not None:
+                placements.append(move)
+                total_free -= move.option.num_gpus
+                if total_free <= 0:
+                    break
+        return total_free
+
+    def _move_gain_s(self, run: RunningJob, gpu_type: str, gpus: int, duration_s: float,
+                     index: FreeIndex, now_s: float) -> tuple[float, float, float] | None:
         """(time left now, time left after the move, its restart) for moving a running job to
-        `option` (scaled to its work left), or None when the saving is under the gain floor:
-        growth's estimate and thresholds (`elastic.move_restart_s`, `elastic.gain_floor_s`)."""
+        `gpus` GPUs of `gpu_type` where its work left takes `duration_s`, or None when the
+        saving is under the gain floor: growth's estimate and thresholds
+        (`elastic.move_restart_s`, `elastic.gain_floor_s`)."""
         cfg = self.config
         current_s = run.remaining_fraction(now_s) * full_duration_s(run)
-        nodes = -(-option.num_gpus // max(1, index.node_size.get(option.gpu_type, 1)))
+        nodes = -(-gpus // max(1, index.node_size.get(gpu_type, 1)))
         restart_s = move_restart_s(run, cfg.restart_floor_s, cfg.launch_s(nodes), now_s)
-        new_s = restart_s + option.duration_s
+        new_s = restart_s + duration_s
         if current_s - new_s < gain_floor_s(current_s, cfg.min_gain_fraction, cfg.min_gain_s):
             return None
         return current_s, new_s, restart_s
@@ -1175,17 +1356,8 @@ class HasPolicy:
     def _in_line_facts_of(self, run: RunningJob, left: float, index: FreeIndex
                           ) -> _JobFacts | None:
         """A running job's facts as if it were queued with the work it has `left`, over its
-        options on other types; None unless it runs on a slower type than its fastest option's
-        and a move there could clear the gain thresholds (`_turn`)."""
+        options on other types (None: none the cluster can host)."""
         own_type = run.option.gpu_type
-        if run.deadline_s or not run.options or \
-                min(run.options, key=_DURATION).gpu_type == own_type:
-            return None  # deadline jobs are growth's and `reclaim`'s
-        cfg = self.config
-        current_s = left * full_duration_s(run)
-        if current_s - left * self._menus.of(run.options).fastest_s - cfg.restart_floor_s < \
-                gain_floor_s(current_s, cfg.min_gain_fraction, cfg.min_gain_s):
-            return None  # nor later: the gain shrinks faster than its threshold as work is done
         full_by_id: dict[int, PlanOption] = {}
         options = []
         for option in run.options:
@@ -1218,7 +1390,8 @@ class HasPolicy:
         if assignments is None:
             state.claim(option.gpu_type, option.num_gpus)
             return None
-        gain = self._move_gain_s(run, option, state.index, state.now_s)
+        gain = self._move_gain_s(run, option.gpu_type, option.num_gpus, option.duration_s,
+                                 state.index, state.now_s)
         if gain is None:
             return None
         current_s, new_s, restart_s = gain
