@@ -67,6 +67,8 @@ class Menus:
         self._menus: dict[int, tuple[Sequence[PlanOption], Menu]] = {}
         self._shrinks: dict[int, tuple[RunningJob, float, list[tuple[int, float, PlanOption]]]] = {}
         self._victims: dict[int, list] = {}  # id -> [job, victim without, with displacement]
+        # id -> (job, when growth's first test fails for good, `growth_hopeless_from_s`)
+        self._grow: dict[int, tuple[RunningJob, float]] = {}
 
     def retain(self, running: Sequence[RunningJob], slack: int = 1000) -> None:
         """Drop what only jobs no longer running need, once the memos hold far more than the
@@ -77,12 +79,13 @@ class Menus:
         dropped is derived again, the same, when next asked for."""
         bound = 4 * len(running) + slack
         if len(self._shrinks) <= bound and len(self._victims) <= bound and \
-                len(self._menus) <= bound:
+                len(self._menus) <= bound and len(self._grow) <= bound:
             return
         live = {id(r): r for r in running}
         menus = {id(r.options): r.options for r in running}
         self._shrinks = {k: e for k, e in self._shrinks.items() if live.get(k) is e[0]}
         self._victims = {k: e for k, e in self._victims.items() if live.get(k) is e[0]}
+        self._grow = {k: e for k, e in self._grow.items() if live.get(k) is e[0]}
         self._menus = {k: e for k, e in self._menus.items() if menus.get(k) is e[0]}
 
     def shrink_steps(self, run: RunningJob) -> tuple[float, list[tuple[int, float, PlanOption]]]:
@@ -120,6 +123,16 @@ class Menus:
             entry[2] = moving
         return moving
 
+    def grow_hopeless_from_s(self, run: RunningJob, min_gain_fraction: float,
+                             min_gain_s: float) -> float:
+        """`growth_hopeless_from_s` of a running job, kept per job object: growth asks it for
+        every running job at every decision with idle GPUs."""
+        entry = self._grow.get(id(run))
+        if entry is None or entry[0] is not run:
+            entry = self._grow[id(run)] = (run, growth_hopeless_from_s(
+                run, self.of(run.options), min_gain_fraction, min_gain_s))
+        return entry[1]
+
     def of(self, options: Sequence[PlanOption]) -> Menu:
         entry = self._menus.get(id(options))
         if entry is None or entry[0] is not options:
@@ -137,6 +150,46 @@ def full_option(run: RunningJob) -> PlanOption:
     if 0 < run.fraction_at_start < 1.0:
         return replace(run.option, duration_s=full_duration_s(run))
     return run.option
+
+
+def when_left_s(run: RunningJob, fraction: float) -> float:
+    """When the work left, done at a steady rate from `fraction_at_start` at the job's begin
+    (`RunningJob.remaining_fraction`), reaches `fraction`: -inf for a job counted as done
+    (its predicted end not after its begin). Exact in reals; callers add a margin."""
+    begin_s = max(run.start_time_s, run.restoring_until_s)
+    rate = run.fraction_per_s
+    if rate <= 0:
+        span_s = run.expected_end_s - begin_s
+        if span_s <= 0:
+            return -math.inf
+        rate = run.fraction_at_start / span_s
+    return begin_s + (run.fraction_at_start - fraction) / rate
+
+
+def rounding_margin_s(time_s: float) -> float:
+    """A margin in time far above the rounding of `remaining_fraction` near `time_s`."""
+    return 1e-6 * (abs(time_s) + 1.0)
+
+
+def growth_hopeless_from_s(run: RunningJob, menu: "Menu", min_gain_fraction: float,
+                           min_gain_s: float) -> float:
+    """A time after which growth's first test (`grow`: even the job's fastest option saves
+    less than the gain floor, before any restart) fails for good; inf while it may pass.
+    With `left` of the work left it passes iff left x (full - fastest) >= both min_gain_s
+    and min_gain_fraction x left x full: the second never depends on `left` (a job on its
+    fastest option or near it, most jobs once grown, fails it always), the first fails
+    once `left` is below min_gain_s / (full - fastest). Margins in the work left and in time
+    keep it a bound under rounding: a job near either edge is still tested."""
+    if min_gain_s <= 0:
+        return math.inf
+    full_s = full_duration_s(run)
+    saving_s = full_s - menu.fastest_s  # what its fastest option saves on its whole work
+    if saving_s < min_gain_fraction * full_s * (1.0 - 1e-9):
+        return -math.inf
+    if saving_s <= 0.0:
+        return math.inf
+    when_s = when_left_s(run, min_gain_s / saving_s * (1.0 - 1e-9))
+    return when_s + rounding_margin_s(when_s)
 
 
 def movable(run: RunningJob, now_s: float, interval_s: float) -> bool:
@@ -261,7 +314,8 @@ def grow(runs: Sequence[RunningJob], index: FreeIndex, blocked_types: set[str], 
         return []
     wanted = []
     for run in runs:
-        if not movable(run, now_s, interval_s):
+        if now_s > menus.grow_hopeless_from_s(run, min_gain_fraction, min_gain_s) or \
+                not movable(run, now_s, interval_s):
             continue
         left = run.remaining_fraction(now_s)
         current_s = left * full_duration_s(run)

@@ -39,9 +39,10 @@ from frenzy_scheduler.placement import Assignments, FreeIndex, KeptFreeIndex
 from frenzy_scheduler.policies.elastic import (Candidates, Menus, Shrinkable, ShrinkPlan, Victims,
                                                apply_shrinks, fill_floor, floor_items,
                                                full_duration_s, gain_floor_s, grow, most_freed,
-                                               movable, movable_from_s, move_restart_s, reclaim, shrink_plan,
-                                               shrinkable, spare_gpus, undo_shrinks,
-                                               victim_candidates, with_work_left)
+                                               movable, movable_from_s, move_restart_s, reclaim,
+                                               shrink_plan, shrinkable, spare_gpus, undo_shrinks,
+                                               rounding_margin_s, victim_candidates, when_left_s,
+                                               with_work_left)
 from frenzy_scheduler.policies.releases import ReleaseTimes, release_lists
 from frenzy_scheduler.queuediff import IdentityDiff
 
@@ -413,21 +414,6 @@ class _Pass:
         return stop, through
 
 
-def _when_left(run: RunningJob, fraction: float) -> float:
-    """A time before which `run.remaining_fraction` stays at or above `fraction` (its work
-    is done at a steady rate from its begin), with a margin for rounding: a bound, so the
-    caller still compares the work left once it has passed."""
-    begin_s = max(run.start_time_s, run.restoring_until_s)
-    rate = run.fraction_per_s
-    if rate <= 0:
-        span_s = run.expected_end_s - begin_s
-        if span_s <= 0:
-            return -INF
-        rate = run.fraction_at_start / span_s
-    when_s = begin_s + (run.fraction_at_start - fraction) / rate
-    return when_s - 1e-6 * (abs(when_s) + 1.0)
-
-
 def _could_start(facts: "_JobFacts", open_types: list[tuple[str, int, int, float]],
                  now_s: float) -> bool:
     """`_Pass.idle_from`'s test: has the job, on a type with free GPUs, an option that fits
@@ -458,7 +444,7 @@ class _Place:
     fastest_s: float
     left: float  # the work it has left, as of the latest refresh (`_IN_LINE_REFRESH`)
     best_s: float  # its best time to completion with that work (the key's)
-    # Before when no refresh is due (a bound: the refresh itself compares the work left)
+    # Before this time no refresh is due (a bound: the refresh compares the work left itself)
     refresh_s: float
     facts: "_JobFacts | None" = None  # as a queued job with that work, once asked for
 
@@ -1298,7 +1284,8 @@ class HasPolicy:
             place.left, place.facts = left, None
             place.best_s = min([launch_s + duration_s * left
                                 for launch_s, duration_s in place.timings])
-            place.refresh_s = _when_left(place.run, _IN_LINE_REFRESH * left)
+            refresh_s = when_left_s(place.run, _IN_LINE_REFRESH * left * (1.0 + 1e-9))
+            place.refresh_s = refresh_s - rounding_margin_s(refresh_s)
 
     def _line_facts(self, key: tuple[int, float, float, str], place: _Place,
                     free: dict[str, int], index: FreeIndex, now_s: float) -> _JobFacts | None:
