@@ -149,6 +149,11 @@ class _JobFacts:
     rows: tuple[tuple[float, int, PlanOption, str, int, float, int, bool], ...] = ()
     open_rows: tuple[tuple[float, int, PlanOption, str, int, float, int, bool], ...] = ()
     dominated_min_gpus: float = INF  # the fewest GPUs of a dominated entry (inf: none)
+    # The scoring before the current one, (exponent, costs, by_cost, dominated, rows,
+    # open_rows, dominated_min_gpus): a pressure that steps back and forth between two
+    # values (a half-empty cluster, events that free and take GPUs) swaps instead of
+    # rescoring every job the walk reaches
+    previous: tuple | None = None
     # Set by each decision's sort: its sort key, the decision number.
     key: tuple[int, float, float, str] = (2, 0.0, 0.0, "")
     decision: int = -1
@@ -160,6 +165,14 @@ class _JobFacts:
         """Per-option cost (duration x GPU-seconds penalty), recomputed only when the queue
         pressure changes the exponent (saturated queues keep it at the weight)."""
         if exponent != self.exponent:
+            current = (self.exponent, self.costs, self.by_cost, self.dominated, self.rows,
+                       self.open_rows, self.dominated_min_gpus)
+            previous = self.previous
+            self.previous = current if self.exponent >= 0 else None
+            if previous is not None and previous[0] == exponent:
+                (self.exponent, self.costs, self.by_cost, self.dominated, self.rows,
+                 self.open_rows, self.dominated_min_gpus) = previous
+                return self.costs, self.by_cost
             entries = self.entries
             if exponent:
                 base = self.min_gpu_seconds
