@@ -155,7 +155,9 @@ def full_option(run: RunningJob) -> PlanOption:
 def when_left_s(run: RunningJob, fraction: float) -> float:
     """When the work left, done at a steady rate from `fraction_at_start` at the job's begin
     (`RunningJob.remaining_fraction`), reaches `fraction`: -inf for a job counted as done
-    (its predicted end not after its begin). Exact in reals; callers add a margin."""
+    (its predicted end not after its begin); for one whose work left never changes (none
+    left at its start: live, a job restarted at its last step), -inf or inf as that is
+    below `fraction` or not. Exact in reals; callers add a margin."""
     begin_s = max(run.start_time_s, run.restoring_until_s)
     rate = run.fraction_per_s
     if rate <= 0:
@@ -163,6 +165,8 @@ def when_left_s(run: RunningJob, fraction: float) -> float:
         if span_s <= 0:
             return -math.inf
         rate = run.fraction_at_start / span_s
+    if rate <= 0:
+        return -math.inf if run.fraction_at_start < fraction else math.inf
     return begin_s + (run.fraction_at_start - fraction) / rate
 
 
