@@ -171,8 +171,9 @@ def when_left_s(run: RunningJob, fraction: float) -> float:
 
 
 def rounding_margin_s(time_s: float) -> float:
-    """A margin in time far above the rounding of `remaining_fraction` near `time_s`."""
-    return 1e-6 * (abs(time_s) + 1.0)
+    """A margin in time far above the rounding of `remaining_fraction` near `time_s` (none
+    at an infinite time, which stays what it is)."""
+    return 1e-6 * (abs(time_s) + 1.0) if math.isfinite(time_s) else 0.0
 
 
 def growth_hopeless_from_s(run: RunningJob, menu: "Menu", min_gain_fraction: float,
