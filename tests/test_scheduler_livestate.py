@@ -351,3 +351,31 @@ def test_the_live_has_plans_moves_under_the_orchestrators_reshape_interval():
                                                                     scheduler_holds_ahead=2))
         for wrapped in (service.state.policy, service.state.hold_policy):
             assert wrapped.inner.config.reshape_interval_s == interval_s
+
+
+class Failing:
+    """A policy with a bug: it raises on every call."""
+
+    name = "failing"
+    round_s = 0.0
+
+    def schedule(self, queue, cluster, now_s, running=()):
+        raise ZeroDivisionError("float division by zero")
+
+
+def test_a_policy_that_raises_does_not_stop_the_scheduler_and_fifo_places_the_decision(caplog):
+    """Restarted, a scheduler whose policy raised would read the same state back and raise
+    again: the decision falls back to FIFO instead (checked as any), and the error is logged
+    with its traceback. A what-if run of the holds ahead gives nothing."""
+    state = LiveState(Failing())
+    state.on_availability(availability([0, 1, 2, 3], 1))
+    state.on_planned(events_pb2.JobPlanned(job_id="a", options=[option_to_proto(OPTION)]))
+    state.on_status(status("a", types_pb2.QUEUED, 3))
+    with caplog.at_level("ERROR", logger="scheduler"):
+        [(placement, attempt)] = state.schedule(0)
+    assert (placement.job_id, placement.option, attempt) == ("a", OPTION, 0)
+    assert placement.decision.policy == "fifo"
+    failed = [r for r in caplog.records if r.getMessage().startswith("policy failed")]
+    assert failed and failed[0].exc_info is not None and failed[0].policy == "failing"
+    assert LiveState._answer(Failing(), [], state.effective_cluster(), 0.0, [],
+                             fallback=False) == []

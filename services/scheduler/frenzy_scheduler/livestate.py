@@ -49,6 +49,7 @@ from frenzy.placement_check import NodeFacts, placement_problem
 from frenzy.v1 import events_pb2, types_pb2
 from frenzy_scheduler.core import (PLACE, PREEMPT, ClusterView, NodeState, Placement, Policy,
                                   QueuedJob, RunningJob)
+from frenzy_scheduler.policies.fifo import FifoPolicy
 from frenzy_scheduler.reshapable import ReshapeFacts, ReshapeRules, reshape_facts, reshape_veto
 
 log = get_logger("scheduler")
@@ -308,7 +309,7 @@ class LiveState:
             return []
         running = self._running_as_shown(now_s, movable)
         view = self.effective_cluster()
-        actions = self.policy.schedule(queue, view, now_s, running)
+        actions = self._answer(self.policy, queue, view, now_s, running)
         for action in actions:  # releases first, as the orchestrator executes them
             if action.kind != PLACE and action.job_id in movable:
                 view.give_back(self.running[action.job_id].assignments)
@@ -345,6 +346,23 @@ class LiveState:
                 self.jobs[p.job_id].queued_attempt = -1
             placed.append((p, attempt))
         return placed
+
+    @staticmethod
+    def _answer(policy: Policy, queue: list[QueuedJob], view: ClusterView, now_s: float,
+                running: list[RunningJob], fallback: bool = True) -> list[Placement]:
+        """The policy's actions. A policy that raises must not take the scheduler down with it:
+        restarted, it would read the same state back and raise again, and no job would ever be
+        placed. The error is logged with its traceback, and this decision falls back to FIFO
+        placement of the queue (no reshapes; every action is checked as usual), or to nothing
+        for a what-if run (`fallback=False`: the holds ahead)."""
+        try:
+            return policy.schedule(queue, view, now_s, running)
+        except Exception:
+            log.exception("policy failed" + ("; fifo places this decision" if fallback else ""),
+                          policy=getattr(policy, "name", type(policy).__name__),
+                          queued=len(queue), running=len(running),
+                          job_ids=[job.job_id for job in queue[:10]])
+            return FifoPolicy().schedule(queue, view, now_s) if fallback else []
 
     def _running_as_shown(self, now_s: float, movable: set[str]) -> list[RunningJob]:
         """The running jobs as the policy sees them. A job past its predicted end will end at
@@ -386,8 +404,8 @@ class LiveState:
             view = base.copy()
             view.give_back(ending.assignments)
             freed = {(n, g) for n, gpus in ending.assignments for g in gpus}
-            actions = self.hold_policy.schedule(queue, view, now_s,
-                                                [r for r in running if r.job_id != job_id])
+            actions = self._answer(self.hold_policy, queue, view, now_s,
+                                   [r for r in running if r.job_id != job_id], fallback=False)
             kept: list[tuple[Placement, int]] = []
             for p in actions:
                 job = self.jobs.get(p.job_id)
