@@ -936,14 +936,11 @@ class HasPolicy:
             return None
         # A start costs its launch (more nodes, longer): time to completion is launch + run,
         # and the GPUs are held for both. This is what keeps a 10-minute job off 64 GPUs.
-        launch = self._launch_s
         keyed = []  # (time to completion, GPUs, type, position: a stable sort's tie-break, option)
         for position, o in enumerate(usable):
             gpus, gpu_type = o.num_gpus, o.gpu_type
             nodes = -(-gpus // node_size[gpu_type])
-            launch_s = launch.get(nodes)
-            if launch_s is None:
-                launch_s = launch[nodes] = self.config.launch_s(nodes)
+            launch_s = self._launch_for(nodes)
             keyed.append((launch_s + o.duration_s, gpus, gpu_type, position, o))
         keyed.sort()
         capacity = index.capacity
@@ -976,6 +973,13 @@ class HasPolicy:
         facts.scored(self._saturated_exponent)
         self._facts[job.job_id] = facts
         return facts
+
+    def _launch_for(self, nodes: int) -> float:
+        """`HasConfig.launch_s`, kept by the nodes spanned (asked for every option derived)."""
+        launch_s = self._launch_s.get(nodes)
+        if launch_s is None:
+            launch_s = self._launch_s[nodes] = self.config.launch_s(nodes)
+        return launch_s
 
     def _sort(self, queue: Sequence[QueuedJob], index: FreeIndex,
               now_s: float) -> tuple[list[_JobFacts], int, dict[str, int]]:
@@ -1271,9 +1275,7 @@ class HasPolicy:
             if gpu_type == own_type or gpu_type not in node_size:
                 continue
             nodes = -(-gpus // node_size[gpu_type])
-            launch_s = self._launch_s.get(nodes)
-            if launch_s is None:
-                launch_s = self._launch_s[nodes] = self.config.launch_s(nodes)
+            launch_s = self._launch_for(nodes)
             timings.append((launch_s, option.duration_s))
             min_gpus = gpus if not min_gpus or gpus < min_gpus else min_gpus
             if gpus <= capacity.get(gpu_type, 0):
@@ -1347,7 +1349,7 @@ class HasPolicy:
         cfg = self.config
         current_s = run.remaining_fraction(now_s) * full_duration_s(run)
         nodes = -(-gpus // max(1, index.node_size.get(gpu_type, 1)))
-        restart_s = move_restart_s(run, cfg.restart_floor_s, cfg.launch_s(nodes), now_s)
+        restart_s = move_restart_s(run, cfg.restart_floor_s, self._launch_for(nodes), now_s)
         new_s = restart_s + duration_s
         if current_s - new_s < gain_floor_s(current_s, cfg.min_gain_fraction, cfg.min_gain_s):
             return None
