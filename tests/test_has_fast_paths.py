@@ -121,12 +121,15 @@ def test_simulation_is_the_same_with_and_without_the_fast_paths() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.lists(st.integers(0, 15), max_size=12, unique=True), min_size=1, max_size=6))
+@given(st.one_of(
+    st.lists(st.lists(st.integers(0, 15), max_size=12, unique=True), min_size=1, max_size=6),
+    # long reorderings: more items out of place than the diff aligns one by one
+    st.lists(st.lists(st.integers(0, 99), max_size=90, unique=True), min_size=1, max_size=4)))
 def test_identity_diff_reports_what_arrived_and_left(sequences) -> None:
     """Against plain set arithmetic, over sequences that share, drop and reorder objects.
-    (An object twice answers None when both copies are past the unchanged prefix; has also
-    checks job ids, and the test above covers a job queued twice.)"""
-    pool = [object() for _ in range(16)]
+    (An object twice answers None when both copies arrived; has also checks job ids, and the
+    test above covers a job queued twice.)"""
+    pool = [object() for _ in range(100)]
     diff: IdentityDiff[object] = IdentityDiff()
     before: list[object] = []
     for picks in sequences:
@@ -137,6 +140,27 @@ def test_identity_diff_reports_what_arrived_and_left(sequences) -> None:
         before = items
     diff.reset()
     assert diff.update(before + before[:1]) is None or not before
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.integers(0, 10_000)), st.integers(0, 5)), max_size=8),
+       st.integers(0, 60))
+def test_identity_diff_follows_a_queue_where_jobs_leave_anywhere_and_arrive_last(
+        steps, start) -> None:
+    """The queue's own pattern, the one the alignment is for: jobs leave from anywhere
+    (more of them than it aligns one by one, at times) and newcomers go at the end. What
+    arrived comes in its order in the queue."""
+    queue = [object() for _ in range(start)]
+    diff: IdentityDiff[object] = IdentityDiff()
+    assert diff.update(queue) == (queue, [])
+    for leaving, arriving in steps:
+        gone = {picked % len(queue) for picked in leaving} if queue else set()
+        left = [job for i, job in enumerate(queue) if i in gone]
+        came = [object() for _ in range(arriving)]
+        queue = [job for i, job in enumerate(queue) if i not in gone] + came
+        arrived, departed = diff.update(queue)
+        assert arrived == came
+        assert sorted(map(id, departed)) == sorted(map(id, left))
 
 
 @settings(max_examples=100, deadline=None)
