@@ -9,6 +9,8 @@ to has's mechanics (indexes, caches, bounds) must leave it byte-identical.
 
 Run it on the code before and after a change and compare the printed lines. Not a benchmark:
 it prints no speed figures (see bench/scheduling.py), only digests and decision counts.
+`--no-records` leaves the decision records out: for a change to what the records say, the
+actions themselves must stay the same.
 """
 from __future__ import annotations
 
@@ -36,6 +38,8 @@ class Digesting:
     """has, hashing every answer it gives (the answer's repr: floats exactly). A wrapper, not
     a subclass: the compiled build's classes (frenzy_scheduler/native.py) take none."""
 
+    records = True  # hash the decision records too (`--no-records`: the actions alone)
+
     def __init__(self, **kwargs) -> None:
         self.policy = HasPolicy(**kwargs)
         self.digest = hashlib.sha256()
@@ -47,7 +51,9 @@ class Digesting:
 
     def schedule(self, queue, cluster, now_s, running=()):
         answer = self.policy.schedule(queue, cluster, now_s, running)
-        self.digest.update(repr((now_s, answer)).encode())
+        hashed = answer if self.records else \
+            [(p.job_id, p.option, p.assignments, p.kind) for p in answer]
+        self.digest.update(repr((now_s, hashed)).encode())
         self.calls += 1
         self.actions += len(answer)
         return answer
@@ -91,7 +97,10 @@ def main() -> None:
     parser.add_argument("--plain", action="store_true",
                         help="HasPolicy(shortcuts=False), the straightforward path")
     parser.add_argument("--skip", default="", help="comma-separated: windows, sweep, events")
+    parser.add_argument("--no-records", action="store_true",
+                        help="digest the actions without their decision records")
     args = parser.parse_args()
+    Digesting.records = not args.no_records
     shortcuts = not args.plain
     skip = set(filter(None, args.skip.split(",")))
     trace = load_trace(PHILLY)

@@ -149,6 +149,24 @@ def test_has_waits_for_fast_gpus_when_that_finishes_earlier() -> None:
     assert HasPolicy().schedule(queue, cluster, 10.0)[0].option.gpu_type == "T4"
 
 
+def test_has_records_the_chosen_option_and_the_next_cheapest_with_the_launch_included() -> None:
+    """The decision record gives HAS's own estimates, launch (60 s on one node) plus run for
+    every option, the chosen one too. Worked by hand: 4 of the 8 A100s are free and the other
+    4 free up at t = 500. The 8-A100 option would end at 400 + 60 + 700 = 1160 s from now,
+    and it is wider than the job's fair share (8 A100s over 2 jobs that want them); 4 A100s
+    now end at 60 + 1000 = 1060 s; the T4s at 60 + 9000."""
+    running = [RunningJob("r", option("A100-80GB", 4, 100.0), (("a", (4, 5, 6, 7)),), 0.0, 500.0)]
+    cluster = nodes({"t": ("T4", 4, [0, 1, 2, 3]), "a": ("A100-80GB", 8, [0, 1, 2, 3])})
+    wide, narrow, slow = option("A100-80GB", 8, 700.0), option("A100-80GB", 4, 1000.0), \
+        option("T4", 4, 9000.0)
+    placed = HasPolicy().schedule([job("x", 0, wide, narrow, slow)], cluster, 100.0, running)
+    assert [p.option for p in placed] == [narrow]
+    assert placed[0].decision.alternatives == (
+        (narrow, 0.0, 1060.0, "chosen"),
+        (wide, 400.0, 1160.0, "wider than its fair share of A100-80GB (4 GPUs)"),
+        (slow, 0.0, 9060.0, "later completion"))
+
+
 def test_has_runs_shortest_first_and_honours_deadlines() -> None:
     cluster = nodes({"a": ("A100-80GB", 1, [0])})
     queue = [job("long", 0, option("A100-80GB", 1, 5000.0)), job("short", 50, option("A100-80GB", 1, 10.0))]
