@@ -143,24 +143,32 @@ def test_identity_diff_reports_what_arrived_and_left(sequences) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.lists(st.integers(0, 10_000)), st.integers(0, 5)), max_size=8),
+@given(st.lists(st.tuples(st.lists(st.integers(0, 10_000)), st.integers(0, 5),
+                          st.lists(st.integers(0, 10_000), max_size=3)), max_size=8),
        st.integers(0, 60))
 def test_identity_diff_follows_a_queue_where_jobs_leave_anywhere_and_arrive_last(
         steps, start) -> None:
     """The queue's own pattern, the one the alignment is for: jobs leave from anywhere
-    (more of them than it aligns one by one, at times) and newcomers go at the end. What
-    arrived comes in its order in the queue."""
+    (more of them than it aligns one by one, at times) and newcomers go at the end; in a
+    list of running jobs, some are also replaced in place. What arrived comes in its order."""
     queue = [object() for _ in range(start)]
+    kept = set(map(id, queue))
     diff: IdentityDiff[object] = IdentityDiff()
     assert diff.update(queue) == (queue, [])
-    for leaving, arriving in steps:
+    for leaving, arriving, replaced in steps:
         gone = {picked % len(queue) for picked in leaving} if queue else set()
-        left = [job for i, job in enumerate(queue) if i in gone]
-        came = [object() for _ in range(arriving)]
-        queue = [job for i, job in enumerate(queue) if i not in gone] + came
+        # a running job reshaped: a new object in its place (the simulator's dict of them)
+        swapped = {picked % len(queue) for picked in replaced} - gone if queue else set()
+        left = [job for i, job in enumerate(queue) if i in gone | swapped]
+        queue = [object() if i in swapped else job for i, job in enumerate(queue)
+                 if i not in gone]
+        came = [job for job in queue if id(job) not in kept]
+        newcomers = [object() for _ in range(arriving)]
+        queue += newcomers
         arrived, departed = diff.update(queue)
-        assert arrived == came
+        assert arrived == came + newcomers
         assert sorted(map(id, departed)) == sorted(map(id, left))
+        kept = set(map(id, queue))
 
 
 @settings(max_examples=100, deadline=None)

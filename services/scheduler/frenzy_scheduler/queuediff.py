@@ -5,8 +5,9 @@ changes by a job or two. A Python loop that looks every job up costs a microseco
 job: at 5,000 queued jobs, most of a decision's budget. Queues keep their order between
 decisions (jobs leave from anywhere, newcomers go at the end), so the two sequences are
 aligned in C (`map(is_not, ...)`, about 30 ns a job): the first item that differs is taken as
-one that left, and the comparison goes on past it, once per job that left. What follows
-the end of the old sequence arrived. Dicts keyed by `id()` (about 200 ns a job) are built only
+one that left (or, when the next ones align past it, as replaced in place by a new one: a
+running job reshaped), and the comparison goes on past it, once per job that left. What
+follows the end of the old sequence arrived. Dicts keyed by `id()` (about 200 ns a job) are built only
 for what the alignment could not explain: a sequence reordered past `_REALIGN_LIMIT`
 departures.
 
@@ -50,22 +51,27 @@ class IdentityDiff(Generic[T]):
 
         Why the alignment is exact: every old item is either matched to the same object at
         an aligned position or taken as departed, and every new one is either matched or
-        past the aligned part (the tail). With each sequence free of repeats, an object
-        taken as departed that is still there can only be in the tail, and the reverse, so
-        removing the objects in both from both leaves what set arithmetic would give."""
+        taken as arrived (in the place of a departed one, or past the aligned part). With
+        each sequence free of repeats, an object taken as departed that is still there can
+        only be among the arrived, and the reverse, so removing the objects in both from
+        both leaves what set arithmetic would give."""
         previous, current = self.items, list(items)
         self.items = current
         p = c = _shared_run(previous, 0, current, 0)
         if p == len(previous) == len(current):
             return [], []
         departed: list[T] = []
+        replacing: list[T] = []  # new objects in the place of old ones (a running job reshaped)
         while p < len(previous) and c < len(current) and len(departed) < _REALIGN_LIMIT:
             departed.append(previous[p])  # not at its place: taken as a job that left
             p += 1
+            if p < len(previous) and c + 1 < len(current) and previous[p] is current[c + 1]:
+                replacing.append(current[c])  # ... and one came in its place
+                c += 1
             run = _shared_run(previous, p, current, c)
             p, c = p + run, c + run
         departed += previous[p:]
-        arrived = current[c:]
+        arrived = replacing + current[c:] if replacing else current[c:]
         arrived_ids = set(map(id, arrived))
         if len(arrived_ids) != len(arrived):
             return None
