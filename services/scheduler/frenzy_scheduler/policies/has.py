@@ -159,9 +159,9 @@ class _JobFacts:
     # Set by each decision's sort: its sort key, the decision number.
     key: tuple[int, float, float, str] = (2, 0.0, 0.0, "")
     decision: int = -1
-    # A running job in line for faster types (`HasPolicy._in_line`): (the job, its full-work
-    # option by id of each scaled one); None for a queued job
-    running: tuple[RunningJob, dict[int, PlanOption]] | None = None
+    # A running job in line for faster types (`HasPolicy._in_line`): (the job, the share of
+    # its work left that its entries' times are for); None for a queued job
+    running: tuple[RunningJob, float] | None = None
 
     def scored(self, exponent: float) -> tuple[tuple[float, ...], tuple[int, ...]]:
         """Per-option cost (duration x GPU-seconds penalty), recomputed only when the queue
@@ -931,8 +931,10 @@ class HasPolicy:
 
     # -- sort ------------------------------------------------------------------------------
 
-    def _derive_facts(self, job: QueuedJob, index: FreeIndex) -> _JobFacts | None:
-        """Rank the job's options and derive what the pass needs from them (cache miss)."""
+    def _derive_facts(self, job: QueuedJob, index: FreeIndex,
+                      work_left: float = 1.0) -> _JobFacts | None:
+        """Rank the job's options and derive what the pass needs from them (cache miss), for
+        the share `work_left` of the work their durations are for (a running job in line)."""
         node_size = index.node_size
         usable = [o for o in job.options if o.gpu_type in node_size]
         if not usable:
@@ -944,7 +946,7 @@ class HasPolicy:
             gpus, gpu_type = o.num_gpus, o.gpu_type
             nodes = -(-gpus // node_size[gpu_type])
             launch_s = self._launch_for(nodes)
-            keyed.append((launch_s + o.duration_s, gpus, gpu_type, position, o))
+            keyed.append((launch_s + o.duration_s * work_left, gpus, gpu_type, position, o))
         keyed.sort()
         capacity = index.capacity
         entries = tuple([(o, gpu_type, gpus, total_s, total_s * gpus, o.plan.tp)
@@ -1361,31 +1363,23 @@ class HasPolicy:
     def _in_line_facts_of(self, run: RunningJob, left: float, index: FreeIndex
                           ) -> _JobFacts | None:
         """A running job's facts as if it were queued with the work it has `left`, over its
-        options on other types (None: none the cluster can host)."""
+        options on other types (None: none the cluster can host). The options are its own,
+        full-work ones; their times are derived for the work left."""
         own_type = run.option.gpu_type
-        full_by_id: dict[int, PlanOption] = {}
-        options = []
-        for option in run.options:
-            if option.gpu_type != own_type:
-                scaled = PlanOption(  # positional: `dataclasses.replace` is most of the cost
-                    option.gpu_type, option.plan, option.peak_bytes_per_gpu, option.step_time_s,
-                    option.duration_s * left, option.peak_allocated_bytes,
-                    option.peak_reserved_bytes, option.memory_margin)
-                full_by_id[id(scaled)] = option
-                options.append(scaled)
-        job = QueuedJob(run.job_id, run.submit_time_s, tuple(options))
-        facts = self._derive_facts(job, index)
+        job = QueuedJob(run.job_id, run.submit_time_s,
+                        tuple([option for option in run.options if option.gpu_type != own_type]))
+        facts = self._derive_facts(job, index, left)
         self._facts.pop(run.job_id, None)  # not a queued job's: kept here, by the run
         if facts is not None:
-            facts.job, facts.running = job, (run, full_by_id)
+            facts.running = (run, left)
         return facts
 
-    def _turn(self, facts: _JobFacts, running: tuple[RunningJob, dict[int, PlanOption]],
+    def _turn(self, facts: _JobFacts, running: tuple[RunningJob, float],
               state: _Pass) -> Placement | None:
         """A running job's turn in the walk: scored as a queued job is. It migrates when it
         can start now on another type and the move clears growth's gain thresholds; when it
         holds, its claim keeps the later jobs of the walk off those GPUs, as a queued job's."""
-        run, full_by_id = running
+        run, left = running
         if not self._filter(facts, state):
             return None
         choice = self._score(facts, state)
@@ -1395,19 +1389,18 @@ class HasPolicy:
         if assignments is None:
             state.claim(option.gpu_type, option.num_gpus)
             return None
-        gain = self._move_gain_s(run, option.gpu_type, option.num_gpus, option.duration_s,
-                                 state.index, state.now_s)
+        gain = self._move_gain_s(run, option.gpu_type, option.num_gpus,
+                                 option.duration_s * left, state.index, state.now_s)
         if gain is None:
             return None
         current_s, new_s, restart_s = gain
         state.index.take(assignments)  # its own GPUs free up at the next decision
         state.fits.clear()
         state.changed(option.gpu_type)
-        full = full_by_id[id(option)]
-        return Placement(run.job_id, full, assignments, MIGRATE, Decision(
+        return Placement(run.job_id, option, assignments, MIGRATE, Decision(
             self.name, f"migrate: its turn for faster GPUs, predicted {current_s:.0f} s left -> "
                        f"{new_s:.0f} s with the restart ({restart_s:.0f} s)",
-            (Alternative(full, restart_s, new_s, "chosen"),
+            (Alternative(option, restart_s, new_s, "chosen"),
              Alternative(run.option, 0.0, current_s, "current: slower"))))
 
     # -- reserve / bind --------------------------------------------------------------------
