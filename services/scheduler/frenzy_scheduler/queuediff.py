@@ -7,9 +7,9 @@ decisions (jobs leave from anywhere, newcomers go at the end), so the two sequen
 aligned in C (`map(is_not, ...)`, about 30 ns a job): the first item that differs is taken as
 one that left (or, when the next ones align past it, as replaced in place by a new one: a
 running job reshaped), and the comparison goes on past it, once per job that left. What
-follows the end of the old sequence arrived. Dicts keyed by `id()` (about 200 ns a job) are built only
-for what the alignment could not explain: a sequence reordered past `_REALIGN_LIMIT`
-departures.
+follows the end of the old sequence arrived. Only a sequence reordered past `_REALIGN_LIMIT`
+departures leaves a long rest to compare by `id()` (about 200 ns a job, as the whole rest was
+compared before).
 
 Identity is safe because the diff holds a reference to every item it tracks (an id is unique
 among live objects), and it is what callers mean: the simulator and the live scheduler make

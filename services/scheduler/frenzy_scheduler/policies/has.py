@@ -464,6 +464,11 @@ class _Place:
     refresh_s: float
     facts: "_JobFacts | None" = None  # as a queued job with that work, once asked for
 
+    @staticmethod
+    def out_of_line(run: RunningJob) -> "_Place":
+        """The place of a job that can never move up."""
+        return _Place(run, (), 0, (), 0.0, 0.0, 0.0, 0.0, INF)
+
 
 class _Line:
     """The running jobs in line for faster types (`HasConfig.keep_place`), merged into the
@@ -944,8 +949,7 @@ class HasPolicy:
         keyed = []  # (time to completion, GPUs, type, position: a stable sort's tie-break, option)
         for position, o in enumerate(usable):
             gpus, gpu_type = o.num_gpus, o.gpu_type
-            nodes = -(-gpus // node_size[gpu_type])
-            launch_s = self._launch_for(nodes)
+            launch_s = self._launch_for(gpu_type, gpus, node_size)
             keyed.append((launch_s + o.duration_s * work_left, gpus, gpu_type, position, o))
         keyed.sort()
         capacity = index.capacity
@@ -979,8 +983,10 @@ class HasPolicy:
         self._facts[job.job_id] = facts
         return facts
 
-    def _launch_for(self, nodes: int) -> float:
-        """`HasConfig.launch_s`, kept by the nodes spanned (asked for every option derived)."""
+    def _launch_for(self, gpu_type: str, gpus: int, node_size: dict[str, int]) -> float:
+        """`HasConfig.launch_s` for `gpus` GPUs of a type on its nodes, kept by the nodes
+        spanned (asked for every option derived)."""
+        nodes = -(-gpus // node_size[gpu_type])
         launch_s = self._launch_s.get(nodes)
         if launch_s is None:
             launch_s = self._launch_s[nodes] = self.config.launch_s(nodes)
@@ -1271,7 +1277,7 @@ class HasPolicy:
         own_type = run.option.gpu_type
         if run.deadline_s or not run.options or \
                 min(run.options, key=_DURATION).gpu_type == own_type:
-            return _Place(run, (), 0, (), 0.0, 0.0, 0.0, 0.0, INF)
+            return _Place.out_of_line(run)
         node_size, capacity = index.node_size, index.capacity
         timings, probe = [], []
         min_gpus = 0
@@ -1279,14 +1285,13 @@ class HasPolicy:
             gpu_type, gpus = option.gpu_type, option.num_gpus
             if gpu_type == own_type or gpu_type not in node_size:
                 continue
-            nodes = -(-gpus // node_size[gpu_type])
-            launch_s = self._launch_for(nodes)
+            launch_s = self._launch_for(gpu_type, gpus, node_size)
             timings.append((launch_s, option.duration_s))
             min_gpus = gpus if not min_gpus or gpus < min_gpus else min_gpus
             if gpus <= capacity.get(gpu_type, 0):
                 probe.append((launch_s, option.duration_s, gpus, gpu_type))
         if not timings:
-            return _Place(run, (), 0, (), 0.0, 0.0, 0.0, 0.0, INF)
+            return _Place.out_of_line(run)
         place = _Place(run, tuple(timings), min_gpus, tuple(probe), full_duration_s(run),
                        self._menus.of(run.options).fastest_s, 1.0, 0.0, INF)
         self._refresh(place, run.remaining_fraction(now_s))
@@ -1353,8 +1358,8 @@ class HasPolicy:
         (`elastic.move_restart_s`, `elastic.gain_floor_s`)."""
         cfg = self.config
         current_s = run.remaining_fraction(now_s) * full_duration_s(run)
-        nodes = -(-gpus // max(1, index.node_size.get(gpu_type, 1)))
-        restart_s = move_restart_s(run, cfg.restart_floor_s, self._launch_for(nodes), now_s)
+        restart_s = move_restart_s(run, cfg.restart_floor_s,
+                                   self._launch_for(gpu_type, gpus, index.node_size), now_s)
         new_s = restart_s + duration_s
         if current_s - new_s < gain_floor_s(current_s, cfg.min_gain_fraction, cfg.min_gain_s):
             return None
@@ -1430,8 +1435,8 @@ class HasPolicy:
         free = state.index.free_by_type
         share = state.share
         chosen_s = chosen.duration_s
-        chosen_total_s = chosen_s + self._launch_for(
-            -(-chosen.num_gpus // state.index.node_size[chosen.gpu_type]))
+        chosen_total_s = chosen_s + self._launch_for(chosen.gpu_type, chosen.num_gpus,
+                                                     state.index.node_size)
         alternatives = [_new_tuple(Alternative, (chosen, 0.0, chosen_total_s, "chosen"))]
         for _, _, option, gpu_type, gpus, total_s, _, _ in facts.rows[:6]:  # cheapest first
             if option is chosen or (option.duration_s == chosen_s and option == chosen):
