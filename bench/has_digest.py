@@ -38,8 +38,8 @@ class Digesting:
     """has, hashing every answer it gives (the answer's repr: floats exactly). A wrapper, not
     a subclass: the compiled build's classes (frenzy_scheduler/native.py) take none."""
 
-    def __init__(self, records: bool, **kwargs) -> None:
-        self.records = records  # hash the decision records too (else the actions alone)
+    def __init__(self, with_records: bool, **kwargs) -> None:
+        self.with_records = with_records  # hash the decision records too, or the actions alone
         self.policy = HasPolicy(**kwargs)
         self.digest = hashlib.sha256()
         self.calls = 0
@@ -50,7 +50,7 @@ class Digesting:
 
     def schedule(self, queue, cluster, now_s, running=()):
         answer = self.policy.schedule(queue, cluster, now_s, running)
-        hashed = answer if self.records else \
+        hashed = answer if self.with_records else \
             [(p.job_id, p.option, p.assignments, p.kind) for p in answer]
         self.digest.update(repr((now_s, hashed)).encode())
         self.calls += 1
@@ -58,8 +58,8 @@ class Digesting:
         return answer
 
 
-def simulated(jobs, groups, settings: dict) -> str:
-    policy = Digesting(**settings)
+def simulated(jobs, groups, shortcuts: bool, with_records: bool = True) -> str:
+    policy = Digesting(with_records, shortcuts=shortcuts)
     result = simulate(jobs, build_cluster(list(groups)), policy, config=SimConfig.realistic())
     records = [(r.job_id, r.first_start_s, r.start_time_s, r.end_time_s, r.gpu_type, r.num_gpus,
                 r.restarts) for r in result.records]
@@ -67,9 +67,9 @@ def simulated(jobs, groups, settings: dict) -> str:
     return f"{policy.digest.hexdigest()[:16]} ({policy.calls} decisions, {policy.actions} actions)"
 
 
-def swept(queue, cluster, running, settings: dict) -> str:
+def swept(queue, cluster, running, shortcuts: bool, with_records: bool = True) -> str:
     """A cold call, the same input again, then the queue losing and gaining jobs."""
-    policy = Digesting(**settings)
+    policy = Digesting(with_records, shortcuts=shortcuts)
     policy.schedule(queue, cluster, 0.0, running)
     policy.schedule(queue, cluster, 0.0, running)
     policy.schedule(queue[::2], cluster, 10.0, running)
@@ -77,10 +77,11 @@ def swept(queue, cluster, running, settings: dict) -> str:
     return f"{policy.digest.hexdigest()[:16]} ({policy.calls} decisions, {policy.actions} actions)"
 
 
-def evented(trace, queue, cluster, running, gpus: int, queued: int, settings: dict) -> str:
+def evented(trace, queue, cluster, running, gpus: int, queued: int, shortcuts: bool,
+            with_records: bool = True) -> str:
     """The per-event measurement's calls (bench/scheduling.py `time_events`): the fill, then
     one decision after each of the point's events, every event timed."""
-    policy = Digesting(**settings)
+    policy = Digesting(with_records, shortcuts=shortcuts)
     events, top_up = draw_events(trace, queue, running, sweep_groups(gpus),
                                  random.Random(f"events:{gpus}:{queued}"),
                                  len(queue) * FILL_MAX_CALLS)
@@ -99,29 +100,30 @@ def main() -> None:
     parser.add_argument("--no-records", action="store_true",
                         help="digest the actions without their decision records")
     args = parser.parse_args()
-    # Digesting's: records hashed or not, has's straightforward path or its shortcuts
-    settings = {"records": not args.no_records, "shortcuts": not args.plain}
+    shortcuts, with_records = not args.plain, not args.no_records
     skip = set(filter(None, args.skip.split(",")))
     trace = load_trace(PHILLY)
     groups = load_cluster_file(CLUSTERS["frenzy-288"])
     for start, load in WINDOWS if "windows" not in skip else ():
         jobs = prepare_jobs(trace, groups, start_s=trace[start].submit_time_s,
                             count=WINDOW_JOBS, load=load, seed=0)
-        print(f"window {start} load {load}: {simulated(jobs, groups, settings)}", flush=True)
+        digest = simulated(jobs, groups, shortcuts, with_records)
+        print(f"window {start} load {load}: {digest}", flush=True)
     rng = random.Random(0)  # the sweep's own draws, point after point
     for gpus, queued in SWEEP_GRID if not {"sweep", "events"} <= skip else ():
         queue, cluster, running = sweep_inputs(trace, gpus, queued, rng)
         if "sweep" not in skip:
-            print(f"sweep {gpus} x {queued}: {swept(queue, cluster, running, settings)}",
-                  flush=True)
+            digest = swept(queue, cluster, running, shortcuts, with_records)
+            print(f"sweep {gpus} x {queued}: {digest}", flush=True)
         if "events" not in skip:
-            print(f"events {gpus} x {queued}: "
-                  f"{evented(trace, queue, cluster, running, gpus, queued, settings)}", flush=True)
+            digest = evented(trace, queue, cluster, running, gpus, queued, shortcuts,
+                             with_records)
+            print(f"events {gpus} x {queued}: {digest}", flush=True)
     if args.prefix:
         jobs = prepare_jobs(trace, groups, start_s=trace[args.start].submit_time_s,
                             count=args.prefix, seed=0)
-        print(f"prefix {args.prefix} from {args.start}: {simulated(jobs, groups, settings)}",
-              flush=True)
+        digest = simulated(jobs, groups, shortcuts, with_records)
+        print(f"prefix {args.prefix} from {args.start}: {digest}", flush=True)
 
 
 if __name__ == "__main__":
