@@ -87,7 +87,9 @@ def point_times(trace: list, gpus: int, queued: int, queue, cluster, running, ba
             t = result[kind]
             print(f"{gpus} x {queued} {kind}: CPU {t['cpu_p50_s'] * 1e3:.2f} / "
                   f"{t['cpu_p99_s'] * 1e3:.2f} ms, wall {t['p50_s'] * 1e3:.2f} / "
-                  f"{t['p99_s'] * 1e3:.2f} ms ({t['samples']} calls)", flush=True)
+                  f"{t['p99_s'] * 1e3:.2f} ms ({t['samples']} calls)"
+                  + (f"; reading the records {t['records_read_cpu_s'] * 1e3:.2f} ms CPU"
+                     if "records_read_cpu_s" in t else ""), flush=True)
     return result
 
 

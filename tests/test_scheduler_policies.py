@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from frenzy.domain import ParallelPlan, PlanOption
 from frenzy.placement_check import NodeFacts, placement_problem
-from frenzy_scheduler.core import ClusterView, NodeState, QueuedJob, RunningJob
+from frenzy_scheduler.core import (Alternative, ClusterView, Decision, NodeState, QueuedJob,
+                                   RunningJob)
 from frenzy_scheduler.policies import get_policy, policy_names
 from frenzy_scheduler.policies.frenzy import FrenzyNarrowPolicy, FrenzyPolicy
 from frenzy_scheduler.policies.has import HasConfig, HasPolicy
@@ -165,6 +166,43 @@ def test_has_records_the_chosen_option_and_the_next_cheapest_with_the_launch_inc
         (narrow, 0.0, 1060.0, "chosen"),
         (wide, 400.0, 1160.0, "wider than its fair share of A100-80GB (4 GPUs)"),
         (slow, 0.0, 9060.0, "later completion"))
+
+
+def test_has_records_read_after_the_pass_keep_the_estimates_of_their_own_placement() -> None:
+    """has drafts its records and builds their rows when read (core.Decision). Worked by hand:
+    x (1000 s on the 4 A100s, 9000 s on the 4 T4s) goes first and takes the A100s; its T4
+    option could start now (0 s, 60 + 9000 s). y then takes every T4. Read after the pass, x's
+    record must still say what x saw at its own placement, not that the T4s are gone."""
+    cluster = nodes({"a": ("A100-80GB", 4, [0, 1, 2, 3]), "t": ("T4", 4, [0, 1, 2, 3])})
+    fast_x, slow_x, only_y = option("A100-80GB", 4, 1000.0), option("T4", 4, 9000.0), \
+        option("T4", 4, 2000.0)
+    placed = HasPolicy().schedule([job("x", 0, fast_x, slow_x), job("y", 0, only_y)],
+                                  cluster, 100.0)
+    assert [(p.job_id, p.option) for p in placed] == [("x", fast_x), ("y", only_y)]
+    x, y = placed[0].decision, placed[1].decision
+    assert x.alternatives == ((fast_x, 0.0, 1060.0, "chosen"),
+                              (slow_x, 0.0, 9060.0, "later completion"))
+    assert y.alternatives == ((only_y, 0.0, 2060.0, "chosen"),)
+
+
+def test_a_drafted_decision_reads_equals_and_prints_as_one_built_at_once() -> None:
+    """core.Decision: the draft is built once, on first read; the record compares, hashes and
+    prints as the named tuple it replaced (bench/has_digest.py hashes the repr)."""
+    alternative = Alternative(option("T4", 1, 10.0), 0.0, 70.0, "chosen")
+    builds = []
+
+    def build(captured: tuple[Alternative, ...]) -> tuple[Alternative, ...]:
+        builds.append(captured)
+        return captured
+
+    drafted = Decision("has", "why", (), (build, (alternative,)))
+    eager = Decision("has", "why", (alternative,))
+    assert builds == []  # nothing built before it is read
+    assert drafted == eager and hash(drafted) == hash(eager) and repr(drafted) == repr(eager)
+    assert drafted.alternatives == (alternative,) and len(builds) == 1  # once
+    assert repr(eager) == ("Decision(policy='has', reason='why', alternatives=("
+                           f"{alternative!r},))")
+    assert drafted != Decision("has", "other", (alternative,))
 
 
 def test_has_runs_shortest_first_and_honours_deadlines() -> None:

@@ -59,6 +59,7 @@ _KEY = attrgetter("key")
 _FIRST = itemgetter(0)
 _DURATION = attrgetter("duration_s")
 _NO_LIMIT = 1 << 62  # more GPUs than any option has: the fair-share limit when there is none
+_RECORD_ROWS = 6  # rows of a job's scoring a decision record shows besides the chosen option
 # Sort keys below and above every job's (urgent deadline jobs are 0, the others 1)
 _FIRST_KEY: tuple[int, float, float, str] = (-1, 0.0, 0.0, "")
 _LAST_KEY: tuple[int, float, float, str] = (3, 0.0, 0.0, "")
@@ -307,7 +308,6 @@ class _Pass:
     # claimed past every GPU the running jobs will release (`changed` keeps it up to date)
     closed: set[str] = field(default_factory=set)
     reason: str | None = None  # the placements' decision reason, formatted once
-    share_verdicts: dict[str, str] = field(default_factory=dict)  # by type, formatted once
     prune_holds: bool = True  # `_score` skips the holds of dominated options (the fast path)
     # The most GPUs any type has free at the pass's start (free GPUs only shrink in a pass)
     most_free: int = field(init=False)
@@ -580,6 +580,28 @@ def _over_share(share: dict[str, int] | None, facts: _JobFacts, gpu_type: str, g
     """Is this option wider than the job may take? Only options on the type of its fastest
     option are limited (`_share_limit`)."""
     return gpu_type == facts.entries[0][1] and gpus > _share_limit(share, facts)
+
+
+def _alternatives(draft: tuple[tuple[tuple[float, int, PlanOption, str, int, float, int, bool],
+                                     ...], PlanOption, float, list[float], str, int, int]
+                  ) -> tuple[Alternative, ...]:
+    """A drafted record's rows (`HasPolicy._record`): the chosen option, then the cheapest
+    others with their captured starts and why each was not chosen."""
+    rows, chosen, chosen_total_s, starts, fastest_type, limit, share_gpus = draft
+    chosen_s = chosen.duration_s
+    alternatives = [_new_tuple(Alternative, (chosen, 0.0, chosen_total_s, "chosen"))]
+    for (_, _, option, gpu_type, gpus, total_s, _, _), start_s in zip(rows, starts):
+        if option is chosen or (option.duration_s == chosen_s and option == chosen):
+            continue
+        if gpu_type == fastest_type and gpus > limit:  # `_over_share`
+            verdict = f"wider than its fair share of {gpu_type} ({share_gpus} GPUs)"
+        elif start_s == 0.0 and total_s < chosen_total_s:
+            verdict = "costs more GPU-time"
+        else:
+            verdict = "later completion"
+        alternatives.append(_new_tuple(Alternative, (option, start_s, start_s + total_s,
+                                                     verdict)))
+    return tuple(alternatives)
 
 
 class HasPolicy:
@@ -1426,38 +1448,26 @@ class HasPolicy:
     def _record(self, facts: _JobFacts, chosen: PlanOption, state: _Pass) -> Decision:
         """The record of a placement: the chosen option and the next cheapest (by HAS's score),
         each with its estimated start and completion, launch included, as HAS scores them.
-        Built only for placed jobs, but hundreds in one batch call (10,000 GPUs: 40 % of it):
-        so the records are made as plain tuples of their named types (`_new_tuple`: a
-        named tuple's own constructor runs as Python), and a fair-share verdict is formatted
-        once per type in a pass."""
+        Drafted (`Decision`): here only what the rest of the pass changes is captured, each
+        row's estimated start; `_alternatives` builds the rows when the record is read."""
         if facts.exponent != state.exponent:
             facts.scored(state.exponent)
         free = state.index.free_by_type
+        rows = facts.rows[:_RECORD_ROWS]  # cheapest first
+        starts = [0.0 if free.get(row[3], 0) >= row[4] else state.expected_wait_s(row[3], row[4])
+                  for row in rows]  # by index: unpacking boxes every field of the row
+        chosen_total_s = chosen.duration_s + self._launch_for(chosen.gpu_type, chosen.num_gpus,
+                                                              state.index.node_size)
         share = state.share
-        chosen_s = chosen.duration_s
-        chosen_total_s = chosen_s + self._launch_for(chosen.gpu_type, chosen.num_gpus,
-                                                     state.index.node_size)
-        alternatives = [_new_tuple(Alternative, (chosen, 0.0, chosen_total_s, "chosen"))]
-        for _, _, option, gpu_type, gpus, total_s, _, _ in facts.rows[:6]:  # cheapest first
-            if option is chosen or (option.duration_s == chosen_s and option == chosen):
-                continue
-            start_s = 0.0 if free.get(gpu_type, 0) >= gpus else state.expected_wait_s(gpu_type, gpus)
-            if share is not None and _over_share(share, facts, gpu_type, gpus):
-                verdict = state.share_verdicts.get(gpu_type)
-                if verdict is None:
-                    verdict = state.share_verdicts[gpu_type] = \
-                        f"wider than its fair share of {gpu_type} ({share[gpu_type]} GPUs)"
-            elif start_s == 0.0 and total_s < chosen_total_s:
-                verdict = "costs more GPU-time"
-            else:
-                verdict = "later completion"
-            alternatives.append(_new_tuple(Alternative, (option, start_s, start_s + total_s,
-                                                         verdict)))
+        fastest_type = facts.entries[0][1]
+        limit = _share_limit(share, facts)
+        share_gpus = share.get(fastest_type, 0) if share is not None else 0
         if state.reason is None:  # the same for every placement of the pass
             state.reason = ("earliest estimated completion" if state.exponent == 0 else
                             f"earliest completion weighted by GPU-time under queue pressure "
                             f"(exponent {state.exponent:.2f})")
-        return _new_tuple(Decision, (self.name, state.reason, tuple(alternatives)))
+        return Decision(self.name, state.reason, (), (_alternatives, (
+            rows, chosen, chosen_total_s, starts, fastest_type, limit, share_gpus)))
 
     def _maybe_reserve(self, job: QueuedJob, facts: _JobFacts, state: _Pass) -> bool:
         """Give a long-blocked job a reservation on the type where it would finish first."""
