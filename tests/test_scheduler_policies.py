@@ -191,11 +191,11 @@ def test_a_drafted_decision_reads_equals_and_prints_as_one_built_at_once() -> No
     alternative = Alternative(option("T4", 1, 10.0), 0.0, 70.0, "chosen")
     builds = []
 
-    def build(captured: tuple[Alternative, ...]) -> tuple[Alternative, ...]:
-        builds.append(captured)
-        return captured
+    def build(draft: tuple) -> tuple[Alternative, ...]:
+        builds.append(draft)
+        return draft[1:]
 
-    drafted = Decision("has", "why", (), (build, (alternative,)))
+    drafted = Decision("has", "why", (), (build, alternative))
     eager = Decision("has", "why", (alternative,))
     assert builds == []  # nothing built before it is read
     assert drafted == eager and hash(drafted) == hash(eager) and repr(drafted) == repr(eager)

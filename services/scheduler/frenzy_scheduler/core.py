@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Callable, NamedTuple, Protocol, Sequence
+from typing import Any, NamedTuple, Protocol, Sequence
 
 from frenzy.domain import PlanOption
 
@@ -176,15 +176,15 @@ class Decision:
     record there cost a third of the call, for a simulator that never reads them; the live
     scheduler reads each record as it publishes the placement, after the pass. What a
     drafted record reads is the same as if it had been built at once: the draft holds the
-    values that the rest of the pass changes (estimated starts), and builds the rest.
+    values that the rest of the pass changes (estimated starts), and builds the rest. A
+    draft is one tuple, its builder first, called with the whole tuple (one allocation).
     Immutable to its readers, equal and hashed by (policy, reason, alternatives), printed as
     the named tuple it replaces."""
 
     __slots__ = ("policy", "reason", "_alternatives", "_draft")
 
     def __init__(self, policy: str, reason: str, alternatives: tuple[Alternative, ...] = (),
-                 draft: tuple[Callable[[Any], tuple[Alternative, ...]], Any] | None = None
-                 ) -> None:
+                 draft: tuple[Any, ...] | None = None) -> None:
         self.policy = policy
         self.reason = reason
         self._alternatives = alternatives
@@ -194,8 +194,7 @@ class Decision:
     def alternatives(self) -> tuple[Alternative, ...]:
         draft = self._draft
         if draft is not None:  # built once; two threads racing here build the same rows
-            build, captured = draft
-            self._alternatives = build(captured)
+            self._alternatives = draft[0](draft)
             self._draft = None
         return self._alternatives
 

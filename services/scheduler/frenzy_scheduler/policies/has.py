@@ -33,8 +33,8 @@ from operator import attrgetter, is_, itemgetter
 from typing import Any, Callable, Sequence
 
 from frenzy.domain import RESHAPE_MIN_INTERVAL_S, PlanOption
-from frenzy_scheduler.core import (MIGRATE, Alternative, ClusterView, Decision, Placement,
-                                  QueuedJob, RunningJob)
+from frenzy_scheduler.core import (MIGRATE, PLACE, Alternative, ClusterView, Decision,
+                                  Placement, QueuedJob, RunningJob)
 from frenzy_scheduler.placement import Assignments, FreeIndex, KeptFreeIndex
 from frenzy_scheduler.policies.elastic import (Candidates, Menus, Shrinkable, ShrinkPlan, Victims,
                                                apply_shrinks, fill_floor, floor_items,
@@ -582,12 +582,14 @@ def _over_share(share: dict[str, int] | None, facts: _JobFacts, gpu_type: str, g
     return gpu_type == facts.entries[0][1] and gpus > _share_limit(share, facts)
 
 
-def _alternatives(draft: tuple[tuple[tuple[float, int, PlanOption, str, int, float, int, bool],
-                                     ...], PlanOption, float, list[float], str, int, int]
+def _alternatives(draft: tuple[Any, tuple[tuple[float, int, PlanOption, str, int, float, int,
+                                                bool], ...],
+                               PlanOption, float, list[float], str, int, int]
                   ) -> tuple[Alternative, ...]:
     """A drafted record's rows (`HasPolicy._record`): the chosen option, then the cheapest
-    others with their captured starts and why each was not chosen."""
-    rows, chosen, chosen_total_s, starts, fastest_type, limit, share_gpus = draft
+    others (as many as starts were captured for) with their captured starts and why each was
+    not chosen."""
+    _, rows, chosen, chosen_total_s, starts, fastest_type, limit, share_gpus = draft
     chosen_s = chosen.duration_s
     alternatives = [_new_tuple(Alternative, (chosen, 0.0, chosen_total_s, "chosen"))]
     for (_, _, option, gpu_type, gpus, total_s, _, _), start_s in zip(rows, starts):
@@ -1443,7 +1445,7 @@ class HasPolicy:
         reservation = state.reservations.get(option.gpu_type)
         if reservation is not None and state.now_s + option.duration_s > reservation.shadow_s:
             reservation.spare_gpus -= option.num_gpus
-        return Placement(job.job_id, option, assignments, decision=decision)
+        return Placement(job.job_id, option, assignments, PLACE, decision)  # positional: faster
 
     def _record(self, facts: _JobFacts, chosen: PlanOption, state: _Pass) -> Decision:
         """The record of a placement: the chosen option and the next cheapest (by HAS's score),
@@ -1453,9 +1455,9 @@ class HasPolicy:
         if facts.exponent != state.exponent:
             facts.scored(state.exponent)
         free = state.index.free_by_type
-        rows = facts.rows[:_RECORD_ROWS]  # cheapest first
+        rows = facts.rows  # cheapest first; the record shows the first _RECORD_ROWS
         starts = [0.0 if free.get(row[3], 0) >= row[4] else state.expected_wait_s(row[3], row[4])
-                  for row in rows]  # by index: unpacking boxes every field of the row
+                  for row in rows[:_RECORD_ROWS]]  # by index: unpacking boxes every field
         chosen_total_s = chosen.duration_s + self._launch_for(chosen.gpu_type, chosen.num_gpus,
                                                               state.index.node_size)
         share = state.share
@@ -1466,8 +1468,8 @@ class HasPolicy:
             state.reason = ("earliest estimated completion" if state.exponent == 0 else
                             f"earliest completion weighted by GPU-time under queue pressure "
                             f"(exponent {state.exponent:.2f})")
-        return Decision(self.name, state.reason, (), (_alternatives, (
-            rows, chosen, chosen_total_s, starts, fastest_type, limit, share_gpus)))
+        return Decision(self.name, state.reason, (), (
+            _alternatives, rows, chosen, chosen_total_s, starts, fastest_type, limit, share_gpus))
 
     def _maybe_reserve(self, job: QueuedJob, facts: _JobFacts, state: _Pass) -> bool:
         """Give a long-blocked job a reservation on the type where it would finish first."""
