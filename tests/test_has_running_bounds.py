@@ -4,6 +4,7 @@ it stands for, computed the long way, on random jobs and times."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -33,6 +34,28 @@ def running_jobs(draw: st.DrawFn) -> RunningJob:
                       fraction_at_start=fraction,
                       restoring_until_s=draw(st.sampled_from([0.0, start_s + 100.0])),
                       fraction_per_s=draw(st.sampled_from([0.0, draw(st.floats(1e-7, 1e-2))])))
+
+
+@settings(max_examples=300, deadline=None)
+@given(running_jobs(), st.floats(-1e6, 3e6), st.sampled_from([0.0, 1.0]))
+def test_the_work_left_from_the_kept_progress_is_the_formula_to_the_last_bit(
+        run, offset_s, span_s) -> None:
+    """`RunningJob.remaining_fraction` reads its begin and rate from `progress` (kept per
+    run): the same floats as the formula written out, before the start too, and for a job
+    whose predicted span is empty (no rate: counted as done)."""
+    if span_s == 0.0:
+        run = replace(run, expected_end_s=max(run.start_time_s, run.restoring_until_s),
+                      fraction_per_s=0.0)
+    now_s = run.start_time_s + offset_s
+    begin_s = max(run.start_time_s, run.restoring_until_s)
+    rate = run.fraction_per_s
+    if rate <= 0:
+        span = run.expected_end_s - begin_s
+        rate = run.fraction_at_start / span if span > 0 else math.inf
+    done = rate * max(0.0, now_s - begin_s)
+    expected = max(0.0, run.fraction_at_start - done) if done < math.inf else 0.0
+    assert run.remaining_fraction(now_s) == expected
+    assert run.remaining_fraction(now_s) == expected  # the kept progress, read again
 
 
 @settings(max_examples=300, deadline=None)
