@@ -183,7 +183,7 @@ class Decision:
     """Why a job got what it got: the DecisionRecord of the contract, without I/O.
 
     A record may be drafted: its alternatives are then built when first read, from numbers
-    the policy captured at decision time (`draft`: a builder and its argument). `has` places
+    the policy captured at decision time (`draft`). `has` places
     up to hundreds of jobs in one call at 10,000 GPUs, and building every row of every
     record there cost a third of the call, for a simulator that never reads them; the live
     scheduler reads each record as it publishes the placement, after the pass. What a
