@@ -57,20 +57,25 @@ def counted(point: str, calls: int, pythonpath: str) -> tuple[float, list[tuple[
     env = dict(os.environ, PYTHONPATH=pythonpath) if pythonpath else dict(os.environ)
     with tempfile.TemporaryDirectory(prefix="has-callgrind-") as work:
         out = str(Path(work) / "callgrind.out")
-        proc = subprocess.Popen(
-            ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
-             sys.executable, __file__, "--child", "--point", point, "--calls", str(calls)],
-            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            text=True)
-        assert proc.stdin is not None and proc.stdout is not None
-        while (line := proc.stdout.readline()) and line.strip() != "READY":
-            pass
-        subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], check=True,
-                       capture_output=True)
-        proc.stdin.write("go\n")
-        proc.stdin.close()
-        if proc.wait() != 0:
-            sys.exit(f"has_callgrind: the child failed (rc {proc.returncode})")
+        log = Path(work) / "child.log"  # valgrind's and the child's stderr, shown on failure
+        with log.open("w") as stderr:
+            proc = subprocess.Popen(
+                ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+                 f"--callgrind-out-file={out}", sys.executable, __file__, "--child",
+                 "--point", point, "--calls", str(calls)],
+                env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True)
+            assert proc.stdin is not None and proc.stdout is not None
+            ready = False
+            while not ready and (line := proc.stdout.readline()):
+                ready = line.strip() == "READY"
+            if ready:
+                subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], check=True,
+                               capture_output=True)
+                proc.stdin.write("go\n")
+            proc.stdin.close()
+            if proc.wait() != 0 or not ready:
+                sys.exit(f"has_callgrind: the child failed (rc {proc.returncode}):\n"
+                         + log.read_text()[-2000:])
         tree = subprocess.run(["callgrind_annotate", "--tree=calling", "--inclusive=yes",
                                "--threshold=100", out], check=True, capture_output=True,
                               text=True).stdout
