@@ -407,3 +407,39 @@ def test_the_engines_collection_gap_doubles_while_nothing_is_found_and_halves_wh
     gaps = [b - a for a, b in zip(collected_at, collected_at[1:])]
     assert collected_at[0] == first
     assert gaps == [2 * first, 4 * first, 8 * first, 4 * first, 2 * first]
+
+
+class _Answering:
+    """A policy that places the first queued job on one node, with the option it is given
+    (from the job's menu by a function of that menu)."""
+
+    name, round_s = "answering", 0.0
+
+    def __init__(self, pick) -> None:
+        self.pick = pick
+
+    def schedule(self, queue, cluster, now_s, running=()):
+        from frenzy_scheduler.core import Placement
+        if not queue:
+            return []
+        job = queue[0]
+        option = self.pick(job.options)
+        node = next(n for n in cluster.nodes.values() if n.gpu_type == option.gpu_type)
+        return [Placement(job.job_id, option, ((node.node_id, tuple(node.free_gpus[:1])),))]
+
+
+def test_the_engine_runs_an_option_of_the_jobs_menu_and_refuses_any_other() -> None:
+    """The menu check (`_execute`): the menu's own object, an equal copy, or one with a menu
+    option's plan (a requeued job's scaled durations) runs; a plan the job was never offered
+    is the policy's error, named."""
+    import pytest
+    from dataclasses import replace
+
+    jobs = [sim_job("j0", 0.0, ("A100-80GB", 1, 100.0), ("T4", 1, 400.0))]
+    for pick in (lambda menu: menu[0], lambda menu: replace(menu[0]),
+                 lambda menu: replace(menu[0], duration_s=50.0)):
+        result = simulate(jobs, build_cluster(GROUPS), _Answering(pick))
+        assert [r.gpu_type for r in result.records] == ["A100-80GB"]
+    foreign = lambda menu: replace(menu[0], plan=ParallelPlan(dp=1, tp=1, micro_batch=2))  # noqa: E731
+    with pytest.raises(ValueError, match="j0.*an option it does not have"):
+        simulate(jobs, build_cluster(GROUPS), _Answering(foreign))
