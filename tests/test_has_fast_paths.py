@@ -327,26 +327,31 @@ def test_victims_kept_by_job_match_fresh_ones(jobs, asks) -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(sorted(TYPES)), st.sampled_from([2, 4, 8]),
-                          st.sampled_from([0.0, 50.0, 100.0])), min_size=1, max_size=6),
-       st.lists(st.tuples(st.sampled_from([0.0, 49.0, 50.0, 99.0, 100.0, 150.0]), st.booleans(),
-                          st.booleans()), min_size=1, max_size=6))
+@given(st.lists(st.tuples(st.sampled_from(sorted(TYPES)), st.sampled_from([1, 2, 4, 8]),
+                          st.sampled_from([0.0, 50.0, 100.0]), st.sampled_from([0, 1]),
+                          st.sampled_from([0.0, 30.0, 80.0])), min_size=1, max_size=6),
+       st.lists(st.tuples(st.sampled_from([0.0, 49.0, 50.0, 99.0, 100.0, 110.0, 140.0, 150.0]),
+                          st.booleans(), st.booleans()), min_size=1, max_size=6))
 def test_admission_candidates_kept_across_decisions_match_fresh_ones(jobs, asks) -> None:
     """Admission's victim candidates (and spare, most freed) kept from the last decision equal
-    fresh ones as time passes restore ends, the running set changes, and displacement turns
-    on and off; spending the spare of one decision does not leak into the next."""
+    fresh ones as time passes restore ends and moved jobs' reshape intervals, the running set
+    changes, and displacement turns on and off; spending the spare of one decision does not
+    leak into the next. Jobs on one GPU of a type can give nothing up there (a victim only
+    with displacement), so some jobs' becoming movable changes nothing."""
+    interval_s = 60.0
     runs = []
-    for i, (gpu_type, gpus, restoring_until_s) in enumerate(jobs):
+    for i, (gpu_type, gpus, restoring_until_s, restarts, start_s) in enumerate(jobs):
         menu = tuple(option(t, n, 1e4 * TYPES[t] * 4 / (n + 3)) for t in sorted(TYPES)
                      for n in (1, 2, 4, 8))
         own = option(gpu_type, gpus, 1e4 * TYPES[gpu_type] * 4 / (gpus + 3))
-        runs.append(RunningJob(f"r{i}", own, ((f"n{i}", tuple(range(gpus))),), 0.0, 1e5,
-                               options=menu, restoring_until_s=restoring_until_s))
-    policy = HasPolicy()
+        runs.append(RunningJob(f"r{i}", own, ((f"n{i}", tuple(range(gpus))),), start_s, 1e5,
+                               options=menu, restoring_until_s=max(start_s, restoring_until_s),
+                               restarts=restarts))
+    policy = HasPolicy(HasConfig(reshape_interval_s=interval_s))
     for now_s, displace, drop_one in sorted(asks):
         running = runs[1:] if drop_one else runs
         candidates, spare, most = policy._candidates(running, now_s, displace)
-        fresh = victim_candidates(running, now_s, Menus(), displace)
+        fresh = victim_candidates(running, now_s, Menus(), displace, interval_s)
         assert (candidates, spare, most) == (fresh, spare_gpus(fresh), most_freed(fresh))
         for gpu_type in spare:
             spare[gpu_type] -= 1

@@ -444,17 +444,34 @@ def victim_candidates(runs: Sequence[RunningJob], now_s: float, menus: Menus,
     """`victims_by_type` without each job's work left, which only the types a plan is built
     for need (`with_work_left`); `spare_gpus` and `most_freed` take these as they are. With
     `interval_s`, a job moved less than that long ago is no victim (`movable`)."""
+    return victim_candidates_until(runs, now_s, menus, displace, interval_s)[0]
+
+
+def victim_candidates_until(runs: Sequence[RunningJob], now_s: float, menus: Menus,
+                            displace: bool = False, interval_s: float = 0.0
+                            ) -> tuple[Candidates, float]:
+    """`victim_candidates`, and the time from which they may differ for the same jobs: the
+    earliest that one of them, with a menu that could give GPUs up, becomes movable
+    (`movable_from_s`; inf: none). Only those jobs can change the answer as time passes: a
+    movable job stays movable (a `RunningJob` is immutable), and one whose menu can give
+    nothing up is never a candidate. So a caller keeping the answer asks no other job."""
     out: Candidates = {}
+    until_s = math.inf
     for run in runs:
         parts = menus.victim(run, displace)
-        if parts is None or not movable(run, now_s, interval_s):
+        if parts is None:
+            continue
+        if not movable(run, now_s, interval_s):
+            from_s = movable_from_s(run, interval_s)
+            if now_s < from_s < until_s:
+                until_s = from_s
             continue
         full_s, steps, others = parts
         candidates = out.get(run.option.gpu_type)
         if candidates is None:
             candidates = out[run.option.gpu_type] = []
         candidates.append((run, full_s, steps, others))
-    return out
+    return out, until_s
 
 
 def with_work_left(candidates: list, now_s: float) -> list:

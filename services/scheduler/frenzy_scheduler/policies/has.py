@@ -39,10 +39,10 @@ from frenzy_scheduler.placement import Assignments, FreeIndex, KeptFreeIndex
 from frenzy_scheduler.policies.elastic import (Candidates, Menus, Shrinkable, ShrinkPlan, Victims,
                                                apply_shrinks, fill_floor, floor_items,
                                                full_duration_s, gain_floor_s, grow, most_freed,
-                                               movable, movable_from_s, move_restart_s, reclaim,
-                                               shrink_plan, shrinkable, spare_gpus, undo_shrinks,
-                                               rounding_margin_s, victim_candidates, when_left_s,
-                                               with_work_left)
+                                               movable, move_restart_s, reclaim, shrink_plan,
+                                               shrinkable, spare_gpus, undo_shrinks,
+                                               rounding_margin_s, victim_candidates_until,
+                                               when_left_s, with_work_left)
 from frenzy_scheduler.policies.releases import ReleaseTimes, release_lists
 from frenzy_scheduler.queuediff import IdentityDiff
 
@@ -822,13 +822,14 @@ class HasPolicy:
                 continue
             # Its best completion without shrinking: start now, or wait for releases after
             # the GPUs that the jobs ahead of it wait for (`claimed`).
+            limit = _share_limit(share, facts)  # `_over_share` below: one comparison an entry
             baseline_s, baseline = INF, facts.entries[0]
             entries = facts.entries
             for i in facts.frontier:  # the entries no faster one of their type dominates
                 _, t, n, total_s, _, _ = entry = entries[i]
                 if total_s >= baseline_s:
                     break  # fastest first: no later entry can end earlier
-                if _over_share(share, facts, t, n):
+                if n > limit and t == fastest_type:  # `_over_share`
                     continue
                 short = n + claimed.get(t, 0) - free.get(t, 0)
                 if short > 0:  # releases.wait_s, inlined
@@ -857,7 +858,7 @@ class HasPolicy:
                 # Every plan costs at least two restarts: nothing slower can net more.
                 if baseline_s - total_s - two_restarts_s <= best_s:
                     break
-                if _over_share(share, facts, gpu_type, gpus):
+                if gpus > limit and gpu_type == fastest_type:  # `_over_share`
                     continue
                 have = free.get(gpu_type, 0)
                 if gpus <= have:  # no deficit: the pass can start it now
@@ -933,9 +934,9 @@ class HasPolicy:
         """`victim_candidates`, `spare_gpus` (a copy: admission spends it) and `most_freed`,
         kept from the last decision while they cannot differ: the same running jobs (by
         identity: a `RunningJob` is immutable, a start or reshape makes a new one), the same
-        `displace`, and no job becoming movable in between (a restore ending, a moved job's
-        interval passing: `elastic.movable_from_s`), so a decision on an arrival alone reuses
-        them."""
+        `displace`, and no job that could give GPUs up becoming movable in between (a restore
+        ending, a moved job's interval passing: `elastic.victim_candidates_until`), so a
+        decision on an arrival alone reuses them."""
         kept = self._kept_candidates
         if self.shortcuts and kept is not None and kept[1] == displace and \
                 kept[2] <= now_s < kept[3] and len(kept[0]) == len(running) and \
@@ -944,10 +945,10 @@ class HasPolicy:
         # No job moved less than reshape_interval_s ago is a victim: live, the scheduler's veto
         # (reshapable.reshape_veto, the orchestrator's interval) refuses to reshape it
         interval_s = self.config.reshape_interval_s
-        candidates = victim_candidates(running, now_s, self._menus, displace, interval_s)
+        # ... and until the next of them becomes movable, when the filter changes
+        candidates, changes_s = victim_candidates_until(running, now_s, self._menus, displace,
+                                                        interval_s)
         spare, most = spare_gpus(candidates), most_freed(candidates)
-        changes_s = min((t for r in running if (t := movable_from_s(r, interval_s)) > now_s),
-                        default=INF)  # the next job to become movable: the filter changes there
         self._kept_candidates = (list(running), displace, now_s, changes_s, candidates, spare,
                                  most)
         return candidates, dict(spare), most
@@ -1478,9 +1479,14 @@ class HasPolicy:
         reservations = state.reservations
         if len(reservations) >= len(state.index.capacity):
             return False  # every type is already reserved
+        if not facts.entries:
+            return False  # no option the cluster can host
         best: tuple[float, float, PlanOption] | None = None
-        for option, gpu_type, gpus, duration_s, _, _ in facts.entries:
-            if gpu_type in reservations or _over_share(state.share, facts, gpu_type, gpus):
+        wanted, limit = facts.entries[0][1], _share_limit(state.share, facts)  # `_over_share`
+        for option, gpu_type, gpus, duration_s, _, _ in facts.entries:  # fastest first
+            if best is not None and duration_s >= best[0]:
+                break  # a wait is never negative: no later entry ends sooner
+            if gpu_type in reservations or (gpus > limit and gpu_type == wanted):
                 continue
             wait_s = state.expected_wait_s(gpu_type, gpus)
             if best is None or wait_s + duration_s < best[0]:
