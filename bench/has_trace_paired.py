@@ -1,0 +1,91 @@
+"""The whole-trace simulation under `has`, this checkout's compiled build against another
+checkout's, run after run in alternating order, each in a process of its own: the
+before/after of a change to the simulator's speed (the goal: the whole Philly trace in < 60 s)
+on a machine whose clock moves by 1.5x within minutes, so that a slow spell falls on both.
+
+    .venv/bin/python -m frenzy_scheduler.native_build        # this checkout's build
+    git worktree add /tmp/before <commit>
+    PYTHONPATH=/tmp/before/services/scheduler .venv/bin/python -m frenzy_scheduler.native_build
+    .venv/bin/python bench/has_trace_paired.py --before /tmp/before/services/scheduler
+
+Each run times `simulate` alone (process CPU), as `bench/scheduling.py --only whole-trace`
+does (the trace-to-MARP mapping before it is not counted), with the engine managing the
+collector itself (a caller's `gc.freeze()` would turn that off). The two builds' average
+JCT and decision counts must be equal, else it stops. Prints each pair and the after /
+before ratios; `has_sim_paired.py` compares source modules in one process instead.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def child(jobs: int) -> None:
+    """One simulation; prints its CPU seconds and outcome as one JSON line."""
+    sys.path.insert(0, str(HERE))
+    from frenzy.clusterfile import load_cluster_file
+    from frenzy_scheduler import native
+    from frenzy_scheduler.clusterfile import build_cluster
+    from frenzy_scheduler.policies.has import HasPolicy
+    from frenzy_scheduler.simulator import SimConfig, prepare_jobs, simulate
+    from frenzy_scheduler.simulator.trace import load_trace
+    from scheduling import CLUSTERS, PHILLY
+
+    trace = load_trace(PHILLY)
+    groups = load_cluster_file(CLUSTERS["frenzy-288"])
+    sim_jobs = prepare_jobs(trace, groups, seed=0)[:jobs]
+    tick = time.process_time()
+    result = simulate(sim_jobs, build_cluster(list(groups)), HasPolicy(),
+                      config=SimConfig.realistic())
+    cpu_s = time.process_time() - tick
+    jct = sum(r.end_time_s - r.submit_time_s for r in result.records) / len(result.records)
+    print(json.dumps({"cpu_s": cpu_s, "avg_jct_s": jct, "decisions": len(result.decision_times_s),
+                      "build": native.build_name()}))
+
+
+def run(pythonpath: str, jobs: int) -> dict:
+    env = dict(os.environ, PYTHONPATH=pythonpath) if pythonpath else dict(os.environ)
+    out = subprocess.run([sys.executable, __file__, "--child", str(jobs)], env=env, check=True,
+                         capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--before", help="the other checkout's services/scheduler (required)")
+    parser.add_argument("--pairs", type=int, default=2)
+    parser.add_argument("--jobs", type=int, default=10**6, help="the first N trace jobs (all)")
+    parser.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child)
+        return
+    if not args.before:
+        parser.error("--before is required")
+    here = str(HERE.parent / "services" / "scheduler")
+    ratios = []
+    for turn in range(args.pairs):
+        order = ("before", "after") if turn % 2 == 0 else ("after", "before")
+        got = {name: run(args.before if name == "before" else here, args.jobs) for name in order}
+        if (got["before"]["avg_jct_s"], got["before"]["decisions"]) != \
+                (got["after"]["avg_jct_s"], got["after"]["decisions"]):
+            raise SystemExit(f"pair {turn}: the two builds' simulations differ: {got}")
+        ratios.append(got["after"]["cpu_s"] / got["before"]["cpu_s"])
+        print(f"pair {turn} ({' then '.join(order)}): before {got['before']['cpu_s']:.1f} s CPU "
+              f"({got['before']['build']}), after {got['after']['cpu_s']:.1f} s "
+              f"({got['after']['build']}), ratio {ratios[-1]:.3f}; "
+              f"{got['after']['decisions']} decisions, avg JCT {got['after']['avg_jct_s']:.0f} s",
+              flush=True)
+    print(f"after / before CPU: {', '.join(f'{r:.3f}' for r in ratios)}")
+
+
+if __name__ == "__main__":
+    main()
