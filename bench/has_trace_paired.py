@@ -12,7 +12,8 @@ Each run times `simulate` alone (process CPU), as `bench/scheduling.py --only wh
 does (the trace-to-MARP mapping before it is not counted), with the engine managing the
 collector itself (a caller's `gc.freeze()` would turn that off). The two builds' average
 JCT and decision counts must be equal, else it stops. Prints each pair and the after /
-before ratios; `has_sim_paired.py` compares source modules in one process instead.
+before ratios, and appends the run to `bench/results/has_trace_paired.json` (`--out`);
+`has_sim_paired.py` compares source modules in one process instead.
 """
 from __future__ import annotations
 
@@ -63,6 +64,9 @@ def main() -> None:
     parser.add_argument("--before", help="the other checkout's services/scheduler (required)")
     parser.add_argument("--pairs", type=int, default=2)
     parser.add_argument("--jobs", type=int, default=10**6, help="the first N trace jobs (all)")
+    parser.add_argument("--label", default="", help="saved with the run")
+    parser.add_argument("--out", default=str(HERE / "results" / "has_trace_paired.json"),
+                        help="JSON file the run is appended to (key 'runs'; '' : none)")
     parser.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -70,8 +74,12 @@ def main() -> None:
         return
     if not args.before:
         parser.error("--before is required")
+    sys.path.insert(0, str(HERE))
+    from has_decision_time import append_run, loadavg
+
+    started = time.gmtime()
     here = str(HERE.parent / "services" / "scheduler")
-    ratios = []
+    ratios, pairs, load_start = [], [], loadavg()
     for turn in range(args.pairs):
         order = ("before", "after") if turn % 2 == 0 else ("after", "before")
         got = {name: run(args.before if name == "before" else here, args.jobs) for name in order}
@@ -79,12 +87,16 @@ def main() -> None:
                 (got["after"]["avg_jct_s"], got["after"]["decisions"]):
             raise SystemExit(f"pair {turn}: the two builds' simulations differ: {got}")
         ratios.append(got["after"]["cpu_s"] / got["before"]["cpu_s"])
+        pairs.append({"order": list(order), **got, "after_over_before_cpu": ratios[-1]})
         print(f"pair {turn} ({' then '.join(order)}): before {got['before']['cpu_s']:.1f} s CPU "
               f"({got['before']['build']}), after {got['after']['cpu_s']:.1f} s "
               f"({got['after']['build']}), ratio {ratios[-1]:.3f}; "
               f"{got['after']['decisions']} decisions, avg JCT {got['after']['avg_jct_s']:.0f} s",
               flush=True)
     print(f"after / before CPU: {', '.join(f'{r:.3f}' for r in ratios)}")
+    append_run(args.out, {"label": args.label, "before": args.before, "jobs": args.jobs,
+                          "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", started),
+                          "load_start": load_start, "load_end": loadavg(), "pairs": pairs})
 
 
 if __name__ == "__main__":
