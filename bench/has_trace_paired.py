@@ -8,10 +8,11 @@ on a machine whose clock moves by 1.5x within minutes, so that a slow spell fall
     PYTHONPATH=/tmp/before/services/scheduler .venv/bin/python -m frenzy_scheduler.native_build
     .venv/bin/python bench/has_trace_paired.py --before /tmp/before/services/scheduler
 
-Each run times `simulate` alone (process CPU), as `bench/scheduling.py --only whole-trace`
-does (the trace-to-MARP mapping before it is not counted), with the engine managing the
-collector itself (a caller's `gc.freeze()` would turn that off). The two builds' average
-JCT and decision counts must be equal, else it stops. Prints each pair and the after /
+Each run times `run_policy` (the simulation and its summary, process CPU), as
+`bench/scheduling.py --only whole-trace` does (the trace-to-MARP mapping before it is not
+counted), with the engine managing the collector itself (a caller's `gc.freeze()` would
+turn that off). The two builds' average JCT and decision counts must be equal, else it
+stops. Prints each pair and the after /
 before ratios, and appends the run to `bench/results/has_trace_paired.json` (`--out`);
 `has_sim_paired.py` compares source modules in one process instead.
 """
@@ -33,22 +34,16 @@ def child(jobs: int) -> None:
     sys.path.insert(0, str(HERE))
     from frenzy.clusterfile import load_cluster_file
     from frenzy_scheduler import native
-    from frenzy_scheduler.clusterfile import build_cluster
-    from frenzy_scheduler.policies.has import HasPolicy
-    from frenzy_scheduler.simulator import SimConfig, prepare_jobs, simulate
+    from frenzy_scheduler.simulator import SimConfig, prepare_jobs, run_policy
     from frenzy_scheduler.simulator.trace import load_trace
     from scheduling import CLUSTERS, PHILLY
 
-    trace = load_trace(PHILLY)
     groups = load_cluster_file(CLUSTERS["frenzy-288"])
-    sim_jobs = prepare_jobs(trace, groups, seed=0)[:jobs]
+    sim_jobs = prepare_jobs(load_trace(PHILLY), groups, seed=0)[:jobs]
     tick = time.process_time()
-    result = simulate(sim_jobs, build_cluster(list(groups)), HasPolicy(),
-                      config=SimConfig.realistic())
-    cpu_s = time.process_time() - tick
-    jct = sum(r.end_time_s - r.submit_time_s for r in result.records) / len(result.records)
-    print(json.dumps({"cpu_s": cpu_s, "avg_jct_s": jct, "decisions": len(result.decision_times_s),
-                      "build": native.build_name()}))
+    metrics = run_policy("has", sim_jobs, groups, config=SimConfig.realistic())
+    print(json.dumps({"cpu_s": time.process_time() - tick, "avg_jct_s": metrics["avg_jct_s"],
+                      "decisions": metrics["decisions"], "build": native.build_name()}))
 
 
 def run(pythonpath: str, jobs: int) -> dict:
