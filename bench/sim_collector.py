@@ -22,7 +22,6 @@ from pathlib import Path
 
 from frenzy.clusterfile import load_cluster_file
 from frenzy_scheduler.simulator import SimConfig, prepare_jobs, run_policy
-from frenzy_scheduler.simulator.engine import cache_option_gpu_counts
 from frenzy_scheduler.simulator.trace import load_trace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -65,7 +64,6 @@ def main() -> None:
     window = {"start_s": trace[0].submit_time_s, "count": args.jobs} if args.jobs else {}
     jobs = prepare_jobs(trace, groups, seed=0, **window)  # all: as scheduling.py's whole trace
     if args.automatic:
-        cache_option_gpu_counts(jobs)  # as the engine does before its freeze
         gc.collect()
         gc.freeze()
     census = GcCensus()

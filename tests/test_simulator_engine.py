@@ -393,7 +393,7 @@ def test_the_engines_collection_gap_doubles_while_nothing_is_found_and_halves_wh
 
     found = iter([0, 0, 0, 7, 7, 0])
     monkeypatch.setattr(engine.gc, "collect", lambda: next(found))
-    collector = engine._RunCollector([])
+    collector = engine._RunCollector()
     collector.active = True
     first = engine.FIRST_COLLECTION_AFTER_INSTANTS
     collected_at = []

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any, NamedTuple, Protocol, Sequence
 
 from frenzy.domain import PlanOption
@@ -115,27 +114,29 @@ class RunningJob:
     # first step); a move's restart is expected to cost as much. 0: unknown (the policy's own
     # estimate; the simulator leaves it so, every policy pays its configured overheads).
     restart_s: float = 0.0
+    # Derived once, at construction, for the policies that read them of every running job at
+    # most decisions (the whole Philly trace: hundreds of thousands of times). Not cached
+    # properties: those keep their value in the instance's `__dict__`, made on first read,
+    # and every attribute read of an instance with a dict goes through it, about 2.4x slower
+    # than through the inline values CPython 3.11 keeps otherwise (frenzy.domain.PlanOption).
+    # When it should end: extrapolated from its measured progress rate when known (live: step
+    # times; the rate is steady once restored), else the predicted end
+    estimated_end_s: float = field(init=False, repr=False, compare=False)
+    # (when its work (re)began, the fraction of its work done per second): fixed for the run
+    progress: tuple[float, float] = field(init=False, repr=False, compare=False)
+    num_gpus: int = field(init=False, repr=False, compare=False)
 
-    @cached_property
-    def estimated_end_s(self) -> float:
-        """When it should end: extrapolated from its measured progress rate when known (live:
-        step times; the rate is steady once restored), else the predicted end."""
-        if self.fraction_per_s > 0:
-            return max(self.start_time_s, self.restoring_until_s) + \
-                self.fraction_at_start / self.fraction_per_s
-        return self.expected_end_s
-
-    @cached_property
-    def progress(self) -> tuple[float, float]:
-        """(when its work (re)began, the fraction of its work done per second): fixed for the
-        run. Kept because policies ask `remaining_fraction` of every running job at most
-        decisions (the whole Philly trace: hundreds of thousands of times)."""
+    def __post_init__(self) -> None:
         begin_s = max(self.start_time_s, self.restoring_until_s)
+        estimated_end_s = begin_s + self.fraction_at_start / self.fraction_per_s \
+            if self.fraction_per_s > 0 else self.expected_end_s
         rate = self.fraction_per_s
         if rate <= 0:
             span_s = self.expected_end_s - begin_s
             rate = self.fraction_at_start / span_s if span_s > 0 else math.inf
-        return begin_s, rate
+        object.__setattr__(self, "estimated_end_s", estimated_end_s)
+        object.__setattr__(self, "progress", (begin_s, rate))
+        object.__setattr__(self, "num_gpus", sum(len(gpus) for _, gpus in self.assignments))
 
     def remaining_fraction(self, now_s: float) -> float:
         """Fraction of the job's work left at `now_s`."""
@@ -159,10 +160,6 @@ class RunningJob:
         """The work a move would throw away: none when the job saves on request, else the
         work since its last committed checkpoint."""
         return 0.0 if self.saves_on_request else self.checkpoint_age_s(now_s)
-
-    @cached_property
-    def num_gpus(self) -> int:  # cached: policies read it for every running job, every decision
-        return sum(len(gpus) for _, gpus in self.assignments)
 
 
 PLACE, RESIZE, MIGRATE, PREEMPT = "place", "resize", "migrate", "preempt"

@@ -146,26 +146,16 @@ def _scaled(options: Sequence[PlanOption], fraction: float) -> tuple[PlanOption,
 FIRST_COLLECTION_AFTER_INSTANTS = 1000
 
 
-def cache_option_gpu_counts(jobs: Sequence[SimJob]) -> None:
-    """Read each option's GPU count, which `frenzy.domain._cached` keeps in the option's
-    instance dict (made on first read): read before a freeze, the dicts are frozen with it."""
-    for job in jobs:
-        for option in job.options:
-            option.num_gpus
-
-
 class _RunCollector:
     """The cyclic garbage collector during a run: kept off the objects that live through it,
     and run by the engine at growing gaps instead of by allocation counts.
 
     What exists before the run (the trace, the jobs' menus, the policy: 2.2 M objects on the
     whole Philly trace) is frozen (`gc.freeze`), and the run's own per-job bookkeeping once
-    built (`freeze_bookkeeping`); each full collection would walk them all again. Each option's
-    GPU count is read first: it is cached in the option's instance dict
-    (`frenzy.domain._cached`), made on first read, so 1.9 M dicts made during the run (every
-    policy reads the count) are frozen too. Even so, on the whole trace under has the
-    collector's own passes took 9.9 of 64.5 s CPU (13,633 young, 1,239 middle and 88 full)
-    and found nothing to collect in any of them (this module's cycles: none; has's: none).
+    built (`freeze_bookkeeping`); each full collection would walk them all again. Even so, on
+    the whole trace under has the collector's own passes took 9.9 of 64.5 s CPU (13,633 young,
+    1,239 middle and 88 full) and found nothing to collect in any of them (this module's
+    cycles: none; has's: none).
     So the automatic collector is off during the run, and `tick` collects at gaps that double
     while collections find nothing: a policy that does make cycles gets them collected, at
     gaps that shrink again when they are found. Nothing is decided differently.
@@ -173,8 +163,7 @@ class _RunCollector:
     Left alone when the caller has frozen objects itself (its `unfreeze` is its own) or turned
     the collector off."""
 
-    def __init__(self, jobs: Sequence[SimJob]) -> None:
-        self.jobs = jobs
+    def __init__(self) -> None:
         self.active = False
         self.gap = FIRST_COLLECTION_AFTER_INSTANTS
         self.next_at = FIRST_COLLECTION_AFTER_INSTANTS
@@ -182,11 +171,7 @@ class _RunCollector:
     def __enter__(self) -> "_RunCollector":
         if not gc.isenabled() or gc.get_freeze_count():
             return self
-        # Off first: the 1.9 M dicts of the counts' caches (the whole trace) would otherwise
-        # set off the collector's passes over the 2.2 M objects they are made among (1.8 s
-        # of the whole trace's simulation), to find nothing
         gc.disable()
-        cache_option_gpu_counts(self.jobs)
         gc.freeze()
         self.active = True
         return self
@@ -214,7 +199,7 @@ def simulate(jobs: Sequence[SimJob], cluster: ClusterView, policy: Policy, *,
              on_progress: Callable[[int], None] | None = None,
              config: SimConfig = SimConfig()) -> SimResult:
     """Run `policy` over `jobs` on a copy of `cluster` (every GPU of which should start free)."""
-    with _RunCollector(jobs) as collector:
+    with _RunCollector() as collector:
         return _simulate(jobs, cluster, policy, availability, on_progress, config, collector)
 
 
