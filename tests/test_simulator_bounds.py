@@ -12,6 +12,7 @@ from frenzy_scheduler.clusterfile import NodeGroup, build_cluster
 from frenzy_scheduler.policies import get_policy, policy_names
 from frenzy_scheduler.simulator import AvailabilityEvent, SimConfig, SimJob, simulate
 from frenzy_scheduler.simulator.bounds import fewest_nodes, least_jct_s, least_jcts_s
+from test_simulator_engine import node_failures
 
 GROUPS = [NodeGroup("A100-80GB", 8, 2), NodeGroup("T4", 2, 2), NodeGroup("V100-32GB", 4, 1)]
 LARGEST = {"A100-80GB": 8, "T4": 2, "V100-32GB": 4}
@@ -64,12 +65,7 @@ def contended(draw: st.DrawFn) -> tuple[list[SimJob], list[AvailabilityEvent]]:
         if draw(st.booleans()):  # a second, slower type
             options += [("V100-32GB", n, 2.5 * work_s / n ** 0.8) for n in counts if n <= 4]
         jobs.append(job(f"j{i}", draw(st.floats(0.0, 3000.0)), *options))
-    events = [AvailabilityEvent(draw(st.floats(0.0, 5000.0)), node, up=False)
-              for node in draw(st.sets(st.sampled_from(["a100-80gb-0", "t4-1", "v100-32gb-0"]),
-                                       max_size=2))]
-    events += [AvailabilityEvent(e.time_s + draw(st.floats(1.0, 3000.0)), e.node_id, up=True)
-               for e in events]
-    return jobs, events
+    return jobs, node_failures(draw)
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -258,12 +258,16 @@ def elastic_workloads(draw: st.DrawFn) -> tuple[list[SimJob], list[AvailabilityE
         counts = draw(st.sampled_from([(1,), (1, 2), (1, 2, 4), (2, 4, 8), (1, 2, 4, 8)]))
         gpu_type = draw(st.sampled_from(["A100-80GB", "V100-32GB", "T4"]))
         jobs.append(scaling_job(f"j{i}", draw(st.floats(0.0, 3000.0)), work, counts, gpu_type))
+    return jobs, node_failures(draw)
+
+
+def node_failures(draw: st.DrawFn) -> list[AvailabilityEvent]:
+    """Up to two of the test clusters' nodes leave, each coming back later."""
     events = [AvailabilityEvent(draw(st.floats(0.0, 5000.0)), node, up=False)
               for node in draw(st.sets(st.sampled_from(["a100-80gb-0", "t4-1", "v100-32gb-0"]),
                                        max_size=2))]
-    events += [AvailabilityEvent(e.time_s + draw(st.floats(1.0, 3000.0)), e.node_id, up=True)
-               for e in events]
-    return jobs, events
+    return events + [AvailabilityEvent(e.time_s + draw(st.floats(1.0, 3000.0)), e.node_id,
+                                       up=True) for e in events]
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
