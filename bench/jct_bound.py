@@ -31,6 +31,8 @@ from rich.console import Console
 from rich.table import Table
 
 from frenzy.clusterfile import load_cluster_file
+from frenzy_scheduler.clusterfile import build_cluster
+from frenzy_scheduler.placement import FreeIndex
 from frenzy_scheduler.simulator import SimConfig, prepare_jobs
 from frenzy_scheduler.simulator.bounds import least_jcts_s
 from frenzy_scheduler.simulator.trace import load_trace
@@ -48,12 +50,8 @@ def window_floor(trace: list, cluster: str, start_s: float, load: float) -> dict
     """The floor of one window: the mean and the median of its jobs' least JCTs."""
     groups = load_cluster_file(CLUSTERS[cluster])
     jobs = prepare_jobs(trace, groups, start_s=start_s, count=WINDOW_JOBS, load=load, seed=0)
-    largest: dict[str, int] = {}
-    gpus: dict[str, int] = {}
-    for group in groups:
-        largest[group.gpu_type] = max(largest.get(group.gpu_type, 0), group.gpus_per_node)
-        gpus[group.gpu_type] = gpus.get(group.gpu_type, 0) + group.total_gpus
-    floors = list(least_jcts_s(jobs, SimConfig.realistic(), largest, gpus).values())
+    cluster = FreeIndex(build_cluster(groups))
+    floors = list(least_jcts_s(jobs, SimConfig.realistic(), cluster).values())
     return {"jobs": len(jobs), "runnable": len(floors), "avg_floor_s": statistics.fmean(floors),
             "p50_floor_s": statistics.median(floors)}
 

@@ -9,14 +9,14 @@ from hypothesis import strategies as st
 
 from frenzy.domain import ParallelPlan, PlanOption
 from frenzy_scheduler.clusterfile import NodeGroup, build_cluster
+from frenzy_scheduler.placement import FreeIndex
 from frenzy_scheduler.policies import get_policy, policy_names
 from frenzy_scheduler.simulator import AvailabilityEvent, SimConfig, SimJob, simulate
 from frenzy_scheduler.simulator.bounds import fewest_nodes, least_jct_s, least_jcts_s
 from test_simulator_engine import node_failures
 
 GROUPS = [NodeGroup("A100-80GB", 8, 2), NodeGroup("T4", 2, 2), NodeGroup("V100-32GB", 4, 1)]
-LARGEST = {"A100-80GB": 8, "T4": 2, "V100-32GB": 4}
-GPUS = {"A100-80GB": 16, "T4": 4, "V100-32GB": 4}
+CLUSTER = FreeIndex(build_cluster(GROUPS))  # nodes of 8 A100s, 2 T4s, 4 V100s; 16, 4, 4 GPUs
 
 
 def job(job_id: str, submit_s: float, *options: tuple[str, int, float]) -> SimJob:
@@ -32,13 +32,13 @@ def test_the_floor_is_the_best_option_with_its_launch_on_the_fewest_nodes() -> N
                ("T4", 8, 10.0),           # wider than the cluster's T4s: cannot run
                ("H100-80GB", 1, 5.0))     # a type the cluster lacks: cannot run
     assert fewest_nodes(16, 8) == 2 and fewest_nodes(3, 8) == 1 and fewest_nodes(9, 4) == 3
-    assert least_jct_s(lone, config, LARGEST, GPUS) == 420.0
+    assert least_jct_s(lone, config, CLUSTER) == 420.0
     nowhere = job("k", 0.0, ("H100-80GB", 1, 5.0))
-    assert least_jct_s(nowhere, config, LARGEST, GPUS) == math.inf
-    assert least_jcts_s([lone, nowhere], config, LARGEST, GPUS) == {"j": 420.0}
+    assert least_jct_s(nowhere, config, CLUSTER) == math.inf
+    assert least_jcts_s([lone, nowhere], config, CLUSTER) == {"j": 420.0}
     # the duration error scales the run, not the launch
     noisy = SimConfig(launch_overhead_s=60.0, duration_error_sigma=0.3, seed=7)
-    assert least_jct_s(lone, noisy, LARGEST, GPUS) == \
+    assert least_jct_s(lone, noisy, CLUSTER) == \
         min(60.0 + 1000.0 * noisy.error_factor("j"), 120.0 + 300.0 * noisy.error_factor("j"))
 
 
@@ -51,7 +51,7 @@ def test_a_lone_job_on_its_one_option_finishes_exactly_at_its_floor() -> None:
     for name in ("fifo", "frenzy-narrow", "sia-static", "has"):
         record = simulate([lone], build_cluster(GROUPS), get_policy(name), config=config).records[0]
         assert math.isclose(record.end_time_s - record.submit_time_s,
-                            least_jct_s(lone, config, LARGEST, GPUS), rel_tol=1e-9), name
+                            least_jct_s(lone, config, CLUSTER), rel_tol=1e-9), name
 
 
 @st.composite
@@ -59,7 +59,7 @@ def contended(draw: st.DrawFn) -> tuple[list[SimJob], list[AvailabilityEvent]]:
     jobs = []
     for i in range(draw(st.integers(1, 12))):
         work_s = draw(st.floats(100.0, 20_000.0))
-        gpu_type = draw(st.sampled_from(sorted(LARGEST)))
+        gpu_type = draw(st.sampled_from(sorted(CLUSTER.node_size)))
         counts = draw(st.sampled_from([(1,), (1, 2), (1, 2, 4), (2, 4, 8), (1, 2, 4, 8, 16)]))
         options = [(gpu_type, n, work_s / n ** 0.8) for n in counts]
         if draw(st.booleans()):  # a second, slower type
@@ -78,7 +78,7 @@ def test_no_policy_finishes_a_job_before_its_floor(workload) -> None:
     timed by peak FLOPs, and across node types (`frenzy.timed_option`), off the menu."""
     jobs, events = workload
     config = SimConfig.realistic(launch_overhead_s=30.0, restart_overhead_s=20.0, seed=3)
-    floors = least_jcts_s(jobs, config, LARGEST, GPUS)
+    floors = least_jcts_s(jobs, config, CLUSTER)
     for name in set(policy_names()) - {"frenzy"}:
         result = simulate(jobs, build_cluster(GROUPS), get_policy(name), availability=events,
                           config=config)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+from frenzy_scheduler.placement import FreeIndex
 from frenzy_scheduler.simulator.engine import SimConfig
 from frenzy_scheduler.simulator.workload import SimJob
 
@@ -40,23 +41,22 @@ def fewest_nodes(gpus: int, largest_node_gpus: int) -> int:
     return max(1, math.ceil(gpus / largest_node_gpus))
 
 
-def least_jct_s(job: SimJob, config: SimConfig, largest_node_gpus: dict[str, int],
-                gpus_by_type: dict[str, int]) -> float:
-    """The floor of the job's JCT (module docstring); inf when no option can run at all."""
+def least_jct_s(job: SimJob, config: SimConfig, cluster: FreeIndex) -> float:
+    """The floor of the job's JCT (module docstring) on a cluster (its `node_size`, the
+    largest node of each type, and `capacity`); inf when no option can run at all."""
     error = config.error_factor(job.job_id)
     best_s = math.inf
     for option in job.options:
-        largest = largest_node_gpus.get(option.gpu_type, 0)
-        if largest <= 0 or option.num_gpus > gpus_by_type.get(option.gpu_type, 0):
+        largest = cluster.node_size.get(option.gpu_type, 0)
+        if largest <= 0 or option.num_gpus > cluster.capacity.get(option.gpu_type, 0):
             continue
         launch_s = config.launch_s(fewest_nodes(option.num_gpus, largest))
         best_s = min(best_s, launch_s + option.duration_s * error)
     return best_s
 
 
-def least_jcts_s(jobs: Sequence[SimJob], config: SimConfig, largest_node_gpus: dict[str, int],
-                 gpus_by_type: dict[str, int]) -> dict[str, float]:
+def least_jcts_s(jobs: Sequence[SimJob], config: SimConfig, cluster: FreeIndex
+                 ) -> dict[str, float]:
     """`least_jct_s` per job id, for the jobs some option of which can run."""
-    floors = {job.job_id: least_jct_s(job, config, largest_node_gpus, gpus_by_type)
-              for job in jobs}
+    floors = {job.job_id: least_jct_s(job, config, cluster) for job in jobs}
     return {job_id: floor_s for job_id, floor_s in floors.items() if floor_s < math.inf}
