@@ -6,7 +6,11 @@ on a machine whose clock moves by 1.5x within minutes, so that a slow spell fall
     .venv/bin/python -m frenzy_scheduler.native_build        # this checkout's build
     git worktree add /tmp/before <commit>
     PYTHONPATH=/tmp/before/services/scheduler .venv/bin/python -m frenzy_scheduler.native_build
-    .venv/bin/python bench/has_trace_paired.py --before /tmp/before/services/scheduler
+    .venv/bin/python bench/has_trace_paired.py --before /tmp/before
+
+The other checkout's packages, `frenzy` included, come from its own tree: its child process
+drops the editable install's import finder, which would otherwise serve every package from
+this checkout whatever PYTHONPATH says.
 
 Each run times `run_policy` (the simulation and its summary, process CPU), as
 `bench/scheduling.py --only whole-trace` does (the trace-to-MARP mapping before it is not
@@ -27,10 +31,14 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+SERVICES = ("scheduler", "predictor", "orchestrator", "node-agent")  # each a package folder
+PATH_ONLY = "HAS_TRACE_PAIRED_PATH_ONLY"  # set for the other checkout's child
 
 
 def child(jobs: int) -> None:
     """One simulation; prints its CPU seconds and outcome as one JSON line."""
+    if os.environ.get(PATH_ONLY):  # the other checkout's packages, from PYTHONPATH alone
+        sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f)]
     sys.path.insert(0, str(HERE))
     from frenzy.clusterfile import load_cluster_file
     from frenzy_scheduler import native
@@ -46,8 +54,12 @@ def child(jobs: int) -> None:
                       "decisions": metrics["decisions"], "build": native.build_name()}))
 
 
-def run(pythonpath: str, jobs: int) -> dict:
-    env = dict(os.environ, PYTHONPATH=pythonpath) if pythonpath else dict(os.environ)
+def run(checkout: Path | None, jobs: int) -> dict:
+    """One child process: this checkout's install (None), or another checkout's tree."""
+    env = dict(os.environ)
+    if checkout is not None:
+        packages = [checkout / "services" / s for s in SERVICES] + [checkout]
+        env.update(PYTHONPATH=os.pathsep.join(map(str, packages)), **{PATH_ONLY: "1"})
     out = subprocess.run([sys.executable, __file__, "--child", str(jobs)], env=env, check=True,
                          capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -56,7 +68,7 @@ def run(pythonpath: str, jobs: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--before", help="the other checkout's services/scheduler (required)")
+    parser.add_argument("--before", help="the other checkout, e.g. a worktree (required)")
     parser.add_argument("--pairs", type=int, default=2)
     parser.add_argument("--jobs", type=int, default=10**6, help="the first N trace jobs (all)")
     parser.add_argument("--label", default="", help="saved with the run")
@@ -73,11 +85,11 @@ def main() -> None:
     from has_decision_time import append_run, loadavg
 
     started = time.gmtime()
-    here = str(HERE.parent / "services" / "scheduler")
+    before = Path(args.before).resolve()
     ratios, pairs, load_start = [], [], loadavg()
     for turn in range(args.pairs):
         order = ("before", "after") if turn % 2 == 0 else ("after", "before")
-        got = {name: run(args.before if name == "before" else here, args.jobs) for name in order}
+        got = {name: run(before if name == "before" else None, args.jobs) for name in order}
         if (got["before"]["avg_jct_s"], got["before"]["decisions"]) != \
                 (got["after"]["avg_jct_s"], got["after"]["decisions"]):
             raise SystemExit(f"pair {turn}: the two builds' simulations differ: {got}")
