@@ -4,12 +4,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install proto bench clean native
+.PHONY: run test install proto bench clean native lock
 
-$(STAMP): pyproject.toml
+# constraints.txt pins every package to the version tested (`make lock` writes it again)
+$(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,torch]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev,torch]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -32,6 +33,19 @@ proto: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/e2e_latency.py
+
+# After a change to pyproject.toml's dependencies: resolve them afresh in a scratch environment
+# and pin what it got. Review the diff, then `make test`.
+LOCK_VENV := .lock-venv
+lock:
+	rm -rf $(LOCK_VENV)
+	$(PY) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/pip install -q --upgrade pip
+	$(LOCK_VENV)/bin/pip install -q -e '.[dev,torch]'
+	{ sed -n '/^#/p' constraints.txt; $(LOCK_VENV)/bin/pip freeze --exclude-editable | \
+	  sed 's/^\(torch==[^+]*\)+cpu$$/\1/'; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
+	rm -rf $(LOCK_VENV)
 
 clean:
 	rm -rf $(VENV) .frenzy services/scheduler/frenzy_scheduler/_native
