@@ -112,3 +112,16 @@ def test_a_reshaped_job_keeps_its_submit_time_and_counts_a_restart(bench, point)
     assert (resized.submit_time_s, resized.restarts) == (job.submit_time_s, job.restarts + 1)
     assert resized.fraction_at_start == max(bench.MIN_LEFT, job.remaining_fraction(100.0))
     assert state.free_gpus() == sum(n.num_free for n in cluster.nodes.values()) + len(gpus) - 1
+
+
+def test_has_idle_splits_idle_gpu_time_by_whether_a_job_was_waiting(monkeypatch) -> None:
+    """bench/has_idle.py on a case worked by hand: 4 GPUs; job a runs on 2 from 0 to 10 s;
+    job b arrives at 5 s, waits, runs on 2 from 8 to 20 s. Idle while b waited (5-8 s): 2 GPUs
+    x 3 s; with none waiting: 2 x 5 s before b arrives and 2 x 10 s after a ends."""
+    from frenzy_scheduler.simulator.engine import JobRecord, SimResult
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))  # it imports has_windows as the bench does
+    has_idle = importlib.import_module("has_idle")
+    result = SimResult("p", [JobRecord("a", 0.0, 0.0, 0.0, 10.0), JobRecord("b", 5.0, 8.0, 8.0, 20.0)],
+                       [], [], [], {"X": 44.0}, {"X": 4},
+                       segments_by_type={"X": [(0.0, 10.0, 2), (8.0, 20.0, 2)]})
+    assert has_idle.idle_gpu_s(result, "X") == (6.0, 30.0)
