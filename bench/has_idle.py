@@ -12,10 +12,9 @@ Not a result: the figures of record come from bench/scheduling.py.
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 
-from has_windows import CLUSTERS, parse_config, saved_window_jobs
+from has_windows import parse_config, saved_window_jobs, window_arguments
 
 from frenzy_scheduler.clusterfile import build_cluster
 from frenzy_scheduler.policies import get_policy
@@ -51,12 +50,7 @@ def idle_gpu_s(result: SimResult, gpu_type: str) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--cluster", default="frenzy-288", choices=sorted(CLUSTERS))
-    parser.add_argument("--window", type=int, default=25_000)
-    parser.add_argument("--load", type=float, default=0.0, help="0: the trace's arrivals")
-    parser.add_argument("--set", action="append", default=[], help="HasConfig field=value")
-    args = parser.parse_args()
+    args = window_arguments(__doc__, "frenzy-288", 25_000, 0.0).parse_args()
     groups, jobs = saved_window_jobs(args.cluster, args.window, args.load)
     for name, policy in (("sia", get_policy("sia")), ("has", HasPolicy(parse_config(args.set)))):
         result = simulate(jobs, build_cluster(list(groups)), policy, config=SimConfig.realistic())

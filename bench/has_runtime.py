@@ -9,11 +9,10 @@ Not a result: the figures of record come from bench/scheduling.py.
 """
 from __future__ import annotations
 
-import argparse
 import collections
 import time
 
-from has_windows import CLUSTERS, parse_config, saved_window_jobs
+from has_windows import parse_config, saved_window_jobs, window_arguments
 
 from frenzy_scheduler.clusterfile import build_cluster
 from frenzy_scheduler.policies import get_policy
@@ -22,11 +21,7 @@ from frenzy_scheduler.simulator import SimConfig, simulate
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--cluster", default="alibaba-2026-492", choices=sorted(CLUSTERS))
-    parser.add_argument("--window", type=int, default=5_000)
-    parser.add_argument("--load", type=float, default=0.85, help="0: the trace's arrivals")
-    parser.add_argument("--set", action="append", default=[], help="HasConfig field=value")
+    parser = window_arguments(__doc__, "alibaba-2026-492", 5_000, 0.85)
     parser.add_argument("--top", type=int, default=15, help="jobs listed, by run-time gap")
     args = parser.parse_args()
     groups, jobs = saved_window_jobs(args.cluster, args.window, args.load)

@@ -53,6 +53,18 @@ def parse_config(assignments: list[str]) -> HasConfig:
     return replace(HasConfig(), **changes)
 
 
+def window_arguments(description: str, cluster: str, window: int, load: float
+                     ) -> argparse.ArgumentParser:
+    """The arguments of a one-window diagnosis (bench/has_runtime.py, bench/has_idle.py): one of
+    the benchmark's saved windows, and a has variant."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--cluster", default=cluster, choices=sorted(CLUSTERS))
+    parser.add_argument("--window", type=int, default=window)
+    parser.add_argument("--load", type=float, default=load, help="0: the trace's arrivals")
+    parser.add_argument("--set", action="append", default=[], help="HasConfig field=value")
+    return parser
+
+
 def saved_window_jobs(cluster: str, start_index: int, load: float) -> tuple[list, list]:
     """(node groups, jobs) of one of the benchmark's saved windows (500 jobs from the saved
     start, at the trace's rate when `load` is 0), as the benchmark prepared them (seed 0)."""
