@@ -12,6 +12,7 @@ Not a result: the figures of record come from bench/scheduling.py.
 """
 from __future__ import annotations
 
+import math
 import statistics
 
 from has_windows import parse_config, saved_window_jobs, window_arguments
@@ -24,9 +25,8 @@ from frenzy_scheduler.simulator import SimConfig, SimResult, simulate
 
 def idle_gpu_s(result: SimResult, gpu_type: str) -> tuple[float, float]:
     """(idle GPU-seconds of the type while some job waited, ... while none did), from the
-    first submit to the last end."""
-    starts = [r.submit_time_s for r in result.records]
-    ends = [r.end_time_s for r in result.records]
+    first submit to the last end: every change lies between them, so the span needs no bounds
+    of its own (a job that never started has no start time, nan, and waits to the end)."""
     changes: dict[float, list[int]] = {}  # time -> [busy GPUs change, waiting jobs change]
     for begin, end, gpus in result.segments_by_type.get(gpu_type, []):
         changes.setdefault(begin, [0, 0])[0] += gpus
@@ -37,7 +37,7 @@ def idle_gpu_s(result: SimResult, gpu_type: str) -> tuple[float, float]:
     capacity = result.capacity_by_type[gpu_type]
     busy = waiting = 0
     idle_waiting_s = idle_none_s = 0.0
-    times = sorted(t for t in changes if min(starts) <= t <= max(ends))
+    times = sorted(t for t in changes if not math.isnan(t))
     for time_s, next_s in zip(times, times[1:]):
         busy += changes[time_s][0]
         waiting += changes[time_s][1]

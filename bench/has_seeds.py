@@ -75,6 +75,15 @@ def run_setting(task: tuple[int, str, float, tuple[str, ...], float, tuple[int, 
     return task, runs, time.process_time() - tick
 
 
+def window_starts(spec: str) -> tuple[int, ...]:
+    """`--starts`: empty for the benchmark's windows, "held-out", or trace indices."""
+    if not spec:
+        return WINDOW_STARTS
+    if spec == "held-out":
+        return HELD_OUT_STARTS
+    return tuple(int(s) for s in spec.split(","))
+
+
 def saved_seed0(cluster: str, load: float, policy: str) -> float | None:
     """The benchmark's saved has / policy avg JCT for a setting (seed 0), if it has one."""
     if not SAVED.exists():
@@ -97,8 +106,7 @@ def main() -> None:
                              "held-out (default: the benchmark's)")
     parser.add_argument("--out", default=str(OUT))
     args = parser.parse_args()
-    starts = WINDOW_STARTS if not args.starts else HELD_OUT_STARTS \
-        if args.starts == "held-out" else tuple(int(s) for s in args.starts.split(","))
+    starts = window_starts(args.starts)
     seeds = [int(s) for s in args.seeds.split(",")]
     policies = tuple(args.policies.split(","))
     if policies[0] != "has":
