@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from frenzy.domain import ParallelPlan, PlanOption
 from frenzy.placement_check import NodeFacts, placement_problem
-from frenzy_scheduler.core import (Alternative, ClusterView, Decision, NodeState, QueuedJob,
-                                   RunningJob)
+from frenzy_scheduler.core import (Alternative, ClusterView, Decision, NodeState, Placement,
+                                   QueuedJob, RunningJob)
 from frenzy_scheduler.policies import get_policy, policy_names
 from frenzy_scheduler.policies.frenzy import FrenzyNarrowPolicy, FrenzyPolicy
 from frenzy_scheduler.policies.has import HasConfig, HasPolicy
@@ -364,6 +364,35 @@ def test_has_does_not_shrink_when_the_gain_is_below_the_threshold() -> None:
                for name, gpus in (("x", (0, 1, 2, 3)), ("y", (4, 5, 6, 7)))]
     queue = [job("new", now_s, option("A100-80GB", 2, 1000.0))]
     assert HasPolicy().schedule(queue, cluster, now_s, running) == []
+
+
+def test_has_admits_waiting_jobs_together_when_none_pays_alone() -> None:
+    # Node 'a' is held by 'wide' (8 GPUs, 9000 s left; 4 GPUs would take twice as long), node
+    # 'b' by four 2-GPU jobs that cannot shrink and end in 350 s. Four newcomers of 100 s on
+    # 2 GPUs each would wait those 350 s. Alone, none is admitted: shrinking 'wide' costs it
+    # two restarts (2 x 180 s) and more, over 350 s of saving. Together, two newcomers save
+    # 700 s for one shrink of 'wide' to 4 GPUs (about 410 s, x 1.3 for the margin), so both
+    # start on the 4 GPUs it gives up; four would need 8, more than it can give.
+    now_s = 100.0
+    cluster = nodes({"a": ("A100-80GB", 8, []), "b": ("A100-80GB", 8, [])})
+    running = [running_job("wide", "A100-80GB", "a", tuple(range(8)), {4: 20000.0, 8: 10000.0},
+                           now_s, 9000.0)]
+    running += [running_job(f"s{i}", "A100-80GB", "b", (2 * i, 2 * i + 1), {2: 1000.0}, now_s,
+                            350.0) for i in range(4)]
+    queue = [job(f"j{i}", now_s, option("A100-80GB", 2, 100.0)) for i in range(4)]
+
+    def actions(config: HasConfig) -> dict[str, Placement]:
+        return {a.job_id: a for a in HasPolicy(config).schedule(queue, cluster, now_s, running)}
+
+    assert actions(HasConfig(admit_together=False)) == {}
+    by_job = actions(HasConfig())
+    assert set(by_job) == {"wide", "j0", "j1"}
+    shrink = by_job["wide"]
+    assert shrink.kind == "resize" and shrink.option.num_gpus == 4
+    freed = set(range(8)) - set(shrink.assignments[0][1])
+    placed = {g for name in ("j0", "j1") for g in by_job[name].assignments[0][1]}
+    assert placed == freed and all(by_job[n].kind == "place" for n in ("j0", "j1"))
+    assert "together" in by_job["j0"].decision.reason
 
 
 def test_has_admits_a_waiting_job_by_displacing_a_running_one_to_idle_slower_gpus() -> None:

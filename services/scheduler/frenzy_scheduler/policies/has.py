@@ -110,6 +110,10 @@ class HasConfig:
     # is a stopgap whose move comes, and `start_now` asks only that the work done while
     # waiting saves more than the move costs (`_stopgap_pays`), not even odds.
     keep_place: bool = True
+    # Elastic: the head jobs that admission by shrinking left waiting are also tried as a
+    # group (`HasPolicy._admit_together`): GPUs freed once serve them all, where one short
+    # job's saving never pays a victim's two restarts.
+    admit_together: bool = True
 
     def launch_s(self, nodes: int) -> float:
         return self.launch_overhead_s * (1.0 + math.log2(max(1, nodes)))
@@ -582,6 +586,25 @@ def _over_share(share: dict[str, int] | None, facts: _JobFacts, gpu_type: str, g
     return gpu_type == facts.entries[0][1] and gpus > _share_limit(share, facts)
 
 
+def _savings_per_gpu(facts: _JobFacts, baseline_s: float, share: dict[str, int] | None
+                     ) -> dict[str, tuple[float, _Entry]]:
+    """Per GPU type, the job's option there that saves the most over its `baseline_s` per GPU
+    (seconds per GPU, the option), within its fair share: where GPUs freed for a group of
+    waiting jobs do the most (`HasPolicy._admit_together`)."""
+    best: dict[str, tuple[float, _Entry]] = {}
+    limit = _share_limit(share, facts)
+    fastest_type = facts.entries[0][1]
+    for entry in facts.entries:
+        _, gpu_type, gpus, total_s, _, _ = entry
+        if gpus > limit and gpu_type == fastest_type:  # `_over_share`
+            continue
+        per_gpu_s = (baseline_s - total_s) / gpus
+        kept = best.get(gpu_type)
+        if per_gpu_s > 0.0 and (kept is None or per_gpu_s > kept[0]):
+            best[gpu_type] = (per_gpu_s, entry)
+    return best
+
+
 def _alternatives(draft: tuple[Any, tuple[tuple[float, int, PlanOption, str, int, float, int,
                                                 bool], ...],
                                PlanOption, float, list[float], str, int, int]
@@ -789,6 +812,7 @@ class HasPolicy:
         displaced: dict = {}  # job id -> its displacement there (elastic.shrink_plan's memo)
         most: dict[str, list[int]] = {}
         release_ends = releases.ends
+        waiting: list[tuple[_JobFacts, float]] = []  # (head job left waiting, its baseline s)
         for facts in ordered[:16]:  # the head of the priority order
             if len(moves) >= cfg.max_moves:
                 break
@@ -904,6 +928,7 @@ class HasPolicy:
                     best, best_s = (net_s, entry, plan), net_s
             if best is None:
                 claimed[baseline[1]] = claimed.get(baseline[1], 0) + baseline[2]
+                waiting.append((facts, baseline_s))
                 continue
             net_s, (option, gpu_type, gpus, total_s, _, tp), (loss_s, chosen) = best
             reason = (f"{job.job_id}: {baseline_s:.0f} s to completion -> {total_s:.0f} s, "
@@ -927,7 +952,101 @@ class HasPolicy:
                 (Alternative(option, 0.0, total_s, "chosen"),
                  Alternative(baseline[0], baseline_s - baseline[3], baseline_s,
                              "best without shrinking (start now, or wait for releases)")))))
+        if cfg.admit_together and len(waiting) >= 2 and len(moves) < cfg.max_moves:
+            if victims is None:
+                candidates_by_type, spare, most = self._candidates(running, now_s, displace)
+                victims = {}
+            room = self._displace_room(free, claimed) if displace else None
+            placed += self._admit_together(waiting, victims, candidates_by_type, spare, index,
+                                           now_s, share, acted, room, moves)
         return moves, placed
+
+    def _admit_together(self, waiting: list[tuple[_JobFacts, float]], victims: Victims,
+                        candidates_by_type: Candidates, spare: dict[str, int], index: FreeIndex,
+                        now_s: float, share: dict[str, int] | None, acted: set[str],
+                        room: dict[str, int] | None, moves: list[Placement]
+                        ) -> list[Placement]:
+        """Admission by shrinking for several waiting head jobs at once, on one GPU type.
+
+        `_admit` weighs each newcomer alone against its victims' loss, which always includes
+        two restarts (the shrink and the growth back): a job whose wait is shorter than that
+        is never admitted, however many such jobs wait. In a burst of short jobs on a cluster
+        that long jobs fill, that is every job of the burst, so they queue for minutes each,
+        while Sia's round narrows the long jobs for all of them at once (the trace's first
+        2,000 jobs: docs/has.md, "Where `has` loses"). Here the head jobs `_admit` left
+        waiting, in the order's sequence, each on its option of the type that saves the most
+        per GPU over its baseline (`_savings_per_gpu`), are added one at a time; each group of
+        two or more is a candidate whose gain is the sum of its jobs' savings and whose loss
+        is one `shrink_plan` for their combined deficit, under the same margin as a single
+        admission (`min_gain_fraction`). The best net gain over types and groups is applied;
+        a job of it that does not fit after the shrinks stays queued. `victims`, `spare` and
+        `acted` are `_admit`'s, after its own admissions. Appends the shrinks to `moves`;
+        returns the placements."""
+        cfg = self.config
+        factor = 1.0 + cfg.min_gain_fraction
+        restart_s = cfg.restart_floor_s + cfg.launch_s(1)
+        free = index.free_by_type
+        displaced: dict = {}  # shrink_plan's memo of displacements, for this `room`
+        savings = [_savings_per_gpu(facts, baseline_s, share) for facts, baseline_s in waiting]
+        best: tuple[float, list[tuple[_JobFacts, _Entry]], ShrinkPlan] | None = None
+        for gpu_type, can_spare in spare.items():
+            if can_spare <= 0:
+                continue
+            have = free.get(gpu_type, 0)
+            together: list[tuple[_JobFacts, _Entry]] = []
+            gpus, gain_s, horizon_s = 0, 0.0, 0.0
+            items: list[tuple[float, int]] | None = None
+            for (facts, _), by_type in zip(waiting, savings):
+                saving = by_type.get(gpu_type)
+                if saving is None or gpus + saving[1][2] - have > can_spare:
+                    continue
+                entry = saving[1]
+                together.append((facts, entry))
+                gpus += entry[2]
+                gain_s += saving[0] * entry[2]
+                horizon_s = max(horizon_s, entry[3])
+                deficit = gpus - have
+                if len(together) < 2 or deficit <= 0:
+                    continue
+                if gpu_type not in victims:
+                    victims[gpu_type] = with_work_left(candidates_by_type[gpu_type], now_s)
+                if items is None:  # a floor under every plan's loss (a shorter horizon)
+                    items = floor_items(victims, gpu_type, entry[3], restart_s, acted, room,
+                                        displaced)
+                if gain_s - factor * fill_floor(items, deficit) * (1.0 - 1e-9) <= \
+                        (best[0] if best is not None else 0.0):
+                    continue
+                plan = shrink_plan(victims, gpu_type, deficit, horizon_s, restart_s, acted,
+                                   room, displaced)
+                if plan is None:
+                    break  # a larger deficit cannot be freed either
+                net_s = gain_s - factor * plan[0]
+                if net_s > 0 and (best is None or net_s > best[0]):
+                    best = (net_s, list(together), plan)
+        if best is None:
+            return []
+        _, together, (loss_s, chosen) = best
+        gpu_type = together[0][1][1]
+        reason = (f"{len(together)} waiting jobs admitted together on {gpu_type}, at a cost of "
+                  f"{loss_s:.0f} s to {len(chosen)} running jobs")
+        shrinks = apply_shrinks(chosen, index, self.name, reason, now_s)
+        if shrinks is None:
+            return []
+        placed = []
+        for facts, entry in together:
+            assignments = index.best_fit(gpu_type, entry[2], entry[5])
+            if assignments is None:
+                continue
+            index.take(assignments)
+            placed.append(Placement(facts.job.job_id, entry[0], assignments, decision=Decision(
+                self.name, f"admitted by shrinking running jobs: {reason}",
+                (Alternative(entry[0], 0.0, entry[3], "chosen"),))))
+        if not placed:
+            undo_shrinks(chosen, shrinks, index)
+            return []
+        moves += shrinks
+        acted.update(a.job_id for a in shrinks)
+        return placed
 
     def _candidates(self, running: Sequence[RunningJob], now_s: float, displace: bool
                     ) -> tuple[Candidates, dict[str, int], dict[str, list[int]]]:
