@@ -125,3 +125,29 @@ def test_has_idle_splits_idle_gpu_time_by_whether_a_job_was_waiting(monkeypatch)
                        [], [], [], {"X": 44.0}, {"X": 4},
                        segments_by_type={"X": [(0.0, 10.0, 2), (8.0, 20.0, 2)]})
     assert has_idle.idle_gpu_s(result, "X") == (6.0, 30.0)
+
+
+def test_has_prefix_merges_runs_and_divides_by_the_saved_sia(monkeypatch, tmp_path) -> None:
+    """bench/has_prefix.py on the first 40 jobs of the test trace: has and sia run, has / sia is
+    each figure's ratio; a later run of has alone keeps the saved sia run and divides by it."""
+    import json
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    has_prefix = importlib.import_module("has_prefix")
+    monkeypatch.setattr(has_prefix, "PHILLY", TRACE)
+    out = tmp_path / "prefix.json"
+
+    def main(*argv: str) -> dict:
+        monkeypatch.setattr(sys, "argv", ["has_prefix.py", "--jobs", "40", "--out", str(out),
+                                          *argv])
+        has_prefix.main()
+        return json.loads(out.read_text())["40 jobs"]["seed 0"]
+
+    runs = main("--policies", "has,sia")
+    assert runs["has"]["completed"] == runs["sia"]["completed"] == 40
+    assert runs["has / sia"]["avg_jct_s"] == pytest.approx(
+        runs["has"]["avg_jct_s"] / runs["sia"]["avg_jct_s"])
+    sia = runs["sia"]
+    runs = main("--policies", "has")
+    assert runs["sia"] == sia  # kept, not run again
+    assert runs["has / sia"]["p99_jct_s"] == pytest.approx(
+        runs["has"]["p99_jct_s"] / sia["p99_jct_s"])
