@@ -19,6 +19,7 @@ import json
 import math
 import random
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -521,7 +522,7 @@ def main() -> None:
         "build": native.build_name()}, "clusters": {}}
     if sections != {"windows", "sweep", "whole-trace"} and Path(args.out).exists():
         saved = json.loads(Path(args.out).read_text())
-        for key in ("clusters", "overhead_sweep", "whole_trace"):
+        for key in ("clusters", "overhead_sweep", "whole_trace", "measured"):
             if key in saved:
                 results[key] = saved[key]
         for runs in results["clusters"].values():  # results saved before the curves were dropped
@@ -530,6 +531,13 @@ def main() -> None:
                     for metrics in window["policies"].values():
                         for key in CURVE_KEYS:
                             metrics.pop(key, None)
+    # Which code measured what, when: one entry per section run (bench/scheduling_report.py
+    # prints the latest under each table), kept across partial runs
+    results.setdefault("measured", []).extend(
+        {"section": section, "utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+         "commit": commit_of(ROOT), "build": native.build_name(),
+         **({"policies": args.rerun.split(",")} if section == "windows" and args.rerun else {})}
+        for section in sorted(sections))
     saved_clusters = results["clusters"]
     results["clusters"] = {} if "windows" in sections else saved_clusters
     rerun = [name for name in args.rerun.split(",") if name]
@@ -555,6 +563,15 @@ def main() -> None:
         results["whole_trace"] = whole_trace(trace, config)
     Path(args.out).write_text(json.dumps(results, indent=1))
     print(f"wrote {args.out}", file=sys.stderr)
+
+
+def commit_of(root: Path) -> str:
+    """The checkout's commit, marked `+dirty` when its tracked files differ from it."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=root).stdout
+    commit = git("rev-parse", "--short", "HEAD").strip() or "unknown"
+    return commit + ("+dirty" if git("status", "--porcelain", "--untracked-files=no").strip()
+                     else "")
 
 
 def whole_trace(trace: list, config: SimConfig) -> dict[str, Any]:

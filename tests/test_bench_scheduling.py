@@ -151,3 +151,34 @@ def test_has_prefix_merges_runs_and_divides_by_the_saved_sia(monkeypatch, tmp_pa
     assert runs["sia"] == sia  # kept, not run again
     assert runs["has / sia"]["p99_jct_s"] == pytest.approx(
         runs["has"]["p99_jct_s"] / sia["p99_jct_s"])
+
+
+def load_report():
+    spec = importlib.util.spec_from_file_location("scheduling_report",
+                                                  ROOT / "bench/scheduling_report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_docs_tables_are_the_saved_results() -> None:
+    """docs/has.md's result blocks are what bench/scheduling_report.py renders from the
+    committed JSON: a re-run whose figures were not written into the docs fails here."""
+    report = load_report()
+    text = report.DOC.read_text()
+    names = {m["name"] for m in report.BLOCK_RE.finditer(text)}
+    assert names == set(report.BLOCKS), "every block is in the docs, once at least"
+    assert report.rendered(text) == text, \
+        "docs/has.md is behind bench/results: run .venv/bin/python bench/scheduling_report.py --write"
+
+
+def test_report_marks_goals_met_by_threshold_and_refuses_unknown_blocks() -> None:
+    report = load_report()
+    assert report._met([0.80, 0.86], 0.85) == "1 of 2"
+    assert report._met([0.80, 0.85], 0.85) == "yes"
+    assert report._met([0.90], 0.85) == "no"
+    assert report._ratio_row("x", [0.849, 0.851], 0.85) == "| x | **0.849** | 0.851 | 1 of 2 |"
+    with pytest.raises(KeyError, match="unknown report block 'nope'"):
+        report.rendered("<!-- report:nope -->\n<!-- /report:nope -->")
+    stale = "<!-- report:goals -->\nold figures\n<!-- /report:goals -->"
+    assert "old figures" not in report.rendered(stale)

@@ -1,0 +1,233 @@
+"""The scheduling figures of docs/has.md, rendered from the saved results, so that the tables a
+reader sees are the ones in bench/results and cannot drift from them.
+
+    .venv/bin/python bench/scheduling_report.py            # print every block
+    .venv/bin/python bench/scheduling_report.py --write    # rewrite the blocks in the docs
+
+A block in a doc sits between `<!-- report:NAME -->` and `<!-- /report:NAME -->`.
+tests/test_bench_scheduling.py checks that every block in docs/has.md matches what this
+prints from the committed results, so a re-run that is not written into the docs fails CI.
+
+Sources: bench/results/scheduling.json (`bench/scheduling.py`: the windows, the decision-time
+sweep, the whole trace), has_seeds.json (`bench/has_seeds.py`: seeds 0-4) and has_held_out.json
+(`bench/has_seeds.py --starts held-out`). Whether a goal is met is computed here from its
+threshold in `GOALS`, never written by hand.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+DOC = ROOT / "docs" / "has.md"
+SETTINGS = (("frenzy-288", "trace"), ("frenzy-288", "load 0.85"),
+            ("alibaba-2026-492", "trace"), ("alibaba-2026-492", "load 0.85"))
+SETTING_NAMES = ("frenzy-288 trace", "frenzy-288 load 0.85", "alibaba trace", "alibaba load 0.85")
+# Issue 9's goals, one place: (has / baseline ratio at most, what it is measured on)
+JCT_VS_FRENZY_MAX = 0.70
+JCT_VS_SIA_MAX = 0.85
+P99_VS_SIA_MAX = 1.0
+GPU_HOURS_VS_SIA_MAX = 1.10
+DECISION_P99_MAX_S = 0.010
+DECISION_POINT = (10_000, 5_000)  # GPUs x queued
+SIA_OVER_HAS_MIN = 100.0
+WHOLE_TRACE_MAX_S = 60.0
+
+
+def load(name: str) -> dict[str, Any]:
+    return json.loads((RESULTS / name).read_text())
+
+
+def measured(scheduling: dict[str, Any], section: str) -> str:
+    """The runs of `section` that `bench/scheduling.py` stamped, latest last; results saved
+    before it stamped them say so."""
+    runs = [m for m in scheduling.get("measured", []) if m["section"] == section]
+    if not runs:
+        return ("Run before `bench/scheduling.py` stamped its results with their commit: the "
+                "text beside this block dates it.")
+    def one(m: dict[str, Any]) -> str:
+        who = f" ({', '.join(m['policies'])} re-run)" if m.get("policies") else ""
+        return f"{m['utc']} on {m['commit']}, {m['build']}{who}"
+    return "Measured " + "; ".join(one(m) for m in runs) + "."
+
+
+def _met(values: list[float], limit: float) -> str:
+    """'yes', 'no', or how many settings meet the bound."""
+    hits = sum(v <= limit for v in values)
+    return "yes" if hits == len(values) else "no" if hits == 0 else f"{hits} of {len(values)}"
+
+
+def _ratio_row(label: str, values: list[float], limit: float) -> str:
+    cells = " | ".join(f"**{v:.3f}**" if v <= limit else f"{v:.3f}" for v in values)
+    return f"| {label} | {cells} | {_met(values, limit)} |"
+
+
+def goals_block(scheduling: dict[str, Any], seeds: dict[str, Any], held_out: dict[str, Any]) -> str:
+    """Issue 9's goals against the figures of record; bold where a setting meets its bound."""
+    def windows(baseline: str, key: str) -> list[float]:
+        return [scheduling["clusters"][c][s]["summary"]["has_vs"][baseline][key] for c, s in SETTINGS]
+
+    def across(saved: dict[str, Any], key: str) -> list[float]:
+        return [saved["summary"][f"{c}/{s}"]["sia"][key] for c, s in SETTINGS]
+
+    n_seeds, n_held = len(seeds["seeds"]), len(held_out["seeds"])
+    seeds_label = f"seeds {min(seeds['seeds'])}-{max(seeds['seeds'])}, mean"
+    held_label = (f"held-out windows ({len(held_out['window_starts'])} a setting), seeds "
+                  f"{min(held_out['seeds'])}-{max(held_out['seeds'])}, mean")
+    assert n_seeds and n_held
+    lines = ["| goal (has / baseline) | " + " | ".join(SETTING_NAMES) + " | met |",
+             "|---|---|---|---|---|---|",
+             _ratio_row(f"avg JCT <= {JCT_VS_FRENZY_MAX:.2f}x `frenzy`, seed 0",
+                        windows("frenzy", "avg_jct_ratio_mean_over_windows"), JCT_VS_FRENZY_MAX),
+             _ratio_row(f"avg JCT <= {JCT_VS_SIA_MAX:.2f}x elastic `sia`, seed 0",
+                        windows("sia", "avg_jct_ratio_mean_over_windows"), JCT_VS_SIA_MAX),
+             _ratio_row(f"... {seeds_label}", across(seeds, "avg_jct_mean"), JCT_VS_SIA_MAX),
+             _ratio_row(f"... {held_label}", across(held_out, "avg_jct_mean"), JCT_VS_SIA_MAX),
+             _ratio_row("p99 JCT no worse than `sia`'s, seed 0",
+                        windows("sia", "p99_jct_ratio"), P99_VS_SIA_MAX),
+             _ratio_row(f"... {seeds_label}", across(seeds, "p99_jct_mean"), P99_VS_SIA_MAX),
+             _ratio_row(f"... {held_label}", across(held_out, "p99_jct_mean"), P99_VS_SIA_MAX),
+             _ratio_row(f"GPU-hours <= {GPU_HOURS_VS_SIA_MAX:.2f}x `sia`'s, seed 0",
+                        windows("sia", "gpu_hours_ratio"), GPU_HOURS_VS_SIA_MAX),
+             _ratio_row(f"... {held_label}", across(held_out, "gpu_hours_mean"),
+                        GPU_HOURS_VS_SIA_MAX)]
+    sweep = scheduling["overhead_sweep"]
+    point = next(p for p in sweep["points"] if (p["gpus"], p["queued"]) == DECISION_POINT)
+    has_event, has_batch = point["per_event"]["policies"]["has"], point["policies"]["has"]
+    event_ratio = min(p["per_event"]["sia_over_has"]["cpu_p99"] for p in sweep["points"])
+    batch_ratio = min(p["sia_over_has"]["cpu_p99"] for p in sweep["points"])
+    whole = scheduling["whole_trace"]
+    at = f"{DECISION_POINT[0]:,} GPUs x {DECISION_POINT[1]:,} queued"
+
+    def yes(ok: bool) -> str:
+        return "yes" if ok else "no"
+
+    lines += ["", "| goal | figure of record | met |", "|---|---|---|",
+              f"| decision p99 < {DECISION_P99_MAX_S * 1e3:.0f} ms at {at}, per event | "
+              f"{has_event['cpu_p50_s'] * 1e3:.2f} / {has_event['cpu_p99_s'] * 1e3:.2f} ms CPU "
+              f"p50 / p99 ({has_event['p99_s'] * 1e3:.2f} ms wall p99) | "
+              f"{yes(has_event['cpu_p99_s'] < DECISION_P99_MAX_S)} |",
+              f"| ... batch (a cold start, half the GPUs free) | {has_batch['cpu_p50_s'] * 1e3:.2f}"
+              f" / {has_batch['cpu_p99_s'] * 1e3:.2f} ms CPU p50 / p99 | "
+              f"{yes(has_batch['cpu_p99_s'] < DECISION_P99_MAX_S)} |",
+              f"| decision >= {SIA_OVER_HAS_MIN:.0f}x below elastic `sia`'s round (CPU p99, "
+              f"the least over the {len(sweep['points'])} sweep points) | per event "
+              f"{event_ratio:,.0f}x, batch {batch_ratio:,.0f}x | "
+              f"{yes(min(event_ratio, batch_ratio) >= SIA_OVER_HAS_MIN)} |",
+              f"| the whole Philly trace ({whole['jobs']:,} jobs) on {whole['cluster']} under has "
+              f"< {WHOLE_TRACE_MAX_S:.0f} s | {whole['sim_wall_s']:.1f} s of simulation "
+              f"({whole['build']}) | {yes(whole['sim_wall_s'] < WHOLE_TRACE_MAX_S)} |",
+              "", "Whole trace: " + measured(scheduling, "whole-trace")]
+    return "\n".join(lines)
+
+
+def windows_block(scheduling: dict[str, Any]) -> str:
+    """One table per setting: every policy's means over the windows, has's ratios to each."""
+    config = scheduling["config"]
+    out = []
+    for (cluster, setting), name in zip(SETTINGS, SETTING_NAMES):
+        saved = scheduling["clusters"][cluster][setting]
+        summary = saved["summary"]
+        spans = [w.get("span_h") for w in saved["windows"]]
+        out += [f"**{name}** ({len(saved['windows'])} windows of {config['window_jobs']} jobs"
+                + (f"; spans h: {', '.join(f'{s:.1f}' for s in spans)}" if None not in spans
+                   else "") + ")", "",
+                "| policy | avg JCT h | p50 JCT h | p99 JCT h | avg queue h | GPU-h | util | "
+                "restarts | has / policy avg JCT | has / policy p99 | has / policy GPU-h |",
+                "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for policy, m in summary["per_policy"].items():
+            ours = "has_parity_vs" if policy.endswith("@parity") else "has_vs"
+            vs = summary.get(ours, {}).get(policy)
+            ratios = (f"{vs['avg_jct_ratio_mean_over_windows']:.3f} | {vs['p99_jct_ratio']:.3f} | "
+                      f"{vs['gpu_hours_ratio']:.3f}") if vs else "- | - | -"
+            out.append(f"| {policy} | {m['avg_jct_s'] / 3600:.2f} | {m['p50_jct_s'] / 3600:.2f} | "
+                       f"{m['p99_jct_s'] / 3600:.1f} | {m['avg_queue_s'] / 3600:.2f} | "
+                       f"{m['gpu_hours']:.0f} | {m['utilization']:.3f} | {m['restarts']:.0f} | "
+                       f"{ratios} |")
+        per_window = summary["has_vs"]["sia"]["avg_jct_ratio_per_window"]
+        out += ["", "has / sia avg JCT per window (starts "
+                + ", ".join(f"{s:,}" for s in config["window_starts"]) + "): "
+                + ", ".join(f"{r:.3f}" for r in per_window), ""]
+    out.append(measured(scheduling, "windows"))
+    return "\n".join(out).rstrip()
+
+
+def sweep_block(scheduling: dict[str, Any]) -> str:
+    """Decision time, CPU p50 / p99 in ms: has and elastic sia in both measurements, then every
+    policy's p99."""
+    sweep = scheduling["overhead_sweep"]
+    points = sweep["points"]
+    policies = [p for p in ("fifo", "frenzy-narrow", "sia", "sia-static", "has")
+                if p in points[0]["policies"]]
+
+    def cell(timing: dict[str, Any], events: bool = False) -> str:
+        text = f"{timing['cpu_p50_s'] * 1e3:,.2f} / {timing['cpu_p99_s'] * 1e3:,.2f}"
+        if events:
+            text += f" ({timing['samples']})"
+        return text + ("*" if timing["time_capped"] else "")
+
+    out = [f"Build: {sweep['build']}. CPU time p50 / p99 in ms; per event, the events timed in "
+           f"brackets; `*`: elastic `sia`'s {sweep['sia_time_cap_s']:.0f} s HiGHS cap hit.", "",
+           "| GPUs x queued | has batch | has per event | elastic sia batch | "
+           "elastic sia per event | sia / has p99, batch; per event |",
+           "|---|---|---|---|---|---|"]
+    for point in points:
+        batch, event = point["policies"], point["per_event"]["policies"]
+        out.append(f"| {point['gpus']} x {point['queued']} | {cell(batch['has'])} | "
+                   f"{cell(event['has'], True)} | {cell(batch['sia'])} | "
+                   f"{cell(event['sia'], True)} | {point['sia_over_has']['cpu_p99']:,.0f}x; "
+                   f"{point['per_event']['sia_over_has']['cpu_p99']:,.0f}x |")
+    out += ["", "Every policy, CPU p99 in ms, batch / per event:", "",
+            "| GPUs x queued | " + " | ".join(policies) + " |",
+            "|---|" + "---|" * len(policies)]
+    for point in points:
+        batch, event = point["policies"], point["per_event"]["policies"]
+        out.append(f"| {point['gpus']} x {point['queued']} | " + " | ".join(
+            f"{batch[p]['cpu_p99_s'] * 1e3:,.2f} / {event[p]['cpu_p99_s'] * 1e3:,.2f}"
+            for p in policies) + " |")
+    out += ["", measured(scheduling, "sweep")]
+    return "\n".join(out)
+
+
+BLOCKS: dict[str, Callable[[], str]] = {
+    "goals": lambda: goals_block(load("scheduling.json"), load("has_seeds.json"),
+                                 load("has_held_out.json")),
+    "windows": lambda: windows_block(load("scheduling.json")),
+    "sweep": lambda: sweep_block(load("scheduling.json")),
+}
+BLOCK_RE = re.compile(r"(<!-- report:(?P<name>[\w-]+) -->)(?P<body>.*?)(<!-- /report:(?P=name) -->)",
+                      re.S)
+
+
+def rendered(text: str) -> str:
+    """`text` with every report block rendered afresh; an unknown block name is an error."""
+    def render(match: re.Match[str]) -> str:
+        name = match["name"]
+        if name not in BLOCKS:
+            raise KeyError(f"unknown report block {name!r}; known: {', '.join(BLOCKS)}")
+        return f"{match[1]}\n{BLOCKS[name]()}\n{match[4]}"
+    return BLOCK_RE.sub(render, text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--write", action="store_true", help=f"rewrite the blocks in {DOC}")
+    args = parser.parse_args()
+    if args.write:
+        text = DOC.read_text()
+        new = rendered(text)
+        DOC.write_text(new)
+        print(f"{DOC}: {'rewritten' if new != text else 'already current'}", file=sys.stderr)
+        return
+    for name, block in BLOCKS.items():
+        print(f"<!-- report:{name} -->\n{block()}\n<!-- /report:{name} -->\n")
+
+
+if __name__ == "__main__":
+    main()
