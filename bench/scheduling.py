@@ -566,12 +566,14 @@ def main() -> None:
 
 
 def commit_of(root: Path) -> str:
-    """The checkout's commit, marked `+dirty` when its tracked files differ from it."""
+    """The checkout's commit, marked `+dirty` when its code differs from it (results and docs,
+    which a run of this benchmark itself rewrites, do not count)."""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], capture_output=True, text=True, cwd=root).stdout
     commit = git("rev-parse", "--short", "HEAD").strip() or "unknown"
-    return commit + ("+dirty" if git("status", "--porcelain", "--untracked-files=no").strip()
-                     else "")
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                  ":(exclude)bench/results", ":(exclude)docs").strip()
+    return commit + ("+dirty" if changed else "")
 
 
 def whole_trace(trace: list, config: SimConfig) -> dict[str, Any]:
