@@ -561,6 +561,9 @@ def main() -> None:
         Path(args.out).write_text(json.dumps(results, indent=1))
     if "whole-trace" in sections:
         results["whole_trace"] = whole_trace(trace, config)
+        # Its figure in its stamp too: the machine moves it by a fifth from run to run, and
+        # the report shows every stamped run beside the latest
+        results["measured"][-1]["sim_wall_s"] = results["whole_trace"]["sim_wall_s"]
     Path(args.out).write_text(json.dumps(results, indent=1))
     print(f"wrote {args.out}", file=sys.stderr)
 

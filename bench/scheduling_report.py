@@ -47,6 +47,8 @@ def measured(scheduling: dict[str, Any], section: str) -> str:
     """The runs of `section` that `bench/scheduling.py` stamped, latest last; results saved
     before it stamped them say so."""
     runs = [m for m in scheduling.get("measured", []) if m["section"] == section]
+    if section != "windows":
+        runs = runs[-1:]  # the figures shown are the latest run's (`--rerun` merges windows)
     if not runs:
         return ("Run before `bench/scheduling.py` stamped its results with their commit: the "
                 "text beside this block dates it.")
@@ -54,6 +56,16 @@ def measured(scheduling: dict[str, Any], section: str) -> str:
         who = f" ({', '.join(m['policies'])} re-run)" if m.get("policies") else ""
         return f"{m['utc']} on {m['commit']}, {m['build']}{who}"
     return "Measured " + "; ".join(one(m) for m in runs) + "."
+
+
+def _earlier_runs(scheduling: dict[str, Any]) -> str:
+    """The whole trace's stamped runs before the latest, whose figures the latest replaced."""
+    runs = [m for m in scheduling.get("measured", [])
+            if m["section"] == "whole-trace" and "sim_wall_s" in m][:-1]
+    if not runs:
+        return ""
+    return "; the runs before it: " + ", ".join(
+        f"{m['sim_wall_s']:.1f} s ({m['commit']}, {m['utc']})" for m in runs)
 
 
 def _met(values: list[float], limit: float) -> str:
@@ -121,7 +133,8 @@ def goals_block(scheduling: dict[str, Any], seeds: dict[str, Any], held_out: dic
               f"{yes(min(event_ratio, batch_ratio) >= SIA_OVER_HAS_MIN)} |",
               f"| the whole Philly trace ({whole['jobs']:,} jobs) on {whole['cluster']} under has "
               f"< {WHOLE_TRACE_MAX_S:.0f} s | {whole['sim_wall_s']:.1f} s of simulation "
-              f"({whole['build']}) | {yes(whole['sim_wall_s'] < WHOLE_TRACE_MAX_S)} |",
+              f"({whole['build']}){_earlier_runs(scheduling)} | "
+              f"{yes(whole['sim_wall_s'] < WHOLE_TRACE_MAX_S)} |",
               "", "Whole trace: " + measured(scheduling, "whole-trace")]
     return "\n".join(lines)
 
