@@ -27,7 +27,9 @@ def test_json_has_the_documented_keys(tmp_path) -> None:
     assert set(REQUIRED_KEYS) <= set(data)
     assert data["input"]["jobs"] == 40 and abs(data["input"]["offered_load"] - 0.9) < 1e-3
     assert data["completed"] + data["unschedulable"] == 40
-    assert {"gpu_hours", "restarts", "p99_queue_s", "reshapes", "utilization_over_time"} <= set(data)
+    assert {"gpu_hours", "restarts", "p99_queue_s", "reshapes", "utilization_over_time",
+            "slowest_1pct_jct_s"} <= set(data)
+    assert data["slowest_1pct_jct_s"] >= data["p99_jct_s"] - 1e-6  # the tail beyond p99
     assert data["input"]["launch_overhead_s"] == 60.0  # realism defaults
     assert data["input"]["duration_error_sigma"] == 0.3
 

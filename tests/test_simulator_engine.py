@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gc
 import math
+import random
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -14,7 +15,7 @@ from frenzy_scheduler.policies.has import HasConfig, HasPolicy
 from frenzy_scheduler.simulator import (AvailabilityEvent, SimConfig, SimJob, WorkloadMapper, load_trace,
                                         prepare_jobs, scale_arrivals, select_window, simulate,
                                         summarize)
-from frenzy_scheduler.simulator.metrics import offered_load
+from frenzy_scheduler.simulator.metrics import offered_load, slowest_mean
 from frenzy_scheduler.simulator.trace import TraceJob
 from frenzy_scheduler.simulator.workload import global_batch_for, restart_overhead_s
 
@@ -447,3 +448,13 @@ def test_the_engine_runs_an_option_of_the_jobs_menu_and_refuses_any_other() -> N
     foreign = lambda menu: replace(menu[0], plan=ParallelPlan(dp=1, tp=1, micro_batch=2))  # noqa: E731
     with pytest.raises(ValueError, match="j0.*an option it does not have"):
         simulate(jobs, build_cluster(GROUPS), _Answering(foreign))
+
+
+def test_slowest_mean_is_the_mean_of_the_largest_percent_at_least_one() -> None:
+    """The tail figure beside p99: 500 values give their 5 largest; fewer than 100, the
+    largest alone; none, 0."""
+    values = [float(v) for v in range(500)]
+    random.Random(0).shuffle(values)
+    assert slowest_mean(values) == (495 + 496 + 497 + 498 + 499) / 5
+    assert slowest_mean([3.0, 9.0, 1.0]) == 9.0
+    assert slowest_mean([]) == 0.0
