@@ -48,7 +48,10 @@ def measured(scheduling: dict[str, Any], section: str) -> str:
     before it stamped them say so."""
     runs = [m for m in scheduling.get("measured", []) if m["section"] == section]
     if section != "windows":
-        runs = runs[-1:]  # the figures shown are the latest run's (`--rerun` merges windows)
+        runs = runs[-1:]  # the figures shown are the latest run's
+    else:  # `--rerun` merges policies into the windows; a full run replaces them all
+        full = [i for i, m in enumerate(runs) if not m.get("policies")]
+        runs = runs[full[-1]:] if full else runs
     if not runs:
         return ("Run before `bench/scheduling.py` stamped its results with their commit: the "
                 "text beside this block dates it.")
@@ -104,6 +107,13 @@ def goals_block(scheduling: dict[str, Any], seeds: dict[str, Any], held_out: dic
                         windows("sia", "p99_jct_ratio"), P99_VS_SIA_MAX),
              _ratio_row(f"... {seeds_label}", across(seeds, "p99_jct_mean"), P99_VS_SIA_MAX),
              _ratio_row(f"... {held_label}", across(held_out, "p99_jct_mean"), P99_VS_SIA_MAX),
+             _ratio_row("beside p99, not a goal: the mean JCT of the slowest 1 % no worse than "
+                        "`sia`'s, seed 0", windows("sia", "slowest_1pct_jct_ratio"),
+                        P99_VS_SIA_MAX),
+             _ratio_row(f"... {seeds_label}", across(seeds, "slowest_1pct_jct_mean"),
+                        P99_VS_SIA_MAX),
+             _ratio_row(f"... {held_label}", across(held_out, "slowest_1pct_jct_mean"),
+                        P99_VS_SIA_MAX),
              _ratio_row(f"GPU-hours <= {GPU_HOURS_VS_SIA_MAX:.2f}x `sia`'s, seed 0",
                         windows("sia", "gpu_hours_ratio"), GPU_HOURS_VS_SIA_MAX),
              _ratio_row(f"... {held_label}", across(held_out, "gpu_hours_mean"),
@@ -150,16 +160,19 @@ def windows_block(scheduling: dict[str, Any]) -> str:
         out += [f"**{name}** ({len(saved['windows'])} windows of {config['window_jobs']} jobs"
                 + (f"; spans h: {', '.join(f'{s:.1f}' for s in spans)}" if None not in spans
                    else "") + ")", "",
-                "| policy | avg JCT h | p50 JCT h | p99 JCT h | avg queue h | GPU-h | util | "
-                "restarts | has / policy avg JCT | has / policy p99 | has / policy GPU-h |",
-                "|---|---|---|---|---|---|---|---|---|---|---|"]
+                "| policy | avg JCT h | p50 JCT h | p99 JCT h | slowest 1 % JCT h | avg queue h | "
+                "GPU-h | util | restarts | has / policy avg JCT | has / policy p99 | "
+                "has / policy slowest 1 % | has / policy GPU-h |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for policy, m in summary["per_policy"].items():
             ours = "has_parity_vs" if policy.endswith("@parity") else "has_vs"
             vs = summary.get(ours, {}).get(policy)
             ratios = (f"{vs['avg_jct_ratio_mean_over_windows']:.3f} | {vs['p99_jct_ratio']:.3f} | "
-                      f"{vs['gpu_hours_ratio']:.3f}") if vs else "- | - | -"
+                      f"{vs['slowest_1pct_jct_ratio']:.3f} | {vs['gpu_hours_ratio']:.3f}"
+                      ) if vs else "- | - | - | -"
             out.append(f"| {policy} | {m['avg_jct_s'] / 3600:.2f} | {m['p50_jct_s'] / 3600:.2f} | "
-                       f"{m['p99_jct_s'] / 3600:.1f} | {m['avg_queue_s'] / 3600:.2f} | "
+                       f"{m['p99_jct_s'] / 3600:.1f} | {m['slowest_1pct_jct_s'] / 3600:.1f} | "
+                       f"{m['avg_queue_s'] / 3600:.2f} | "
                        f"{m['gpu_hours']:.0f} | {m['utilization']:.3f} | {m['restarts']:.0f} | "
                        f"{ratios} |")
         per_window = summary["has_vs"]["sia"]["avg_jct_ratio_per_window"]
