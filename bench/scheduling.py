@@ -534,16 +534,16 @@ def main() -> None:
                     for metrics in window["policies"].values():
                         for key in CURVE_KEYS:
                             metrics.pop(key, None)
+    saved_clusters = results["clusters"]
+    results["clusters"] = {} if "windows" in sections else saved_clusters
+    rerun = [name for name in args.rerun.split(",") if name]
     # Which code measured what, when: one entry per section run (bench/scheduling_report.py
     # prints the latest under each table), kept across partial runs
     results.setdefault("measured", []).extend(
         {"section": section, "utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
          "commit": commit_of(ROOT), "build": native.build_name(),
-         **({"policies": args.rerun.split(",")} if section == "windows" and args.rerun else {})}
+         **({"policies": rerun} if section == "windows" and rerun else {})}
         for section in sorted(sections))
-    saved_clusters = results["clusters"]
-    results["clusters"] = {} if "windows" in sections else saved_clusters
-    rerun = [name for name in args.rerun.split(",") if name]
     for cluster_name, path in CLUSTERS.items() if "windows" in sections else ():
         groups = load_cluster_file(path)
         results["clusters"][cluster_name] = {}

@@ -16,6 +16,7 @@ threshold in `GOALS`, never written by hand.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import sys
@@ -39,7 +40,9 @@ SIA_OVER_HAS_MIN = 100.0
 WHOLE_TRACE_MAX_S = 60.0
 
 
+@functools.lru_cache(maxsize=None)
 def load(name: str) -> dict[str, Any]:
+    """A results file, read once per process (three blocks render from scheduling.json)."""
     return json.loads((RESULTS / name).read_text())
 
 
@@ -90,11 +93,9 @@ def goals_block(scheduling: dict[str, Any], seeds: dict[str, Any], held_out: dic
     def across(saved: dict[str, Any], key: str) -> list[float]:
         return [saved["summary"][f"{c}/{s}"]["sia"][key] for c, s in SETTINGS]
 
-    n_seeds, n_held = len(seeds["seeds"]), len(held_out["seeds"])
     seeds_label = f"seeds {min(seeds['seeds'])}-{max(seeds['seeds'])}, mean"
     held_label = (f"held-out windows ({len(held_out['window_starts'])} a setting), seeds "
                   f"{min(held_out['seeds'])}-{max(held_out['seeds'])}, mean")
-    assert n_seeds and n_held
     lines = ["| goal (has / baseline) | " + " | ".join(SETTING_NAMES) + " | met |",
              "|---|---|---|---|---|---|",
              _ratio_row(f"avg JCT <= {JCT_VS_FRENZY_MAX:.2f}x `frenzy`, seed 0",
