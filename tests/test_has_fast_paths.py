@@ -12,7 +12,7 @@ from frenzy.domain import ParallelPlan, PlanOption
 from frenzy_scheduler.clusterfile import NodeGroup, build_cluster
 from frenzy_scheduler.core import ClusterView, NodeState, QueuedJob, RunningJob
 from frenzy_scheduler.policies.elastic import (Menu, Menus, fill_floor, floor_items,
-                                               full_duration_s, most_freed,
+                                               full_duration_s, least_restart_s, most_freed,
                                                narrower_steps, other_types, shrink_loss_floor,
                                                shrink_plan, spare_gpus, victim_candidates,
                                                victims_by_type)
@@ -219,77 +219,92 @@ def test_release_waits_kept_across_decisions_match_fresh_ones(decisions, rng) ->
         pool = running
 
 
+# What a running job measured its restart at (0: not measured, the policy's own is charged),
+# and whether a move throws away the work since its last checkpoint (it does not save on
+# request; checkpoints every 600 s of its run): admission charges each victim its own touch
+RESTARTS = st.tuples(st.sampled_from([0.0, 0.0, 15.0, 400.0]), st.booleans())
+
+
+def measured(run: RunningJob, restart: tuple[float, bool]) -> RunningJob:
+    restart_s, saves = restart
+    return replace(run, restart_s=restart_s, saves_on_request=saves,
+                   checkpoint_interval_s=0.0 if saves else 600.0)
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(sorted(TYPES)), st.sampled_from([1, 2, 4, 8]),
                           st.floats(0.05, 1.0), st.sets(st.sampled_from(sorted(TYPES)),
-                                                         min_size=1)), min_size=1, max_size=8),
+                                                         min_size=1), RESTARTS),
+                min_size=1, max_size=8),
        st.dictionaries(st.sampled_from(sorted(TYPES)), st.integers(0, 8)),
-       st.floats(10.0, 1e5))
-def test_admission_bounds_hold_with_displacement(jobs, free, horizon_s) -> None:
+       st.floats(10.0, 1e5), st.floats(0.0, 5e3))
+def test_admission_bounds_hold_with_displacement(jobs, free, horizon_s, now_s) -> None:
     """What admission prunes by (`spare_gpus`: `deficit > spare` is skipped; `most_freed`: a
-    plan touching k jobs costs at least 2 restarts each) holds for every plan `shrink_plan`
-    finds, displacements included (a displaced job frees its whole allocation); and its memo
-    of displacements does not change the plan."""
+    plan touching k jobs costs at least 2 of the least restart each, `least_restart_s`) holds
+    for every plan `shrink_plan` finds, displacements and victims' own measured restarts
+    included (a displaced job frees its whole allocation); and its memo of displacements
+    does not change the plan."""
     runs = []
-    for i, (gpu_type, gpus, left, menu_types) in enumerate(jobs):
+    for i, (gpu_type, gpus, left, menu_types, restart) in enumerate(jobs):
         menu = tuple(option(t, n, 1e4 * TYPES[t] * 4 / (n + 3))
                      for t in sorted(menu_types | {gpu_type}) for n in (1, 2, 4, 8))
         own = option(gpu_type, gpus, 1e4 * TYPES[gpu_type] * 4 / (gpus + 3))
-        runs.append(RunningJob(f"r{i}", own, ((f"n{i}", tuple(range(gpus))),), 0.0, 1e5,
-                               options=menu, fraction_at_start=left))
+        runs.append(measured(RunningJob(f"r{i}", own, ((f"n{i}", tuple(range(gpus))),), 0.0,
+                                        1e5, options=menu, fraction_at_start=left), restart))
     restart_s = 120.0
-    victims = victims_by_type(runs, 0.0, Menus(), displace=True)
-    spare, most = spare_gpus(victims), most_freed(victims)
+    least_s = least_restart_s(runs, restart_s)
+    assert least_s == min([restart_s] + [r.restart_s for r in runs if r.restart_s])
+    victims = victims_by_type(runs, now_s, Menus(), restart_s, displace=True)
+    candidates = victim_candidates(runs, now_s, Menus(), displace=True)
+    spare, most = spare_gpus(candidates), most_freed(candidates)
     for gpu_type in victims:
         for deficit in range(1, spare[gpu_type] + 3):
-            plan = shrink_plan(victims, gpu_type, deficit, horizon_s, restart_s, set(), free)
-            assert plan == shrink_plan(victims, gpu_type, deficit, horizon_s, restart_s, set(),
-                                       free, {})
+            plan = shrink_plan(victims, gpu_type, deficit, horizon_s, set(), free)
+            assert plan == shrink_plan(victims, gpu_type, deficit, horizon_s, set(), free, {})
             if plan is None:
                 continue
             assert deficit <= spare[gpu_type]
             touched = bisect.bisect_left(most[gpu_type], deficit) + 1
             assert len(plan[1]) >= touched
-            assert plan[0] >= 2 * restart_s * touched * (1.0 - 1e-9)
+            assert plan[0] >= 2 * least_s * touched * (1.0 - 1e-9)
 
 
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(sorted(TYPES)), st.sampled_from([1, 2, 4, 8]),
                           st.floats(0.05, 1.0), st.sets(st.sampled_from(sorted(TYPES)),
                                                          min_size=1),
-                          st.floats(0.3, 3.0)), min_size=1, max_size=8),
+                          st.floats(0.3, 3.0), RESTARTS), min_size=1, max_size=8),
        st.one_of(st.none(), st.dictionaries(st.sampled_from(sorted(TYPES)), st.integers(0, 8))),
        st.floats(10.0, 1e5), st.sets(st.sampled_from([f"r{i}" for i in range(8)]), max_size=2),
-       st.floats(0.0, 1.0))
-def test_shrink_loss_floor_is_below_every_plan(jobs, free, horizon_s, skip, shorter) -> None:
+       st.floats(0.0, 1.0), st.floats(0.0, 5e3))
+def test_shrink_loss_floor_is_below_every_plan(jobs, free, horizon_s, skip, shorter,
+                                               now_s) -> None:
     """Admission builds a plan only when `shrink_loss_floor` leaves it a gain: the floor is at
     most the loss of the plan `shrink_plan` finds (displacements, skipped jobs and menus whose
     narrower steps are not monotone included), inf only when it finds none, and so is the
     floor filled from the per-GPU costs of a shorter horizon (what admission reuses across
     a job's options of one type); and filling the shared displacement memo first changes
-    no plan."""
+    no plan. Victims carry their own measured restarts and lost work (`touch_cost_s`)."""
     runs = []
-    for i, (gpu_type, gpus, left, menu_types, skew) in enumerate(jobs):
+    for i, (gpu_type, gpus, left, menu_types, skew, restart) in enumerate(jobs):
         menu = tuple(option(t, n, 1e4 * TYPES[t] * 4 / (n + 3) * (skew if n == 2 else 1.0))
                      for t in sorted(menu_types | {gpu_type}) for n in (1, 2, 4, 8))
         own = option(gpu_type, gpus, 1e4 * TYPES[gpu_type] * 4 / (gpus + 3))
-        runs.append(RunningJob(f"r{i}", own, ((f"n{i}", tuple(range(gpus))),), 0.0, 1e5,
-                               options=menu, fraction_at_start=left))
+        runs.append(measured(RunningJob(f"r{i}", own, ((f"n{i}", tuple(range(gpus))),), 0.0,
+                                        1e5, options=menu, fraction_at_start=left), restart))
     restart_s = 120.0
-    victims = victims_by_type(runs, 0.0, Menus(), displace=free is not None)
-    spare = spare_gpus(victims)
+    victims = victims_by_type(runs, now_s, Menus(), restart_s, displace=free is not None)
+    spare = spare_gpus(victim_candidates(runs, now_s, Menus(), displace=free is not None))
     for gpu_type in victims:
         for deficit in range(1, spare[gpu_type] + 3):
             memo: dict = {}
-            floor_s = shrink_loss_floor(victims, gpu_type, deficit, horizon_s, restart_s, skip,
-                                        free, memo)
-            plan = shrink_plan(victims, gpu_type, deficit, horizon_s, restart_s, skip, free, memo)
-            assert plan == shrink_plan(victims, gpu_type, deficit, horizon_s, restart_s, skip,
-                                       free)
+            floor_s = shrink_loss_floor(victims, gpu_type, deficit, horizon_s, skip, free, memo)
+            plan = shrink_plan(victims, gpu_type, deficit, horizon_s, skip, free, memo)
+            assert plan == shrink_plan(victims, gpu_type, deficit, horizon_s, skip, free)
             if floor_s == float("inf"):
                 assert plan is None
-            reused_s = fill_floor(floor_items(victims, gpu_type, horizon_s * shorter, restart_s,
-                                              skip, free, memo), deficit)
+            reused_s = fill_floor(floor_items(victims, gpu_type, horizon_s * shorter, skip, free,
+                                              memo), deficit)
             if plan is not None:
                 assert floor_s * (1.0 - 1e-9) <= plan[0]
                 assert reused_s * (1.0 - 1e-9) <= plan[0]
@@ -322,8 +337,9 @@ def test_victims_kept_by_job_match_fresh_ones(jobs, asks) -> None:
                 others = other_types(run, Menu(run.options)) if displace else []
                 if steps or others:
                     scratch.setdefault(run.option.gpu_type, []).append(
-                        (run, full_duration_s(run), run.remaining_fraction(now_s), steps, others))
-        assert victims_by_type(runs, now_s, menus, displace) == scratch
+                        (run, full_duration_s(run), run.remaining_fraction(now_s), steps, others,
+                         2 * 120.0))
+        assert victims_by_type(runs, now_s, menus, 120.0, displace) == scratch
 
 
 @settings(max_examples=60, deadline=None)

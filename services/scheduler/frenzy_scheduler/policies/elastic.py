@@ -27,6 +27,7 @@ from __future__ import annotations
 import heapq
 import math
 from itertools import accumulate
+from operator import attrgetter
 
 from dataclasses import replace
 from typing import AbstractSet, Callable, Sequence
@@ -405,9 +406,10 @@ def narrower_steps(run: RunningJob, menu: Menu) -> list[tuple[int, float, PlanOp
 ShrinkPlan = tuple[float, list[tuple[RunningJob, PlanOption]]]
 # Per GPU type, the running jobs that could give GPUs up: (job, full-work duration s now, the
 # fraction of its work left now, its narrower steps on its type, its fastest option per other
-# type as (type, [(s, GPUs, option)], fastest first)).
+# type as (type, [(s, GPUs, option)], fastest first), what touching it costs besides its
+# slowdown: `touch_cost_s`).
 Victims = dict[str, list[tuple[RunningJob, float, float, list[tuple[int, float, PlanOption]],
-                               list[tuple[str, list[tuple[float, int, PlanOption]]]]]]]
+                               list[tuple[str, list[tuple[float, int, PlanOption]]]], float]]]
 
 
 def other_types(run: RunningJob, menu: Menu) -> list[tuple[str, list[tuple[float, int, PlanOption]]]]:
@@ -426,11 +428,11 @@ def other_types(run: RunningJob, menu: Menu) -> list[tuple[str, list[tuple[float
 
 
 def victims_by_type(runs: Sequence[RunningJob], now_s: float, menus: Menus,
-                    displace: bool = False) -> Victims:
+                    restart_s: float, displace: bool = False) -> Victims:
     """The jobs a newcomer may shrink, per type: known menu, a narrower option on their type
     (or, with `displace`, an option on another type), not restoring (Sia pins those too) and
-    no deadline."""
-    return {gpu_type: with_work_left(candidates, now_s)
+    no deadline. `restart_s`: the restart of a job that has not measured its own."""
+    return {gpu_type: with_work_left(candidates, now_s, restart_s)
             for gpu_type, candidates in victim_candidates(runs, now_s, menus, displace).items()}
 
 
@@ -474,17 +476,41 @@ def victim_candidates_until(runs: Sequence[RunningJob], now_s: float, menus: Men
     return out, until_s
 
 
-def with_work_left(candidates: list, now_s: float) -> list:
-    """One type's `victim_candidates` as `Victims` entries: each with its work left now."""
-    return [(run, full_s, run.remaining_fraction(now_s), steps, others)
+def with_work_left(candidates: list, now_s: float, restart_s: float) -> list:
+    """One type's `victim_candidates` as `Victims` entries: each with its work left now and
+    what touching it costs (`touch_cost_s`; `restart_s` for a job that has not measured its
+    own restart)."""
+    return [(run, full_s, run.remaining_fraction(now_s), steps, others,
+             touch_cost_s(run, restart_s, now_s))
             for run, full_s, steps, others in candidates]
 
 
-def spare_gpus(victims: Victims | Candidates) -> dict[str, int]:
+def touch_cost_s(run: RunningJob, restart_s: float, now_s: float) -> float:
+    """What shrinking or displacing a running job costs it besides its slowdown: two restarts,
+    the move now and the growth back later, each as its own last start cost when it measured
+    one (live: `RunningJob.restart_s`), else `restart_s`; and the work since its last checkpoint
+    when the move throws it away (`RunningJob.redo_s`: a job that does not save on request).
+    The same restart that growth charges a move of the job (`move_restart_s`). At least
+    `2 * min(restart_s, the least measured restart)`, the bound admission prunes by
+    (`least_restart_s`)."""
+    return 2 * (run.restart_s or restart_s) + run.redo_s(now_s)
+
+
+_RESTART_S = attrgetter("restart_s")
+
+
+def least_restart_s(runs: Sequence[RunningJob], restart_s: float) -> float:
+    """The least restart any of `runs` would be charged (`touch_cost_s` has at least twice
+    it): `restart_s` for those that have not measured one, their own for those that have."""
+    measured = min(filter(None, map(_RESTART_S, runs)), default=restart_s)
+    return measured if measured < restart_s else restart_s
+
+
+def spare_gpus(candidates: Candidates) -> dict[str, int]:
     """Per type, the most GPUs shrinking could free (every victim down to its narrowest, or
     all of a victim that could be displaced to another type)."""
-    return {t: sum(_most_freed_by(item[0], item[-2], item[-1]) for item in v)
-            for t, v in victims.items()}
+    return {t: sum(_most_freed_by(run, steps, others) for run, _, steps, others in v)
+            for t, v in candidates.items()}
 
 
 def _most_freed_by(run: RunningJob, steps: list, others: list) -> int:
@@ -493,29 +519,31 @@ def _most_freed_by(run: RunningJob, steps: list, others: list) -> int:
     return run.num_gpus if others else run.num_gpus - steps[-1][0]
 
 
-def most_freed(victims: Victims | Candidates) -> dict[str, list[int]]:
+def most_freed(candidates: Candidates) -> dict[str, list[int]]:
     """Per type, the most GPUs that k victims could free, for k = 1, 2, ...: so freeing a
     deficit touches at least `bisect_left(most, deficit) + 1` jobs, each first touch costing
-    two restarts (a lower bound on any `shrink_plan`'s loss). A displaceable victim counts
-    with its whole allocation (a displacement also costs two restarts, plus a loss >= 0)."""
-    return {t: list(accumulate(sorted((_most_freed_by(item[0], item[-2], item[-1])
-                                       for item in v), reverse=True)))
-            for t, v in victims.items()}
+    at least two of the least restart (`touch_cost_s`: a lower bound on any `shrink_plan`'s
+    loss). A displaceable victim counts with its whole allocation (a displacement costs the
+    same touch, plus a loss >= 0)."""
+    return {t: list(accumulate(sorted((_most_freed_by(run, steps, others)
+                                       for run, _, steps, others in v), reverse=True)))
+            for t, v in candidates.items()}
 
 
 def shrink_plan(victims: Victims, gpu_type: str, deficit: int, horizon_s: float,
-                restart_s: float, skip: AbstractSet[str] = frozenset(),
+                skip: AbstractSet[str] = frozenset(),
                 free: dict[str, int] | None = None,
                 moves: dict[str, tuple[int, float, PlanOption] | None] | None = None
                 ) -> ShrinkPlan | None:
     """Free `deficit` GPUs of a type by shrinking running jobs where it costs least: greedy on
-    the loss per GPU freed (`shrink_loss_s` over the newcomer's `horizon_s`, plus two restarts
-    the first time a job is touched: the shrink, and the growth back when the GPUs free up).
+    the loss per GPU freed (`shrink_loss_s` over the newcomer's `horizon_s`, plus the job's
+    `touch_cost_s` the first time it is touched: two restarts, the shrink and the growth back
+    when the GPUs free up).
     Each job steps down its own options one at a time, so a wide job gives a few GPUs rather
     than falling to one. With `free` (GPUs free now per type), an untouched job may instead
     be displaced whole to its fastest option on another type that has the GPUs free
     (`displacement`), per GPU it frees at a loss of its slowdown there **to its own end**
-    plus two restarts: a move back needs the fast GPUs free after the queue's pass, which
+    plus its touch cost: a move back needs the fast GPUs free after the queue's pass, which
     under a queue they are not (the sustained-load lesson of start-now, docs/has.md), so the
     return is not counted on. Returns (total loss s, [(job, its new option)]) or None when the
     type's running jobs cannot give enough. `moves`: the caller's memo of each job's
@@ -531,9 +559,10 @@ def shrink_plan(victims: Victims, gpu_type: str, deficit: int, horizon_s: float,
     # steps taken, its new option: None while untouched)
     state: dict[str, tuple[RunningJob, float, float, int, int, PlanOption | None]] = {
         run.job_id: (run, current_s, left, run.num_gpus, 0, None)
-        for run, current_s, left, _, _ in victims.get(gpu_type, ()) if run.job_id not in skip}
-    steps_of = {run.job_id: steps for run, _, _, steps, _ in victims.get(gpu_type, ())}
-    others_of = {run.job_id: others for run, _, _, _, others in victims.get(gpu_type, ())}
+        for run, current_s, left, _, _, _ in victims.get(gpu_type, ()) if run.job_id not in skip}
+    steps_of = {run.job_id: steps for run, _, _, steps, _, _ in victims.get(gpu_type, ())}
+    others_of = {run.job_id: others for run, _, _, _, others, _ in victims.get(gpu_type, ())}
+    touch_of = {run.job_id: touch_s for run, _, _, _, _, touch_s in victims.get(gpu_type, ())}
     free_left = dict(free) if free is not None else {}
     memo = moves  # valid while free_left is the caller's `free`
 
@@ -547,7 +576,7 @@ def shrink_plan(victims: Victims, gpu_type: str, deficit: int, horizon_s: float,
             step_gpus, step_s, _ = steps[taken]
             loss_s = shrink_loss_s(left, step_s, current_s, horizon_s)
             if chosen is None:
-                loss_s += 2 * restart_s
+                loss_s += touch_of[job_id]
             best = (loss_s / (gpus - step_gpus), job_id, loss_s, None)
         if chosen is None and free is not None:
             if memo is not None:
@@ -559,7 +588,7 @@ def shrink_plan(victims: Victims, gpu_type: str, deficit: int, horizon_s: float,
                 move = displacement(others_of[job_id], free_left)
             if move is not None:
                 # to its end: no return is counted on (see the docstring)
-                loss_s = shrink_loss_s(left, move[1], current_s, math.inf) + 2 * restart_s
+                loss_s = shrink_loss_s(left, move[1], current_s, math.inf) + touch_of[job_id]
                 if best is None or (loss_s / gpus, job_id) < best[:2]:
                     best = (loss_s / gpus, job_id, loss_s, move)
         return best
@@ -593,7 +622,7 @@ def shrink_plan(victims: Victims, gpu_type: str, deficit: int, horizon_s: float,
 
 
 def shrink_loss_floor(victims: Victims, gpu_type: str, deficit: int, horizon_s: float,
-                      restart_s: float, skip: AbstractSet[str] = frozenset(),
+                      skip: AbstractSet[str] = frozenset(),
                       free: dict[str, int] | None = None,
                       moves: dict[str, tuple[int, float, PlanOption] | None] | None = None
                       ) -> float:
@@ -603,7 +632,7 @@ def shrink_loss_floor(victims: Victims, gpu_type: str, deficit: int, horizon_s: 
     plan's loss on average, and it spares 94 % of the plans).
 
     Why it is a floor: `shrink_plan` uses each job either by a prefix of its narrower steps
-    (the first costing two restarts more) or, untouched, by a displacement. So a job's loss
+    (the first costing its touch more) or, untouched, by a displacement. So a job's loss
     is at least its least loss per GPU over those uses (`per_gpu`) times the GPUs it frees,
     and a plan frees at least `deficit` GPUs with each job giving at most its `most`: the
     plan's loss is at least the cheapest fractional filling of the deficit (the knapsack's
@@ -614,23 +643,21 @@ def shrink_loss_floor(victims: Victims, gpu_type: str, deficit: int, horizon_s: 
     Every loss is non-decreasing in the horizon (`shrink_loss_s`), so the per-GPU costs of
     a shorter horizon (`floor_items`) fill a floor for any longer one (`fill_floor`): what
     admission reuses across a job's options of one type, which it visits fastest first."""
-    return fill_floor(floor_items(victims, gpu_type, horizon_s, restart_s, skip, free, moves),
-                      deficit)
+    return fill_floor(floor_items(victims, gpu_type, horizon_s, skip, free, moves), deficit)
 
 
-def floor_items(victims: Victims, gpu_type: str, horizon_s: float, restart_s: float,
+def floor_items(victims: Victims, gpu_type: str, horizon_s: float,
                 skip: AbstractSet[str] = frozenset(), free: dict[str, int] | None = None,
                 moves: dict[str, tuple[int, float, PlanOption] | None] | None = None
                 ) -> list[tuple[float, int]]:
     """`shrink_loss_floor`'s (least loss per GPU, most GPUs) of each job, cheapest first."""
-    restarts_s = 2 * restart_s
     items = []
-    for run, current_s, left, steps, others in victims.get(gpu_type, ()):
+    for run, current_s, left, steps, others, touch_s in victims.get(gpu_type, ()):
         if run.job_id in skip:
             continue
         gpus = run.num_gpus
         per_gpu, most = math.inf, 0
-        loss_s, before_s = restarts_s, current_s
+        loss_s, before_s = touch_s, current_s
         for step_gpus, step_s, _ in steps:  # shrink_loss_s, inlined
             if step_s > before_s:
                 loss_s += min(horizon_s, left * step_s) * (1.0 - before_s / step_s)
@@ -649,7 +676,7 @@ def floor_items(victims: Victims, gpu_type: str, horizon_s: float, restart_s: fl
                 move = displacement(others, free)
             if move is not None:
                 most = gpus
-                loss_s = shrink_loss_s(left, move[1], current_s, math.inf) + restarts_s
+                loss_s = shrink_loss_s(left, move[1], current_s, math.inf) + touch_s
                 if loss_s / gpus < per_gpu:
                     per_gpu = loss_s / gpus
         if most:

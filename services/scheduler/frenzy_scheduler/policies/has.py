@@ -38,7 +38,8 @@ from frenzy_scheduler.core import (MIGRATE, PLACE, Alternative, ClusterView, Dec
 from frenzy_scheduler.placement import Assignments, FreeIndex, KeptFreeIndex
 from frenzy_scheduler.policies.elastic import (Candidates, Menus, Shrinkable, ShrinkPlan, Victims,
                                                apply_shrinks, fill_floor, floor_items,
-                                               full_duration_s, gain_floor_s, grow, most_freed,
+                                               full_duration_s, gain_floor_s, grow,
+                                               least_restart_s, most_freed,
                                                movable, move_restart_s, reclaim, shrink_plan,
                                                shrinkable, spare_gpus, undo_shrinks,
                                                rounding_margin_s, victim_candidates_until,
@@ -799,10 +800,13 @@ class HasPolicy:
         placed: list[Placement] = []
         acted: set[str] = set()
         candidates: Shrinkable | None = None
+        # A restart, for a victim that has not measured its own (`elastic.touch_cost_s`) ...
         restart_s = cfg.restart_floor_s + cfg.launch_s(1)
-        # What every plan's margin must cover at least (two restarts), computed as each bound
-        # below spells it, so the floats are the same
-        two_restarts_s = (1.0 + cfg.min_gain_fraction) * 2 * restart_s
+        # ... and the least any victim is charged, when first needed (a pass over the running
+        # jobs); what every plan's margin must cover at least is two of it, computed as each
+        # bound below spells it, so that the floats are the same
+        least_s = -1.0
+        two_restarts_s = 0.0
         claimed: dict[str, int] = {}
         victims: Victims | None = None
         candidates_by_type: Candidates = {}
@@ -879,6 +883,9 @@ class HasPolicy:
             floors: dict[str, list[tuple[float, int]]] = {}  # type -> floor_items, this job
             for entry in facts.entries:  # fastest first
                 _, gpu_type, gpus, total_s, _, _ = entry
+                if least_s < 0.0:
+                    least_s = least_restart_s(running, restart_s)
+                    two_restarts_s = (1.0 + cfg.min_gain_fraction) * 2 * least_s
                 # Every plan costs at least two restarts: nothing slower can net more.
                 if baseline_s - total_s - two_restarts_s <= best_s:
                     break
@@ -899,10 +906,11 @@ class HasPolicy:
                 # many nets no more than the best so far, the plan cannot (margin: rounding)
                 touched = bisect.bisect_left(most[gpu_type], deficit) + 1
                 if baseline_s - total_s - (1.0 + cfg.min_gain_fraction) * \
-                        (2 * restart_s * touched * (1.0 - 1e-9)) <= best_s:
+                        (2 * least_s * touched * (1.0 - 1e-9)) <= best_s:
                     continue
                 if gpu_type not in victims:
-                    victims[gpu_type] = with_work_left(candidates_by_type[gpu_type], now_s)
+                    victims[gpu_type] = with_work_left(candidates_by_type[gpu_type], now_s,
+                                                       restart_s)
                 # A floor under the plan's loss (`shrink_loss_floor`): most plans cannot pay
                 # even at that. First from the per-GPU costs derived for a faster option of
                 # this type (a shorter horizon: still a floor), then from this option's own
@@ -914,13 +922,12 @@ class HasPolicy:
                 if items is not None and baseline_s - total_s - (1.0 + cfg.min_gain_fraction) * \
                         (fill_floor(items, deficit) * (1.0 - 1e-9)) <= best_s:
                     continue
-                items = floors[gpu_type] = floor_items(victims, gpu_type, total_s, restart_s,
-                                                       acted, room, displaced)
+                items = floors[gpu_type] = floor_items(victims, gpu_type, total_s, acted, room,
+                                                       displaced)
                 if baseline_s - total_s - (1.0 + cfg.min_gain_fraction) * \
                         (fill_floor(items, deficit) * (1.0 - 1e-9)) <= best_s:
                     continue
-                plan = shrink_plan(victims, gpu_type, deficit, total_s, restart_s, acted,
-                                   room, displaced)
+                plan = shrink_plan(victims, gpu_type, deficit, total_s, acted, room, displaced)
                 if plan is None:
                     continue
                 net_s = baseline_s - total_s - (1.0 + cfg.min_gain_fraction) * plan[0]
@@ -1009,15 +1016,15 @@ class HasPolicy:
                 if len(together) < 2 or deficit <= 0:
                     continue
                 if gpu_type not in victims:
-                    victims[gpu_type] = with_work_left(candidates_by_type[gpu_type], now_s)
+                    victims[gpu_type] = with_work_left(candidates_by_type[gpu_type], now_s,
+                                                       restart_s)
                 if items is None:  # a floor under every plan's loss (a shorter horizon)
-                    items = floor_items(victims, gpu_type, entry[3], restart_s, acted, room,
-                                        displaced)
+                    items = floor_items(victims, gpu_type, entry[3], acted, room, displaced)
                 if gain_s - factor * fill_floor(items, deficit) * (1.0 - 1e-9) <= \
                         (best[0] if best is not None else 0.0):
                     continue
-                plan = shrink_plan(victims, gpu_type, deficit, horizon_s, restart_s, acted,
-                                   room, displaced)
+                plan = shrink_plan(victims, gpu_type, deficit, horizon_s, acted, room,
+                                   displaced)
                 if plan is None:
                     break  # a larger deficit cannot be freed either
                 net_s = gain_s - factor * plan[0]
