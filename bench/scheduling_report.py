@@ -18,7 +18,9 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import random
 import re
+import statistics
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -38,6 +40,11 @@ DECISION_P99_MAX_S = 0.010
 DECISION_POINT = (10_000, 5_000)  # GPUs x queued
 SIA_OVER_HAS_MIN = 100.0
 WHOLE_TRACE_MAX_S = 60.0
+# The intervals of `uncertainty_block`: resamples of the windows, a fixed seed (the block is
+# checked against the docs, so it must render the same every time), and the coverage
+BOOTSTRAP_RESAMPLES = 10_000
+BOOTSTRAP_SEED = 0
+BOOTSTRAP_COVERAGE = 0.95
 
 
 @functools.lru_cache(maxsize=None)
@@ -155,6 +162,73 @@ def goals_block(scheduling: dict[str, Any], seeds: dict[str, Any], held_out: dic
     return "\n".join(lines)
 
 
+def _per_window(saved: dict[str, Any], setting: str, key: str) -> list[list[tuple[float, float]]]:
+    """(has, sia) values of `key` per window (rows) and seed (columns), from a `has_seeds.py`
+    results file."""
+    seeds = [str(seed) for seed in saved["seeds"]]
+    starts = [str(start) for start in saved["window_starts"]]
+    return [[(saved["windows"][seed][setting][start]["has"][key],
+              saved["windows"][seed][setting][start]["sia"][key]) for seed in seeds]
+            for start in starts]
+
+
+def mean_ratio(rows: list[list[tuple[float, float]]]) -> float:
+    """The goals table's avg-JCT figure: the mean over windows and seeds of has / sia per window."""
+    return statistics.fmean(has / sia for row in rows for has, sia in row)
+
+
+def mean_ratio_of_means(rows: list[list[tuple[float, float]]]) -> float:
+    """The goals table's p99 figure: per seed, has's mean over windows over sia's; the mean
+    over seeds."""
+    return statistics.fmean(sum(row[k][0] for row in rows) / sum(row[k][1] for row in rows)
+                            for k in range(len(rows[0])))
+
+
+def bootstrap_interval(rows: list[list[tuple[float, float]]],
+                       statistic: Callable[[list[list[tuple[float, float]]]], float]
+                       ) -> tuple[float, float]:
+    """A percentile bootstrap interval of `statistic` over windows: the windows are drawn with
+    replacement, each with all its seeds (the seeds of one window share its jobs, so they are
+    not independent draws)."""
+    rng = random.Random(BOOTSTRAP_SEED)
+    draws = sorted(statistic(rng.choices(rows, k=len(rows))) for _ in range(BOOTSTRAP_RESAMPLES))
+    tail = (1.0 - BOOTSTRAP_COVERAGE) / 2
+    return draws[int(tail * BOOTSTRAP_RESAMPLES)], draws[int((1.0 - tail) * BOOTSTRAP_RESAMPLES) - 1]
+
+
+def uncertainty_block(seeds: dict[str, Any], held_out: dict[str, Any]) -> str:
+    """How far the goals table's has / sia figures could move with other windows of the same
+    trace: each with a bootstrap interval over its windows, and the share of (window, seed)
+    pairs in which has's average JCT is under the 0.85x bound and under Sia's."""
+    coverage = f"{BOOTSTRAP_COVERAGE:.0%}"
+    lines = [f"| has / sia, mean [{coverage} interval over windows] | " + " | ".join(SETTING_NAMES) + " |",
+             "|---|---|---|---|---|"]
+    for saved, label in ((seeds, f"{len(seeds['window_starts'])} benchmark windows x seeds "
+                                 f"{min(seeds['seeds'])}-{max(seeds['seeds'])}"),
+                         (held_out, f"{len(held_out['window_starts'])} held-out windows x seeds "
+                                    f"{min(held_out['seeds'])}-{max(held_out['seeds'])}")):
+        per_setting = [(_per_window(saved, f"{c}/{s}", "avg_jct_s"),
+                        _per_window(saved, f"{c}/{s}", "p99_jct_s")) for c, s in SETTINGS]
+        cells = []
+        for jct, _ in per_setting:
+            low, high = bootstrap_interval(jct, mean_ratio)
+            cells.append(f"{mean_ratio(jct):.3f} [{low:.3f}, {high:.3f}]")
+        lines.append(f"| avg JCT, {label} | " + " | ".join(cells) + " |")
+        cells = []
+        for _, p99 in per_setting:
+            low, high = bootstrap_interval(p99, mean_ratio_of_means)
+            cells.append(f"{mean_ratio_of_means(p99):.3f} [{low:.3f}, {high:.3f}]")
+        lines.append(f"| p99 JCT, {label} | " + " | ".join(cells) + " |")
+        cells = []
+        for jct, _ in per_setting:
+            ratios = [has / sia for row in jct for has, sia in row]
+            cells.append(f"{sum(r <= JCT_VS_SIA_MAX for r in ratios)} / "
+                         f"{sum(r <= 1.0 for r in ratios)} of {len(ratios)}")
+        lines.append(f"| (window, seed) pairs with avg JCT <= {JCT_VS_SIA_MAX:.2f}x / <= 1x Sia's, "
+                     f"{label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def windows_block(scheduling: dict[str, Any]) -> str:
     """One table per setting: every policy's means over the windows, has's ratios to each."""
     config = scheduling["config"]
@@ -229,6 +303,7 @@ def sweep_block(scheduling: dict[str, Any]) -> str:
 BLOCKS: dict[str, Callable[[], str]] = {
     "goals": lambda: goals_block(load("scheduling.json"), load("has_seeds.json"),
                                  load("has_held_out.json")),
+    "uncertainty": lambda: uncertainty_block(load("has_seeds.json"), load("has_held_out.json")),
     "windows": lambda: windows_block(load("scheduling.json")),
     "sweep": lambda: sweep_block(load("scheduling.json")),
 }

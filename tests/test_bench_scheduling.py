@@ -182,3 +182,21 @@ def test_report_marks_goals_met_by_threshold_and_refuses_unknown_blocks() -> Non
         report.rendered("<!-- report:nope -->\n<!-- /report:nope -->")
     stale = "<!-- report:goals -->\nold figures\n<!-- /report:goals -->"
     assert "old figures" not in report.rendered(stale)
+
+
+def test_uncertainty_intervals_cover_the_mean_and_collapse_without_spread() -> None:
+    """The goals' bootstrap intervals over windows: windows that all agree give a point; the
+    interval holds the mean it is around; the statistics are the goals table's (the mean of
+    per-window ratios for avg JCT, the ratio of window means per seed for p99)."""
+    report = load_report()
+    same = [[(2.0, 4.0), (3.0, 6.0)]] * 5  # 5 windows x 2 seeds, every ratio 0.5
+    assert report.mean_ratio(same) == 0.5
+    assert report.bootstrap_interval(same, report.mean_ratio) == (0.5, 0.5)
+    spread = [[(1.0, 1.0)], [(2.0, 1.0)], [(1.0, 2.0)], [(3.0, 3.0)], [(1.5, 1.0)]]
+    low, high = report.bootstrap_interval(spread, report.mean_ratio)
+    assert low < report.mean_ratio(spread) < high
+    assert report.mean_ratio_of_means(spread) == (1 + 2 + 1 + 3 + 1.5) / (1 + 1 + 2 + 3 + 1)
+    seeds = report.load("has_seeds.json")
+    rows = report._per_window(seeds, "frenzy-288/trace", "avg_jct_s")
+    assert report.mean_ratio(rows) == pytest.approx(
+        seeds["summary"]["frenzy-288/trace"]["sia"]["avg_jct_mean"])
