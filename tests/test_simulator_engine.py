@@ -458,3 +458,47 @@ def test_slowest_mean_is_the_mean_of_the_largest_percent_at_least_one() -> None:
     assert slowest_mean(values) == (495 + 496 + 497 + 498 + 499) / 5
     assert slowest_mean([3.0, 9.0, 1.0]) == 9.0
     assert slowest_mean([]) == 0.0
+
+
+def test_policies_see_a_running_job_in_its_measured_seconds_and_a_reshape_runs_it_once_scaled(
+        ) -> None:
+    """Live, a running job's menu is put in its measured seconds (`LiveState`: measured over
+    predicted time of its option, applied to every option); the simulator shows every policy
+    the same, each option times the job's error factor (its true time here), the running option
+    too. A resize picked from that menu runs MARP's option at the same place at its true time,
+    the error applied once: 'lone' (MARP: 10,000 s on 1 GPU, 5,000 s on 2) runs 1,000 s on 1
+    GPU, then resizes to 2 with a 50 s restore and ends 1,050 + (5,000 f - 500) s in."""
+    from frenzy_scheduler.core import RESIZE, Placement
+
+    config = SimConfig(launch_overhead_s=0.0, restart_overhead_s=50.0, duration_error_sigma=0.3,
+                       seed=3)
+    factor = config.error_factor("lone")
+    assert abs(factor - 1.0) > 0.05  # a seed whose error shows
+    seen: list[tuple[list[float], float]] = []
+
+    class Resizing:
+        name, round_s, elastic = "resizing", 0.0, True
+
+        def schedule(self, queue, cluster, now_s, running=()):
+            node = next(iter(cluster.nodes.values()))
+            out = []
+            for run in running:
+                seen.append(([o.duration_s for o in run.options], run.option.duration_s))
+                if run.option.num_gpus == 1:
+                    out.append(Placement(run.job_id, run.options[1], ((node.node_id, (0, 1)),),
+                                         RESIZE))
+            for job in queue:
+                gpu = 0 if job.job_id == "lone" else 2
+                out.append(Placement(job.job_id, job.options[0], ((node.node_id, (gpu,)),)))
+            return out
+
+    jobs = [scaling_job("lone", 0.0, 10_000.0, counts=(1, 2)),
+            sim_job("tick", 1000.0, ("A100-80GB", 1, 10.0))]
+    result = simulate(jobs, build_cluster([NodeGroup("A100-80GB", 8, 1)]), Resizing(),
+                      config=config)
+    menu, current = seen[0]
+    assert menu == [10_000.0 * factor, 5_000.0 * factor] and current == 10_000.0 * factor
+    lone = next(r for r in result.records if r.job_id == "lone")
+    assert lone.restarts == 1 and lone.num_gpus == 2
+    assert math.isclose(lone.end_time_s, 1050.0 + 5_000.0 * factor - 500.0)
+    assert math.isclose(lone.work_done, 1.0)

@@ -27,7 +27,7 @@ import math
 import random
 import time
 from dataclasses import dataclass, field, replace
-from itertools import repeat
+from itertools import compress, count, repeat
 from operator import is_
 from typing import Callable, Sequence
 
@@ -220,6 +220,19 @@ def _simulate(jobs: Sequence[SimJob], cluster: ClusterView, policy: Policy,
     round_s = float(getattr(policy, "round_s", 0.0) or 0.0)
     elastic = bool(getattr(policy, "elastic", False))
     errors = {j.job_id: config.error_factor(j.job_id) for j in jobs}
+    measured: dict[str, tuple[PlanOption, ...]] = {}  # `measured_menu`'s, per job
+
+    def measured_menu(job_id: str) -> tuple[PlanOption, ...]:
+        """A running job's menu as the policies see it: MARP's durations scaled by the job's
+        measured speed, as the live scheduler scales them once a job's steps are timed
+        (`LiveState`: measured / predicted time of its current option, applied to every
+        option). Its true durations here, where a job's prediction error is one factor for
+        all its options; and what Sia's own system reads of a running job (its measured
+        throughput). Built once per job: its error does not change."""
+        menu = measured.get(job_id)
+        if menu is None:
+            menu = measured[job_id] = _scaled(by_id[job_id].options, errors[job_id])
+        return menu
 
     events: list[tuple[float, int, int, str]] = []
     seq = 0
@@ -279,7 +292,9 @@ def _simulate(jobs: Sequence[SimJob], cluster: ClusterView, policy: Policy,
     def start(job_id: str, option: PlanOption, full_work: bool,
               assignments: tuple[tuple[str, tuple[int, ...]], ...], now_s: float) -> None:
         """Launch a run: `option.duration_s` is predicted for all the job's work (`full_work`,
-        a reshape picks from the full menu) or for the work left (a queued job's menu)."""
+        a reshape picks from the full menu) or for the work left (a queued job's menu). The
+        policies see the run as measured (`measured_menu`): its option and menu in its true
+        seconds."""
         nonlocal restarts
         job = by_id[job_id]
         left = fraction[job_id]
@@ -298,8 +313,8 @@ def _simulate(jobs: Sequence[SimJob], cluster: ClusterView, policy: Policy,
         end_s = productive_from + true_s
         token = seq
         runs[job_id] = _Run(
-            RunningJob(job_id, option if not full_work else replace(option, duration_s=predicted_s),
-                       assignments, now_s, productive_from + predicted_s, job.options,
+            RunningJob(job_id, replace(option, duration_s=true_s),
+                       assignments, now_s, productive_from + true_s, measured_menu(job_id),
                        left, productive_from, job.submit_time_s, job.deadline_s,
                        left / true_s if true_s > 0 else 0.0, record.restarts,
                        checkpoint_interval_s=config.checkpoint_interval_s),
@@ -386,7 +401,7 @@ def _simulate(jobs: Sequence[SimJob], cluster: ClusterView, policy: Policy,
         decisions.append(time.perf_counter() - tick)
         idle_round = not actions
         _execute(actions, now_s, queue, runs, view, templates, by_id, stop, start, requeue,
-                 resumed, reshapes)
+                 resumed, reshapes, measured_menu)
         if on_progress is not None:
             on_progress(done)
 
@@ -400,8 +415,11 @@ def _simulate(jobs: Sequence[SimJob], cluster: ClusterView, policy: Policy,
 def _execute(actions: Sequence[Placement], now_s: float, queue: dict[str, QueuedJob],
              runs: dict[str, _Run], view: ClusterView, templates: dict[str, NodeState],
              by_id: dict[str, SimJob], stop: Callable, start: Callable, requeue: Callable,
-             resumed: set[str], reshapes: dict[str, int]) -> None:
-    """Run a policy's answer as the orchestrator would: releases first, then checked takes."""
+             resumed: set[str], reshapes: dict[str, int],
+             measured_menu: Callable[[str], tuple[PlanOption, ...]]) -> None:
+    """Run a policy's answer as the orchestrator would: releases first, then checked takes. A
+    reshape picks from the running job's measured menu; it is run as the MARP option of the
+    same position in the job's menu (`start` applies the job's error itself)."""
     seen: set[str] = set()
     for action in actions:
         if action.job_id in seen:
@@ -426,13 +444,23 @@ def _execute(actions: Sequence[Placement], now_s: float, queue: dict[str, Queued
         if action.kind == PREEMPT:
             continue
         job = by_id[action.job_id]
-        menu = queue[action.job_id].options if action.kind == PLACE else job.options
+        menu = queue[action.job_id].options if action.kind == PLACE else \
+            measured_menu(action.job_id)
         option = action.option
         # By identity first, in C (the policies hand back the menu's own objects): `in` calls
         # the dataclass's `__eq__` on every option ahead of it, 1 % of the whole trace
-        if not any(map(is_, menu, repeat(option))) and option not in menu and \
-                not any(o.plan == option.plan for o in menu):
-            raise ValueError(f"policy chose for {action.job_id!r} an option it does not have")
+        if action.kind == PLACE:
+            if not any(map(is_, menu, repeat(option))) and option not in menu and \
+                    not any(o.plan == option.plan for o in menu):
+                raise ValueError(f"policy chose for {action.job_id!r} an option it does not have")
+        else:  # run as MARP's option at the same place in the menu: `start` applies the error
+            at = next(compress(count(), map(is_, menu, repeat(option))), None)
+            if at is None:
+                at = next((i for i, o in enumerate(menu) if o == option or (
+                    o.gpu_type == option.gpu_type and o.plan == option.plan)), None)
+            if at is None:
+                raise ValueError(f"policy chose for {action.job_id!r} an option it does not have")
+            option = job.options[at]
         nodes = {node_id: NodeFacts(node.gpu_type, set(node.free_gpus))
                  for node_id, _ in action.assignments
                  if (node := view.nodes.get(node_id)) is not None}
