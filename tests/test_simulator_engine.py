@@ -468,6 +468,8 @@ def test_policies_see_a_running_job_in_its_measured_seconds_and_a_reshape_runs_i
     too. A resize picked from that menu runs MARP's option at the same place at its true time,
     the error applied once: 'lone' (MARP: 10,000 s on 1 GPU, 5,000 s on 2) runs 1,000 s on 1
     GPU, then resizes to 2 with a 50 s restore and ends 1,050 + (5,000 f - 500) s in."""
+    from dataclasses import replace
+
     from frenzy_scheduler.core import RESIZE, Placement
 
     config = SimConfig(launch_overhead_s=0.0, restart_overhead_s=50.0, duration_error_sigma=0.3,
@@ -484,6 +486,8 @@ def test_policies_see_a_running_job_in_its_measured_seconds_and_a_reshape_runs_i
             out = []
             for run in running:
                 seen.append(([o.duration_s for o in run.options], run.option.duration_s))
+                assert run.options == tuple(replace(o, duration_s=o.duration_s * factor)
+                                            for o in jobs[0].options)  # every other field kept
                 if run.option.num_gpus == 1:
                     out.append(Placement(run.job_id, run.options[1], ((node.node_id, (0, 1)),),
                                          RESIZE))

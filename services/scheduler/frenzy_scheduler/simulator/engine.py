@@ -231,7 +231,12 @@ def _simulate(jobs: Sequence[SimJob], cluster: ClusterView, policy: Policy,
         throughput). Built once per job: its error does not change."""
         menu = measured.get(job_id)
         if menu is None:
-            menu = measured[job_id] = _scaled(by_id[job_id].options, errors[job_id])
+            factor = errors[job_id]
+            # The constructor, not `replace` (half the cost: the whole trace builds 1.9 M)
+            menu = measured[job_id] = tuple([
+                PlanOption(o.gpu_type, o.plan, o.peak_bytes_per_gpu, o.step_time_s,
+                           o.duration_s * factor, o.peak_allocated_bytes, o.peak_reserved_bytes,
+                           o.memory_margin) for o in by_id[job_id].options])
         return menu
 
     events: list[tuple[float, int, int, str]] = []
@@ -352,6 +357,7 @@ def _simulate(jobs: Sequence[SimJob], cluster: ClusterView, policy: Policy,
                     continue  # stale: the run was reshaped or lost its node
                 stop(job_id, now_s)
                 fraction[job_id] = 0.0
+                measured.pop(job_id, None)  # done: its menu is not shown again
                 records[job_id].end_time_s = now_s
                 done += 1
                 changed = True
