@@ -196,6 +196,13 @@ def bootstrap_interval(rows: list[list[tuple[float, float]]],
     return draws[int(tail * BOOTSTRAP_RESAMPLES)], draws[int((1.0 - tail) * BOOTSTRAP_RESAMPLES) - 1]
 
 
+def _with_interval(rows: list[list[tuple[float, float]]],
+                   statistic: Callable[[list[list[tuple[float, float]]]], float]) -> str:
+    """A cell: the statistic and its bootstrap interval over windows."""
+    low, high = bootstrap_interval(rows, statistic)
+    return f"{statistic(rows):.3f} [{low:.3f}, {high:.3f}]"
+
+
 def uncertainty_block(seeds: dict[str, Any], held_out: dict[str, Any]) -> str:
     """How far the goals table's has / sia figures could move with other windows of the same
     trace: each with a bootstrap interval over its windows, and the share of (window, seed)
@@ -207,20 +214,15 @@ def uncertainty_block(seeds: dict[str, Any], held_out: dict[str, Any]) -> str:
                                  f"{min(seeds['seeds'])}-{max(seeds['seeds'])}"),
                          (held_out, f"{len(held_out['window_starts'])} held-out windows x seeds "
                                     f"{min(held_out['seeds'])}-{max(held_out['seeds'])}")):
-        per_setting = [(_per_window(saved, f"{c}/{s}", "avg_jct_s"),
-                        _per_window(saved, f"{c}/{s}", "p99_jct_s")) for c, s in SETTINGS]
+        jcts = [_per_window(saved, f"{c}/{s}", "avg_jct_s") for c, s in SETTINGS]
+        p99s = [_per_window(saved, f"{c}/{s}", "p99_jct_s") for c, s in SETTINGS]
+        lines.append(f"| avg JCT, {label} | "
+                     + " | ".join(_with_interval(rows, mean_ratio) for rows in jcts) + " |")
+        lines.append(f"| p99 JCT, {label} | "
+                     + " | ".join(_with_interval(rows, mean_ratio_of_means) for rows in p99s)
+                     + " |")
         cells = []
-        for jct, _ in per_setting:
-            low, high = bootstrap_interval(jct, mean_ratio)
-            cells.append(f"{mean_ratio(jct):.3f} [{low:.3f}, {high:.3f}]")
-        lines.append(f"| avg JCT, {label} | " + " | ".join(cells) + " |")
-        cells = []
-        for _, p99 in per_setting:
-            low, high = bootstrap_interval(p99, mean_ratio_of_means)
-            cells.append(f"{mean_ratio_of_means(p99):.3f} [{low:.3f}, {high:.3f}]")
-        lines.append(f"| p99 JCT, {label} | " + " | ".join(cells) + " |")
-        cells = []
-        for jct, _ in per_setting:
+        for jct in jcts:
             ratios = [has / sia for row in jct for has, sia in row]
             cells.append(f"{sum(r <= JCT_VS_SIA_MAX for r in ratios)} / "
                          f"{sum(r <= 1.0 for r in ratios)} of {len(ratios)}")
