@@ -1,24 +1,29 @@
-"""Instructions a warm `has` batch call costs at a sweep point, counted by valgrind's callgrind:
-the before/after measure of a performance round that this machine's clock cannot give (the
-same code's CPU time moves by 1.5x within minutes here; an instruction count does not).
+"""Instructions a warm `has` call costs at a sweep point, batch or per event, counted by
+valgrind's callgrind: the before/after measure of a performance round that this machine's
+clock cannot give (the same code's CPU time moves by 1.5x within minutes here; an
+instruction count does not).
 
     apt-get install -y valgrind   # Debian: valgrind and callgrind_control
     .venv/bin/python bench/has_callgrind.py --point 10000x500 --calls 5
-    # paired with another checkout's scheduler (its own compiled build):
-    .venv/bin/python bench/has_callgrind.py --before /tmp/before/services/scheduler
+    # paired with another checkout (a worktree with its own compiled build), per event:
+    .venv/bin/python bench/has_callgrind.py --before /tmp/before --point 10000x5000 \\
+        --events --calls 100
 
 The child process builds the sweep's input for the point (bench/scheduling.py's draws), makes
-the cold call, then waits while the parent switches collection on (`callgrind_control -i
-on`), so only the warm calls (and the `gc.collect()` before each, as the sweep's harness does)
-are counted; the figure reported is `HasPolicy.schedule`'s own inclusive count per call, with
-its largest callees. Counts instructions, not time: cache misses and branch mispredictions
-are not in it. The compiled build only (the function names are mypyc's).
+the cold call (with `--events`, the per-event measurement's fill), then waits while the
+parent switches collection on (`callgrind_control -i on`), so only the warm calls (and the
+`gc.collect()` before each, as the sweep's harness does) are counted. The figure reported
+is `HasPolicy.schedule`'s own inclusive count per call, with its largest callees. Counts
+instructions, not time: cache misses and branch mispredictions are not in it. The compiled
+build only (the function names are mypyc's).
 """
 from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import os
+import random
 import re
 import subprocess
 import sys
@@ -27,34 +32,71 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SCHEDULE = "CPyDef_frenzy_scheduler___policies___has___HasPolicy___schedule "
+SERVICES = ("scheduler", "predictor", "orchestrator", "node-agent")  # each a package folder
+PATH_ONLY = "HAS_CALLGRIND_PATH_ONLY"  # set for the other checkout's child
 
 
-def child(point: str, calls: int) -> None:
-    """Runs under valgrind: the cold call, a pause for the parent, then `calls` warm ones."""
+def child(point: str, calls: int, events: bool) -> None:
+    """Runs under valgrind: the cold call, a pause for the parent, then `calls` warm ones;
+    with `events`, the per-event measurement's fill and then its first `calls` events, each
+    followed by one counted call (bench/scheduling.py `time_events`)."""
+    if os.environ.get(PATH_ONLY):  # the other checkout's packages, from PYTHONPATH alone
+        sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f)]
     sys.path.insert(0, str(HERE))
     from frenzy_scheduler import native
     from frenzy_scheduler.policies.has import HasPolicy
     from frenzy_scheduler.simulator.trace import load_trace
     from has_decision_time import wanted_sweep_inputs
-    from scheduling import PHILLY
+    from scheduling import (FILL_MAX_CALLS, PHILLY, EventState, draw_events, sweep_groups)
 
     if not native.compiled_modules():
         sys.exit("has_callgrind: the compiled build is needed (make native)")
-    ((_, _, queue, cluster, running),) = wanted_sweep_inputs(load_trace(PHILLY), point)
+    trace = load_trace(PHILLY)
+    ((gpus, queued, queue, cluster, running),) = wanted_sweep_inputs(trace, point)
     policy = HasPolicy()
+    if not events:
+        gc.collect()
+        gc.freeze()
+        policy.schedule(queue, cluster, 0.0, running)
+        print("READY", flush=True)
+        sys.stdin.readline()  # the parent has switched collection on
+        for _ in range(calls):
+            gc.collect()
+            policy.schedule(queue, cluster, 0.0, running)
+        return
+    drawn, top_up = draw_events(trace, queue, running, sweep_groups(gpus),
+                                random.Random(f"events:{gpus}:{queued}"),
+                                len(queue) * FILL_MAX_CALLS)
+    state = EventState.of(queue, cluster, running)
+    spare = iter(top_up)
+    for _ in range(FILL_MAX_CALLS):  # the fill, as time_events makes it
+        actions = policy.schedule(list(state.queue.values()), state.cluster, 0.0,
+                                  list(state.running.values()))
+        placed = state.apply(actions, 0.0)
+        for job in itertools.islice(spare, max(0, queued - len(state.queue))):
+            state.enqueue(job)
+        if not placed:
+            break
     gc.collect()
     gc.freeze()
-    policy.schedule(queue, cluster, 0.0, running)
     print("READY", flush=True)
-    sys.stdin.readline()  # the parent has switched collection on
-    for _ in range(calls):
+    sys.stdin.readline()
+    for event in drawn[:calls]:
+        state.happen(event)
+        queue_now, running_now = list(state.queue.values()), list(state.running.values())
         gc.collect()
-        policy.schedule(queue, cluster, 0.0, running)
+        state.apply(policy.schedule(queue_now, state.cluster, event.time_s, running_now),
+                    event.time_s)
 
 
-def counted(point: str, calls: int, pythonpath: str) -> tuple[float, list[tuple[float, str]]]:
+def counted(point: str, calls: int, checkout: str, events: bool
+            ) -> tuple[float, list[tuple[float, str]]]:
     """(instructions a call in `HasPolicy.schedule`, its largest callees per call)."""
-    env = dict(os.environ, PYTHONPATH=pythonpath) if pythonpath else dict(os.environ)
+    env = dict(os.environ)
+    if checkout:  # its packages, `frenzy` included, from its own tree
+        root = Path(checkout)
+        env.update(PYTHONPATH=os.pathsep.join(
+            [str(root / "services" / s) for s in SERVICES] + [str(root)]), **{PATH_ONLY: "1"})
     with tempfile.TemporaryDirectory(prefix="has-callgrind-") as work:
         out = str(Path(work) / "callgrind.out")
         log = Path(work) / "child.log"  # valgrind's and the child's stderr, shown on failure
@@ -62,7 +104,7 @@ def counted(point: str, calls: int, pythonpath: str) -> tuple[float, list[tuple[
             proc = subprocess.Popen(
                 ["valgrind", "--tool=callgrind", "--instr-atstart=no",
                  f"--callgrind-out-file={out}", sys.executable, __file__, "--child",
-                 "--point", point, "--calls", str(calls)],
+                 "--point", point, "--calls", str(calls)] + (["--events"] if events else []),
                 env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True)
             assert proc.stdin is not None and proc.stdout is not None
             ready = False
@@ -112,17 +154,21 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--point", default="10000x500", help="GPUsxqueued, from the sweep's grid")
     parser.add_argument("--calls", type=int, default=5, help="warm calls counted")
-    parser.add_argument("--before", default="", help="another checkout's services/scheduler "
-                        "(compiled there), counted first on the same input")
+    parser.add_argument("--before", default="", help="another checkout's root (a worktree, "
+                        "compiled there), counted first on the same input")
+    parser.add_argument("--events", action="store_true",
+                        help="per event: the fill, then one counted call after each of the "
+                        "first --calls events (the sweep's per-event measurement)")
     parser.add_argument("--top", type=int, default=12, help="callees shown")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.point, args.calls)
+        child(args.point, args.calls, args.events)
         return
     if args.before:
-        report(f"before ({args.before})", *counted(args.point, args.calls, args.before), args.top)
-    report("this checkout", *counted(args.point, args.calls, ""), args.top)
+        report(f"before ({args.before})",
+               *counted(args.point, args.calls, args.before, args.events), args.top)
+    report("this checkout", *counted(args.point, args.calls, "", args.events), args.top)
 
 
 if __name__ == "__main__":

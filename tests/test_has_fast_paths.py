@@ -5,7 +5,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import replace
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from frenzy.domain import ParallelPlan, PlanOption
@@ -370,4 +370,60 @@ def test_admission_candidates_kept_across_decisions_match_fresh_ones(jobs, asks)
         fresh = victim_candidates(running, now_s, Menus(), displace, interval_s)
         assert (candidates, spare, most) == (fresh, spare_gpus(fresh), most_freed(fresh))
         for gpu_type in spare:
+            spare[gpu_type] -= 1
+
+
+# One step on the running jobs: a job starts (appended, as the simulator's and the live
+# scheduler's running dicts put it), one ends, one is reshaped (a new object at the end, or in
+# its place), or only time passes (forward, or back)
+_RUN_STEPS = st.lists(st.tuples(st.sampled_from(["start", "end", "reshape", "in place", "wait"]),
+                                st.integers(0, 20), st.sampled_from(sorted(TYPES)),
+                                st.sampled_from([1, 2, 4, 8]), st.sampled_from([0, 1]),
+                                st.sampled_from([0.0, 30.0]),
+                                st.sampled_from([-20.0, 0.0, 10.0, 45.0, 70.0])),
+                      min_size=1, max_size=30)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_RUN_STEPS, st.booleans())
+# A job replaced in its place by one movable at once: kept in the place, not appended
+@example(steps=[("start", 0, "T4", 4, 0, 0.0, 0.0)] * 3 + [("in place", 1, "T4", 4, 0, 0.0, 1.0)],
+         displace=True)
+def test_admission_candidates_kept_by_deltas_match_fresh_ones(steps, displace) -> None:
+    """`KeptCandidates`, updated by the jobs that started and ended since the last decision,
+    equals a derivation from scratch, the order of each type's candidates included (the
+    order `shrink_plan` lists its moves in): jobs start at the end, end anywhere, are
+    reshaped into a new object at the end or in their place, restores end and moved jobs'
+    intervals pass as time goes on (and a clock that goes back is answered afresh)."""
+    interval_s = 60.0
+    menu = tuple(option(t, n, 1e4 * TYPES[t] * 4 / (n + 3)) for t in sorted(TYPES)
+                 for n in (1, 2, 4, 8))
+    serial = iter(range(10**6))
+
+    def run(gpu_type: str, gpus: int, restarts: int, restore_s: float, now_s: float
+            ) -> RunningJob:
+        i = next(serial)
+        own = option(gpu_type, gpus, 1e4 * TYPES[gpu_type] * 4 / (gpus + 3))
+        return RunningJob(f"r{i}", own, ((f"n{i}", tuple(range(gpus))),), now_s, now_s + 1e5,
+                          options=menu if i % 7 else (), restoring_until_s=now_s + restore_s,
+                          restarts=restarts)
+
+    policy = HasPolicy(HasConfig(reshape_interval_s=interval_s))
+    running: list[RunningJob] = []
+    now_s = 0.0
+    for kind, which, gpu_type, gpus, restarts, restore_s, dt_s in steps:
+        now_s = max(0.0, now_s + dt_s)
+        if kind == "start" or not running:
+            running.append(run(gpu_type, gpus, restarts, restore_s, now_s))
+        elif kind == "end":
+            del running[which % len(running)]
+        elif kind == "reshape":
+            del running[which % len(running)]
+            running.append(run(gpu_type, gpus, 1, restore_s, now_s))
+        elif kind == "in place":  # (a job movable at once too: the order must still hold)
+            running[which % len(running)] = run(gpu_type, gpus, restarts, restore_s, now_s)
+        candidates, spare, most = policy._candidates(list(running), now_s, displace)
+        fresh = victim_candidates(running, now_s, Menus(), displace, interval_s)
+        assert (candidates, spare, most) == (fresh, spare_gpus(fresh), most_freed(fresh))
+        for gpu_type in spare:  # the caller spends its copy of the spare
             spare[gpu_type] -= 1

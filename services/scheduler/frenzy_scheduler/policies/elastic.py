@@ -27,7 +27,7 @@ from __future__ import annotations
 import heapq
 import math
 from itertools import accumulate
-from operator import attrgetter
+from operator import attrgetter, is_
 
 from dataclasses import replace
 from typing import AbstractSet, Callable, Sequence
@@ -36,6 +36,7 @@ from frenzy.domain import PlanOption
 from frenzy_scheduler.core import (MIGRATE, PREEMPT, RESIZE, Alternative, Decision, Placement,
                                   RunningJob)
 from frenzy_scheduler.placement import Assignments, FreeIndex
+from frenzy_scheduler.queuediff import IdentityDiff
 
 
 class Menu:
@@ -528,6 +529,99 @@ def most_freed(candidates: Candidates) -> dict[str, list[int]]:
     return {t: list(accumulate(sorted((_most_freed_by(run, steps, others)
                                        for run, _, steps, others in v), reverse=True)))
             for t, v in candidates.items()}
+
+
+class KeptCandidates:
+    """`victim_candidates_until`, `spare_gpus` and `most_freed` kept across decisions and
+    updated by the running jobs that started and ended since the last ask, as
+    `releases.ReleaseTimes` keeps the release lists. At 10,000 GPUs a decision after one event
+    otherwise looked at all ~2,500 running jobs again (a sixth of the decision,
+    docs/has-performance.md, twenty-third round); the identity diff compares pointers only.
+
+    Why the kept answer equals one derived from scratch (`tests/test_has_fast_paths.py`):
+    * a job's part (`Menus.victim`) is fixed for the job object, and `movable` only turns
+      true as time passes; so for the same jobs the answer changes only at `until_s`, the
+      earliest time a job with a part becomes movable, from which on it is derived afresh
+      (and when time goes back, or the setting differs);
+    * each type's candidates are in the order of `running`: a job that left is deleted (the
+      rest keep their order), and jobs that started are appended only when they are the
+      tail of `running` in their order (as the simulator's and the live scheduler's running
+      dicts put a started or reshaped job last); any other change derives afresh;
+    * spare and most freed are derived again for the types whose candidates changed.
+    A job that left may have set `until_s`: an earlier `until_s` only derives afresh sooner."""
+
+    def __init__(self) -> None:
+        self._diff: IdentityDiff[RunningJob] = IdentityDiff()
+        self._setting: tuple | None = None  # (menus, displace, interval_s) kept for
+        self._now_s = math.inf  # the last ask: the answer holds from it until `_until_s`
+        self._until_s = -math.inf
+        # per type, id(job) -> (job, full-work s, steps, others), in the order of `running`
+        self._by_type: dict[str, dict[int, tuple]] = {}
+        self._type_of: dict[int, str] = {}  # id(job) -> its type, for the candidates
+        self._candidates: Candidates = {}
+        self._spare: dict[str, int] = {}
+        self._most: dict[str, list[int]] = {}
+
+    def of(self, running: Sequence[RunningJob], now_s: float, menus: Menus, displace: bool,
+           interval_s: float) -> tuple[Candidates, dict[str, int], dict[str, list[int]]]:
+        """(candidates, spare, most freed) for `running` now; read-only for the caller."""
+        diff = self._diff.update(running)
+        setting = (menus, displace, interval_s)
+        if diff is None or setting != self._setting or not self._now_s <= now_s < self._until_s:
+            return self._rebuild(running, now_s, menus, displace, interval_s)
+        self._now_s = now_s
+        started, ended = diff
+        if not started and not ended:
+            return self._candidates, self._spare, self._most
+        tail = self._diff.items
+        if len(started) > len(tail) // 2 or \
+                not all(map(is_, started, tail[len(tail) - len(started):])):
+            return self._rebuild(running, now_s, menus, displace, interval_s)
+        changed: set[str] = set()
+        for run in ended:
+            gpu_type = self._type_of.pop(id(run), None)
+            if gpu_type is not None:
+                del self._by_type[gpu_type][id(run)]
+                changed.add(gpu_type)
+        for run in started:
+            parts = menus.victim(run, displace)
+            if parts is None:
+                continue
+            if not movable(run, now_s, interval_s):
+                from_s = movable_from_s(run, interval_s)
+                if now_s < from_s < self._until_s:
+                    self._until_s = from_s
+                continue
+            gpu_type = run.option.gpu_type
+            self._by_type.setdefault(gpu_type, {})[id(run)] = (run, *parts)
+            self._type_of[id(run)] = gpu_type
+            changed.add(gpu_type)
+        if changed:
+            candidates, spare, most = dict(self._candidates), dict(self._spare), dict(self._most)
+            for gpu_type in changed:
+                kept = self._by_type[gpu_type]
+                if kept:
+                    candidates[gpu_type] = list(kept.values())
+                    spare.update(spare_gpus({gpu_type: candidates[gpu_type]}))
+                    most.update(most_freed({gpu_type: candidates[gpu_type]}))
+                else:
+                    del self._by_type[gpu_type]
+                    for kept_by_type in (candidates, spare, most):
+                        kept_by_type.pop(gpu_type, None)
+            self._candidates, self._spare, self._most = candidates, spare, most
+        return self._candidates, self._spare, self._most
+
+    def _rebuild(self, running: Sequence[RunningJob], now_s: float, menus: Menus,
+                 displace: bool, interval_s: float
+                 ) -> tuple[Candidates, dict[str, int], dict[str, list[int]]]:
+        candidates, self._until_s = victim_candidates_until(running, now_s, menus, displace,
+                                                            interval_s)
+        self._setting, self._now_s = (menus, displace, interval_s), now_s
+        self._by_type = {t: {id(c[0]): c for c in v} for t, v in candidates.items()}
+        self._type_of = {id(c[0]): t for t, v in candidates.items() for c in v}
+        self._candidates = candidates
+        self._spare, self._most = spare_gpus(candidates), most_freed(candidates)
+        return self._candidates, self._spare, self._most
 
 
 def shrink_plan(victims: Victims, gpu_type: str, deficit: int, horizon_s: float,

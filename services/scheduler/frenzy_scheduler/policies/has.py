@@ -29,20 +29,20 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass, field
-from operator import attrgetter, is_, itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any, Callable, Sequence
 
 from frenzy.domain import RESHAPE_MIN_INTERVAL_S, PlanOption
 from frenzy_scheduler.core import (MIGRATE, PLACE, Alternative, ClusterView, Decision,
                                   Placement, QueuedJob, RunningJob)
 from frenzy_scheduler.placement import Assignments, FreeIndex, KeptFreeIndex
-from frenzy_scheduler.policies.elastic import (Candidates, Menus, Shrinkable, ShrinkPlan, Victims,
-                                               apply_shrinks, fill_floor, floor_items,
-                                               full_duration_s, gain_floor_s, grow,
+from frenzy_scheduler.policies.elastic import (Candidates, KeptCandidates, Menus, Shrinkable,
+                                               ShrinkPlan, Victims, apply_shrinks, fill_floor,
+                                               floor_items, full_duration_s, gain_floor_s, grow,
                                                least_restart_s, most_freed,
                                                movable, move_restart_s, reclaim, shrink_plan,
                                                shrinkable, spare_gpus, undo_shrinks,
-                                               rounding_margin_s, victim_candidates_until,
+                                               rounding_margin_s, victim_candidates,
                                                when_left_s, with_work_left)
 from frenzy_scheduler.policies.releases import ReleaseTimes, release_lists
 from frenzy_scheduler.queuediff import IdentityDiff
@@ -659,8 +659,8 @@ class HasPolicy:
         self._order: list[_JobFacts] = []
         self._demand = 0
         self._wanting: dict[str, int] = {}  # queued jobs by the type of their fastest option
-        # Admission's victim candidates, spare and most freed, with what they were built for
-        self._kept_candidates: tuple | None = None
+        # Admission's victim candidates, spare and most freed, kept by deltas
+        self._kept_candidates = KeptCandidates()
 
     def schedule(self, queue: Sequence[QueuedJob], cluster: ClusterView, now_s: float,
                  running: Sequence[RunningJob] = ()) -> list[Placement]:
@@ -1058,25 +1058,16 @@ class HasPolicy:
     def _candidates(self, running: Sequence[RunningJob], now_s: float, displace: bool
                     ) -> tuple[Candidates, dict[str, int], dict[str, list[int]]]:
         """`victim_candidates`, `spare_gpus` (a copy: admission spends it) and `most_freed`,
-        kept from the last decision while they cannot differ: the same running jobs (by
-        identity: a `RunningJob` is immutable, a start or reshape makes a new one), the same
-        `displace`, and no job that could give GPUs up becoming movable in between (a restore
-        ending, a moved job's interval passing: `elastic.victim_candidates_until`), so a
-        decision on an arrival alone reuses them."""
-        kept = self._kept_candidates
-        if self.shortcuts and kept is not None and kept[1] == displace and \
-                kept[2] <= now_s < kept[3] and len(kept[0]) == len(running) and \
-                all(map(is_, kept[0], running)):
-            return kept[4], dict(kept[5]), kept[6]
+        kept across decisions by the running jobs that started and ended
+        (`elastic.KeptCandidates`); from scratch without shortcuts."""
         # No job moved less than reshape_interval_s ago is a victim: live, the scheduler's veto
         # (reshapable.reshape_veto, the orchestrator's interval) refuses to reshape it
         interval_s = self.config.reshape_interval_s
-        # ... and until the next of them becomes movable, when the filter changes
-        candidates, changes_s = victim_candidates_until(running, now_s, self._menus, displace,
-                                                        interval_s)
-        spare, most = spare_gpus(candidates), most_freed(candidates)
-        self._kept_candidates = (list(running), displace, now_s, changes_s, candidates, spare,
-                                 most)
+        if not self.shortcuts:
+            candidates = victim_candidates(running, now_s, self._menus, displace, interval_s)
+            return candidates, spare_gpus(candidates), most_freed(candidates)
+        candidates, spare, most = self._kept_candidates.of(running, now_s, self._menus,
+                                                           displace, interval_s)
         return candidates, dict(spare), most
 
     @staticmethod
