@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import replace
+from unittest import mock
+
+import pytest
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -18,6 +21,7 @@ from frenzy_scheduler.policies.elastic import (Menu, Menus, fill_floor, floor_it
                                                victims_by_type)
 from frenzy_scheduler.policies.has import HasConfig, HasPolicy, _ReleaseProfile
 from frenzy_scheduler.policies.releases import ReleaseTimes, release_lists
+from frenzy_scheduler import queuediff
 from frenzy_scheduler.queuediff import IdentityDiff
 from frenzy_scheduler.simulator import SimConfig, prepare_jobs, simulate
 
@@ -120,15 +124,22 @@ def test_simulation_is_the_same_with_and_without_the_fast_paths() -> None:
     assert sum(r.restarts for r in results[0].records) > 0  # the elastic moves were exercised
 
 
+@pytest.mark.parametrize("compiled_loop", [False, True])
 @settings(max_examples=200, deadline=None)
 @given(st.one_of(
     st.lists(st.lists(st.integers(0, 15), max_size=12, unique=True), min_size=1, max_size=6),
     # long reorderings: more items out of place than the diff aligns one by one
     st.lists(st.lists(st.integers(0, 99), max_size=90, unique=True), min_size=1, max_size=4)))
-def test_identity_diff_reports_what_arrived_and_left(sequences) -> None:
+def test_identity_diff_reports_what_arrived_and_left(compiled_loop, sequences) -> None:
     """Against plain set arithmetic, over sequences that share, drop and reorder objects.
     (An object twice answers None when both copies arrived; has also checks job ids, and the
-    test above covers a job queued twice.)"""
+    test above covers a job queued twice.) Both ways of finding a shared run: the compiled
+    build's loop and the builtins the source runs (`queuediff._COMPILED`)."""
+    with mock.patch.object(queuediff, "_COMPILED", compiled_loop):
+        _identity_diff_against_sets(sequences)
+
+
+def _identity_diff_against_sets(sequences) -> None:
     pool = [object() for _ in range(100)]
     diff: IdentityDiff[object] = IdentityDiff()
     before: list[object] = []
@@ -142,15 +153,22 @@ def test_identity_diff_reports_what_arrived_and_left(sequences) -> None:
     assert diff.update(before + before[:1]) is None or not before
 
 
+@pytest.mark.parametrize("compiled_loop", [False, True])
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.lists(st.integers(0, 10_000)), st.integers(0, 5),
                           st.lists(st.integers(0, 10_000), max_size=3)), max_size=8),
        st.integers(0, 60))
 def test_identity_diff_follows_a_queue_where_jobs_leave_anywhere_and_arrive_last(
-        steps, start) -> None:
+        compiled_loop, steps, start) -> None:
     """The queue's own pattern, the one the alignment is for: jobs leave from anywhere
     (more of them than it aligns one by one, at times) and newcomers go at the end; in a
-    list of running jobs, some are also replaced in place. What arrived comes in its order."""
+    list of running jobs, some are also replaced in place. What arrived comes in its order.
+    Both ways of finding a shared run, as above."""
+    with mock.patch.object(queuediff, "_COMPILED", compiled_loop):
+        _identity_diff_follows_a_queue(steps, start)
+
+
+def _identity_diff_follows_a_queue(steps, start) -> None:
     queue = [object() for _ in range(start)]
     kept = set(map(id, queue))
     diff: IdentityDiff[object] = IdentityDiff()

@@ -51,6 +51,27 @@ def test_a_build_older_than_its_source_is_not_used(native_on, tmp_path) -> None:
     assert path == [str(tmp_path / "src" / "pkg")]
 
 
+def test_one_stale_module_anywhere_rules_the_whole_build_out(native_on, tmp_path) -> None:
+    """The compiled modules import each other's compiled code, so a build that is fresh for
+    one package but stale in another is not used for either (else the fresh one imports a
+    compiled module that is not on the path)."""
+    source_dir = tmp_path / "src" / "pkg"
+    (source_dir / "sub").mkdir(parents=True)
+    (source_dir / "mod.py").write_text("x = 1\n")
+    (source_dir / "sub" / "other.py").write_text("y = 2\n")  # edited since the build
+    build = tmp_path / "native"
+    (build / "pkg" / "sub").mkdir(parents=True)
+    (build / native.MANIFEST).write_text(json.dumps({"python": native.python_tag(), "modules": {
+        "pkg.mod": hashlib.sha256(b"x = 1\n").hexdigest(),
+        "pkg.sub.other": hashlib.sha256(b"y = 1\n").hexdigest()}}))
+    for package, path in (("pkg", [str(source_dir)]), ("pkg.sub", [str(source_dir / "sub")])):
+        with pytest.warns(RuntimeWarning, match="pkg.sub.other is older than the source"):
+            assert not native.extend(path, package)
+    (source_dir / "sub" / "other.py").write_text("y = 1\n")  # as built: both are used
+    assert native.extend([str(source_dir)], "pkg")
+    assert native.extend([str(source_dir / "sub")], "pkg.sub")
+
+
 def test_a_build_for_another_interpreter_is_not_used(native_on, tmp_path) -> None:
     path, _ = fake_build(tmp_path, "x = 1\n", "x = 1\n", python="cpython-39-linux")
     assert not native.extend(path, "pkg")

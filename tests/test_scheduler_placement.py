@@ -1,6 +1,8 @@
 """Best-fit node placement and the cluster-file loaders."""
 from __future__ import annotations
 
+from unittest import mock
+
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -8,6 +10,7 @@ from hypothesis import strategies as st
 from frenzy.clusterfile import groups_from_alibaba_csv, load_cluster_file, parse_cluster, scale_groups
 from frenzy_scheduler.clusterfile import build_cluster
 from frenzy_scheduler.core import ClusterView, NodeState
+from frenzy_scheduler import placement
 from frenzy_scheduler.placement import FreeIndex, KeptFreeIndex
 
 
@@ -121,7 +124,14 @@ _STEPS = st.lists(st.tuples(st.sampled_from(["new list", "in place", "add", "rem
 def test_a_kept_index_is_the_index_built_afresh(nodes, steps, every) -> None:
     """KeptFreeIndex, asked after every `every` steps of changes to the view, answers with
     what FreeIndex(view) builds, orders included; and what the caller does to the copy it
-    got (take) changes neither the next answer nor the view."""
+    got (take) changes neither the next answer nor the view. Both ways of finding the
+    changed nodes: the compiled build's loop and the builtins the source runs."""
+    for compiled_loop in (False, True):
+        with mock.patch.object(placement, "_COMPILED", compiled_loop):
+            _kept_index_against_a_fresh_one(nodes, steps, every)
+
+
+def _kept_index_against_a_fresh_one(nodes, steps, every) -> None:
     view = ClusterView({f"n{i:02d}": NodeState(f"n{i:02d}", t, size, list(range(min(k, size))))
                         for i, t, size, k in nodes})
     kept = KeptFreeIndex()
@@ -140,10 +150,14 @@ def test_a_kept_index_is_the_index_built_afresh(nodes, steps, every) -> None:
                                                     list(range(min(k, size))))
         elif kind == "remove" and len(view.nodes) > 1:
             del view.nodes[node_id]
-        elif kind == "new list":
+        elif kind in ("new list", "in place"):
             node = view.nodes[node_id]
-            node.free_gpus = list(range(min(k, node.total_gpus)))
-        elif kind == "in place":
-            node = view.nodes[node_id]
-            node.free_gpus[:] = list(range(min(k, node.total_gpus)))
+            # the lowest or (odd `which`) the highest GPUs: the same count may be other GPUs
+            count = min(k, node.total_gpus)
+            free = list(range(node.total_gpus - count, node.total_gpus) if which % 2 else
+                        range(count))
+            if kind == "new list":
+                node.free_gpus = free
+            else:
+                node.free_gpus[:] = free
     assert _index_state(kept.index(view)) == _index_state(FreeIndex(view))

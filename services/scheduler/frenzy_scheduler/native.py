@@ -9,8 +9,8 @@ what a reader reads, and what runs wherever no compiler is at hand.
 `frenzy_scheduler.native_build` builds `MODULES` into `native_dir()`, with a manifest of each
 source's SHA-256. A package that holds one of them calls `extend(__path__, __name__)` first
 thing: the build goes ahead of the source on the package's search path only when every module
-of that package in the manifest matches its source byte for byte, so an edited module is never
-shadowed by a stale build (it runs as Python, with a warning, until rebuilt).
+in the manifest matches its source byte for byte, so an edited module is never shadowed by a
+stale build (all of them run as Python, with a warning, until rebuilt).
 
 Settings: FRENZY_NATIVE=0 turns the build off (the test suite does; tests patch the
 policies' internals, which compiled classes do not allow), FRENZY_NATIVE_DIR moves it."""
@@ -26,6 +26,7 @@ from pathlib import Path
 # The modules worth compiling: the policy walk and what it calls per job (profile,
 # docs/has-performance.md). Order: dependencies first.
 MODULES = (
+    "frenzy_scheduler.queuediff",
     "frenzy_scheduler.placement",
     "frenzy_scheduler.policies.releases",
     "frenzy_scheduler.policies.elastic",
@@ -78,12 +79,17 @@ def extend(path: list[str], package: str) -> bool:
     built = read_manifest(root)
     if not built:
         return False
-    mine = [m for m in built if m.rpartition(".")[0] == package]
-    if not mine:
+    if not any(m.rpartition(".")[0] == package for m in built):
         return False
-    source_dir = Path(path[0])
-    stale = [m for m in mine
-             if source_digest(source_dir / f"{m.rpartition('.')[2]}.py") != built[m]]
+    # The build is one unit: its modules import each other's compiled code (mypyc's shared
+    # group), so one stale module anywhere in it, not only in this package, rules all of it
+    # out (an edited placement.py once left the compiled policies importing a compiled
+    # placement that was not on the path)
+    depth = package.count(".")
+    top_dir = Path(path[0]).parents[depth - 1] if depth else Path(path[0])
+    top = package.partition(".")[0]
+    stale = [m for m in built if m.partition(".")[0] != top or source_digest(
+        top_dir.joinpath(*m.split(".")[1:]).with_suffix(".py")) != built[m]]
     if stale:
         warnings.warn(f"the compiled build of {', '.join(stale)} is older than the source; "
                       f"running it as Python (rebuild: make native)", RuntimeWarning, stacklevel=3)
@@ -92,11 +98,18 @@ def extend(path: list[str], package: str) -> bool:
     return True
 
 
+def is_compiled(module_file: str) -> bool:
+    """Is the module with this `__file__` the compiled build? A module with a loop that mypyc
+    compiles to a few instructions an item, where Python runs a chain of C builtins faster,
+    asks it once at import (`queuediff._COMPILED`, `placement._COMPILED`)."""
+    return not module_file.endswith(".py")
+
+
 def compiled_modules() -> list[str]:
     """Which of `MODULES` this process runs compiled (benchmarks print it beside their figures)."""
     return [name for name in MODULES
             if (module := sys.modules.get(name)) is not None
-            and not str(getattr(module, "__file__", "")).endswith(".py")]
+            and is_compiled(str(getattr(module, "__file__", "")))]
 
 
 def build_name() -> str:
