@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from frenzy.domain import ParallelPlan, PlanOption
 from frenzy_scheduler.clusterfile import NodeGroup, build_cluster
 from frenzy_scheduler.core import ClusterView, NodeState, QueuedJob, RunningJob
-from frenzy_scheduler.policies.elastic import (Menu, Menus, fill_floor, floor_items,
+from frenzy_scheduler.policies.elastic import (KeptRestarts, Menu, Menus, fill_floor, floor_items,
                                                full_duration_s, least_restart_s, most_freed,
                                                narrower_steps, other_types, shrink_loss_floor,
                                                shrink_plan, spare_gpus, victim_candidates,
@@ -445,3 +445,28 @@ def test_admission_candidates_kept_by_deltas_match_fresh_ones(steps, displace) -
         assert (candidates, spare, most) == (fresh, spare_gpus(fresh), most_freed(fresh))
         for gpu_type in spare:  # the caller spends its copy of the spare
             spare[gpu_type] -= 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["start", "end", "in place"]), st.integers(0, 20),
+                          st.sampled_from([0.0, 0.0, 15.0, 40.0, 90.0, 300.0])),
+                min_size=1, max_size=30),
+       st.sampled_from([60.0, 180.0]))
+def test_least_restart_kept_by_deltas_matches_a_pass_over_the_running_jobs(steps,
+                                                                          restart_s) -> None:
+    """`KeptRestarts` (admission's bound: the least restart any running job would be
+    charged) equals `least_restart_s` over the running jobs as jobs that measured a restart,
+    or none, start, end and are replaced in place, and the least of them leaves."""
+    kept = KeptRestarts()
+    running: list[RunningJob] = []
+    for i, (kind, which, measured_s) in enumerate(steps):
+        run = RunningJob(f"r{i}", option("T4", 1, 100.0), (("n", (0,)),), 0.0, 1e5,
+                         restart_s=measured_s)
+        if kind == "start" or not running:
+            running.append(run)
+        elif kind == "end":
+            del running[which % len(running)]
+        else:
+            running[which % len(running)] = run
+        assert kept.least_restart_s(list(running), restart_s) == \
+            least_restart_s(running, restart_s)

@@ -507,6 +507,32 @@ def least_restart_s(runs: Sequence[RunningJob], restart_s: float) -> float:
     return measured if measured < restart_s else restart_s
 
 
+class KeptRestarts:
+    """`least_restart_s` kept across decisions: the measured restarts of the running jobs,
+    updated by the jobs that started and ended since the last ask (found by identity, as
+    `KeptCandidates` finds them). Admission asks it at most decisions, and a pass over every
+    running job's `restart_s` was 5 % of a decision at 10,000 GPUs (docs/has-performance.md,
+    twenty-third round); the simulator's jobs measure none, so the kept set stays empty."""
+
+    def __init__(self) -> None:
+        self._diff: IdentityDiff[RunningJob] = IdentityDiff()
+        self._measured: dict[int, float] = {}  # id(job) -> its measured restart, if any
+
+    def least_restart_s(self, runs: Sequence[RunningJob], restart_s: float) -> float:
+        diff = self._diff.update(runs)
+        if diff is None:  # the same job object twice: from scratch
+            self._measured = {id(run): run.restart_s for run in runs if run.restart_s}
+        else:
+            started, ended = diff
+            for run in ended:  # first: a started job may reuse an ended one's id
+                self._measured.pop(id(run), None)
+            for run in started:
+                if run.restart_s:
+                    self._measured[id(run)] = run.restart_s
+        measured = min(self._measured.values(), default=restart_s)
+        return measured if measured < restart_s else restart_s
+
+
 def spare_gpus(candidates: Candidates) -> dict[str, int]:
     """Per type, the most GPUs shrinking could free (every victim down to its narrowest, or
     all of a victim that could be displaced to another type)."""

@@ -36,10 +36,10 @@ from frenzy.domain import RESHAPE_MIN_INTERVAL_S, PlanOption
 from frenzy_scheduler.core import (MIGRATE, PLACE, Alternative, ClusterView, Decision,
                                   Placement, QueuedJob, RunningJob)
 from frenzy_scheduler.placement import Assignments, FreeIndex, KeptFreeIndex
-from frenzy_scheduler.policies.elastic import (Candidates, KeptCandidates, Menus, Shrinkable,
-                                               ShrinkPlan, Victims, apply_shrinks, fill_floor,
-                                               floor_items, full_duration_s, gain_floor_s, grow,
-                                               least_restart_s, most_freed,
+from frenzy_scheduler.policies.elastic import (Candidates, KeptCandidates, KeptRestarts, Menus,
+                                               Shrinkable, ShrinkPlan, Victims, apply_shrinks,
+                                               fill_floor, floor_items, full_duration_s,
+                                               gain_floor_s, grow, least_restart_s, most_freed,
                                                movable, move_restart_s, reclaim, shrink_plan,
                                                shrinkable, spare_gpus, undo_shrinks,
                                                rounding_margin_s, victim_candidates,
@@ -659,8 +659,10 @@ class HasPolicy:
         self._order: list[_JobFacts] = []
         self._demand = 0
         self._wanting: dict[str, int] = {}  # queued jobs by the type of their fastest option
-        # Admission's victim candidates, spare and most freed, kept by deltas
+        # Admission's victim candidates, spare and most freed, and the least restart of the
+        # running jobs, kept by deltas
         self._kept_candidates = KeptCandidates()
+        self._kept_restarts = KeptRestarts()
 
     def schedule(self, queue: Sequence[QueuedJob], cluster: ClusterView, now_s: float,
                  running: Sequence[RunningJob] = ()) -> list[Placement]:
@@ -884,7 +886,8 @@ class HasPolicy:
             for entry in facts.entries:  # fastest first
                 _, gpu_type, gpus, total_s, _, _ = entry
                 if least_s < 0.0:
-                    least_s = least_restart_s(running, restart_s)
+                    least_s = (self._kept_restarts.least_restart_s(running, restart_s)
+                               if self.shortcuts else least_restart_s(running, restart_s))
                     two_restarts_s = (1.0 + cfg.min_gain_fraction) * 2 * least_s
                 # Every plan costs at least two restarts: nothing slower can net more.
                 if baseline_s - total_s - two_restarts_s <= best_s:
