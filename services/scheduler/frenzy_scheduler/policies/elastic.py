@@ -461,20 +461,29 @@ def victim_candidates_until(runs: Sequence[RunningJob], now_s: float, menus: Men
     out: Candidates = {}
     until_s = math.inf
     for run in runs:
-        parts = menus.victim(run, displace)
-        if parts is None:
-            continue
-        if not movable(run, now_s, interval_s):
-            from_s = movable_from_s(run, interval_s)
+        entry, from_s = _as_candidate(run, now_s, menus, displace, interval_s)
+        if entry is None:
             if now_s < from_s < until_s:
                 until_s = from_s
             continue
-        full_s, steps, others = parts
         candidates = out.get(run.option.gpu_type)
         if candidates is None:
             candidates = out[run.option.gpu_type] = []
-        candidates.append((run, full_s, steps, others))
+        candidates.append(entry)
     return out, until_s
+
+
+def _as_candidate(run: RunningJob, now_s: float, menus: Menus, displace: bool,
+                  interval_s: float) -> tuple[tuple | None, float]:
+    """A running job's `Candidates` entry now, or None; with None, when it becomes movable
+    if its menu could give GPUs up (else inf)."""
+    parts = menus.victim(run, displace)
+    if parts is None:
+        return None, math.inf
+    if not movable(run, now_s, interval_s):
+        return None, movable_from_s(run, interval_s)
+    full_s, steps, others = parts
+    return (run, full_s, steps, others), math.inf
 
 
 def with_work_left(candidates: list, now_s: float, restart_s: float) -> list:
@@ -610,16 +619,13 @@ class KeptCandidates:
                 del self._by_type[gpu_type][id(run)]
                 changed.add(gpu_type)
         for run in started:
-            parts = menus.victim(run, displace)
-            if parts is None:
-                continue
-            if not movable(run, now_s, interval_s):
-                from_s = movable_from_s(run, interval_s)
+            entry, from_s = _as_candidate(run, now_s, menus, displace, interval_s)
+            if entry is None:
                 if now_s < from_s < self._until_s:
                     self._until_s = from_s
                 continue
             gpu_type = run.option.gpu_type
-            self._by_type.setdefault(gpu_type, {})[id(run)] = (run, *parts)
+            self._by_type.setdefault(gpu_type, {})[id(run)] = entry
             self._type_of[id(run)] = gpu_type
             changed.add(gpu_type)
         if changed:
