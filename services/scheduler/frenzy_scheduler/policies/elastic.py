@@ -580,8 +580,10 @@ class KeptCandidates:
       (and when time goes back, or the setting differs);
     * each type's candidates are in the order of `running`: a job that left is deleted (the
       rest keep their order), and jobs that started are appended only when they are the
-      tail of `running` in their order (as the simulator's and the live scheduler's running
-      dicts put a started or reshaped job last); any other change derives afresh;
+      tail of `running` in their order (the simulator's running dict puts a started or
+      reshaped job last); any other change derives afresh. Live, `LiveState` replaces a
+      job's record in its place as its progress is measured, so most live decisions derive
+      afresh, as they did before this class;
     * spare and most freed are derived again for the types whose candidates changed.
     A job that left may have set `until_s`: an earlier `until_s` only derives afresh sooner."""
 
