@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import itertools
 import os
 import random
 import re
@@ -47,7 +46,8 @@ def child(point: str, calls: int, events: bool) -> None:
     from frenzy_scheduler.policies.has import HasPolicy
     from frenzy_scheduler.simulator.trace import load_trace
     from has_decision_time import wanted_sweep_inputs
-    from scheduling import (FILL_MAX_CALLS, PHILLY, EventState, draw_events, sweep_groups)
+    from scheduling import (FILL_MAX_CALLS, PHILLY, EventState, draw_events, fill,
+                            sweep_groups)
 
     if not native.compiled_modules():
         sys.exit("has_callgrind: the compiled build is needed (make native)")
@@ -68,15 +68,7 @@ def child(point: str, calls: int, events: bool) -> None:
                                 random.Random(f"events:{gpus}:{queued}"),
                                 len(queue) * FILL_MAX_CALLS)
     state = EventState.of(queue, cluster, running)
-    spare = iter(top_up)
-    for _ in range(FILL_MAX_CALLS):  # the fill, as time_events makes it
-        actions = policy.schedule(list(state.queue.values()), state.cluster, 0.0,
-                                  list(state.running.values()))
-        placed = state.apply(actions, 0.0)
-        for job in itertools.islice(spare, max(0, queued - len(state.queue))):
-            state.enqueue(job)
-        if not placed:
-            break
+    fill(policy, state, top_up)  # as time_events makes it
     gc.collect()
     gc.freeze()
     print("READY", flush=True)

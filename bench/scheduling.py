@@ -388,19 +388,11 @@ def draw_events(trace: list, queue: list[QueuedJob], running: list[RunningJob], 
     return events, top_up
 
 
-def time_events(policy: Any, state: EventState, events: list[Event], top_up: list[QueuedJob],
-                budget_s: float) -> dict[str, Any]:
-    """The per-event harness, the same for every policy: the steady state of a sweep point.
-
-    Fill: the policy decides on the point's input (at time 0) and its answer is applied; the
-    queue is topped up to its length from `top_up` (the same jobs, in the same order, for
-    every policy), and again, until a decision places nothing or after FILL_MAX_CALLS: the
-    cluster is then as full as the policy leaves it. The first of these calls is the cold
-    one (reported apart). Then each timed call follows ONE event and gets the state that the
-    earlier events and the policy's own answers left; the events are timed in order, as
-    many as `budget_s` allows (at least SWEEP_MIN_SAMPLES). Timing as `time_decisions`:
-    the state is gc-frozen after the fill, garbage collected before each call, wall clock
-    and process CPU time per call."""
+def fill(policy: Any, state: EventState, top_up: list[QueuedJob]) -> tuple[list[float], bool]:
+    """The per-event harness's fill (`time_events`): the policy decides on the state at time 0
+    and its answer is applied; the queue is topped up to its length from `top_up`, and again,
+    until a decision places nothing or after FILL_MAX_CALLS. Returns each call's wall seconds
+    and whether a call hit the policy's time cap."""
     queued = len(state.queue)
     spare = iter(top_up)
     fill_s: list[float] = []
@@ -416,6 +408,23 @@ def time_events(policy: Any, state: EventState, events: list[Event], top_up: lis
             state.enqueue(job)
         if not placed:
             break
+    return fill_s, capped
+
+
+def time_events(policy: Any, state: EventState, events: list[Event], top_up: list[QueuedJob],
+                budget_s: float) -> dict[str, Any]:
+    """The per-event harness, the same for every policy: the steady state of a sweep point.
+
+    Fill: the policy decides on the point's input (at time 0) and its answer is applied; the
+    queue is topped up to its length from `top_up` (the same jobs, in the same order, for
+    every policy), and again, until a decision places nothing or after FILL_MAX_CALLS: the
+    cluster is then as full as the policy leaves it. The first of these calls is the cold
+    one (reported apart). Then each timed call follows ONE event and gets the state that the
+    earlier events and the policy's own answers left; the events are timed in order, as
+    many as `budget_s` allows (at least SWEEP_MIN_SAMPLES). Timing as `time_decisions`:
+    the state is gc-frozen after the fill, garbage collected before each call, wall clock
+    and process CPU time per call."""
+    fill_s, capped = fill(policy, state, top_up)
     filled = {"fill_calls": len(fill_s), "fill_s": fill_s, "free_gpus_after_fill":
               state.free_gpus(), "running_after_fill": len(state.running)}
     wall, cpu, timed, placed_total = [], [], [], 0
