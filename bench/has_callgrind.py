@@ -29,18 +29,17 @@ import sys
 import tempfile
 from pathlib import Path
 
+from benchio import other_checkout_env, use_other_checkout
+
 HERE = Path(__file__).resolve().parent
 SCHEDULE = "CPyDef_frenzy_scheduler___policies___has___HasPolicy___schedule "
-SERVICES = ("scheduler", "predictor", "orchestrator", "node-agent")  # each a package folder
-PATH_ONLY = "HAS_CALLGRIND_PATH_ONLY"  # set for the other checkout's child
 
 
 def child(point: str, calls: int, events: bool) -> None:
     """Runs under valgrind: the cold call, a pause for the parent, then `calls` warm ones;
     with `events`, the per-event measurement's fill and then its first `calls` events, each
     followed by one counted call (bench/scheduling.py `time_events`)."""
-    if os.environ.get(PATH_ONLY):  # the other checkout's packages, from PYTHONPATH alone
-        sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f)]
+    use_other_checkout()  # the other checkout's packages, when this child runs them
     sys.path.insert(0, str(HERE))
     from frenzy_scheduler import native
     from frenzy_scheduler.policies.has import HasPolicy
@@ -84,11 +83,7 @@ def child(point: str, calls: int, events: bool) -> None:
 def counted(point: str, calls: int, checkout: str, events: bool
             ) -> tuple[float, list[tuple[float, str]]]:
     """(instructions a call in `HasPolicy.schedule`, its largest callees per call)."""
-    env = dict(os.environ)
-    if checkout:  # its packages, `frenzy` included, from its own tree
-        root = Path(checkout)
-        env.update(PYTHONPATH=os.pathsep.join(
-            [str(root / "services" / s) for s in SERVICES] + [str(root)]), **{PATH_ONLY: "1"})
+    env = other_checkout_env(Path(checkout)) if checkout else dict(os.environ)
     with tempfile.TemporaryDirectory(prefix="has-callgrind-") as work:
         out = str(Path(work) / "callgrind.out")
         log = Path(work) / "child.log"  # valgrind's and the child's stderr, shown on failure

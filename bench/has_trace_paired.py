@@ -30,15 +30,14 @@ import sys
 import time
 from pathlib import Path
 
+from benchio import other_checkout_env, use_other_checkout
+
 HERE = Path(__file__).resolve().parent
-SERVICES = ("scheduler", "predictor", "orchestrator", "node-agent")  # each a package folder
-PATH_ONLY = "HAS_TRACE_PAIRED_PATH_ONLY"  # set for the other checkout's child
 
 
 def child(jobs: int) -> None:
     """One simulation; prints its CPU seconds and outcome as one JSON line."""
-    if os.environ.get(PATH_ONLY):  # the other checkout's packages, from PYTHONPATH alone
-        sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f)]
+    use_other_checkout()  # the other checkout's packages, when this child runs them
     sys.path.insert(0, str(HERE))
     from frenzy.clusterfile import load_cluster_file
     from frenzy_scheduler import native
@@ -56,10 +55,7 @@ def child(jobs: int) -> None:
 
 def run(checkout: Path | None, jobs: int) -> dict:
     """One child process: this checkout's install (None), or another checkout's tree."""
-    env = dict(os.environ)
-    if checkout is not None:
-        packages = [checkout / "services" / s for s in SERVICES] + [checkout]
-        env.update(PYTHONPATH=os.pathsep.join(map(str, packages)), **{PATH_ONLY: "1"})
+    env = other_checkout_env(checkout) if checkout is not None else dict(os.environ)
     out = subprocess.run([sys.executable, __file__, "--child", str(jobs)], env=env, check=True,
                          capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
