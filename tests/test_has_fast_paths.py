@@ -110,6 +110,77 @@ def test_a_job_blocked_on_closed_types_is_not_scored(monkeypatch) -> None:
     assert [(p.job_id, p.assignments) for p in fast] == [("short", (("a", (4, 5)),))]
 
 
+def test_a_job_that_waits_forever_everywhere_is_held_unscanned(monkeypatch) -> None:
+    """Worked by hand (no binding holds; a hold reserves only after 50 s blocked). In order:
+    "t4" holds for the two busy T4s (released at t=5000) rather than run 1e5 s on A100s,
+    which claims them. "big" fits nowhere and has waited 100 s, so it reserves node a's 8
+    A100s (4 free, 4 released at t=1000) with no spare GPUs. "short" backfills before the
+    reservation on 2 of the 4 free. "stuck" fits by count on the 2 left, but the reservation
+    refuses it (it would run past t=1000), and both its types wait forever: A100 needs 2 +
+    8 claimed - 2 free = 8 more GPUs of the 4 ever released, T4 2 + 2 of 2. So it is held
+    for its fastest option without a scan. Same answer either way."""
+    cluster = ClusterView({"a": NodeState("a", "A100-80GB", 8, [4, 5, 6, 7]),
+                           "b": NodeState("b", "T4", 2, [])})
+    running = [RunningJob("r", option("A100-80GB", 4, 1.0), (("a", (0, 1, 2, 3)),), 0.0, 1000.0),
+               RunningJob("r2", option("T4", 2, 1.0), (("b", (0, 1)),), 0.0, 5000.0)]
+    queue = [QueuedJob("big", -100.0, (option("A100-80GB", 8, 100.0), option("T4", 2, 1e6))),
+             QueuedJob("t4", 0.0, (option("T4", 2, 10.0), option("A100-80GB", 2, 1e5))),
+             QueuedJob("stuck", 0.0, (option("A100-80GB", 2, 50_000.0),
+                                      option("T4", 2, 60_000.0))),
+             QueuedJob("short", 0.0, (option("A100-80GB", 2, 500.0),))]
+    scanned: list[str] = []
+    held: dict[str, str] = {}
+    original_scan, original_score = HasPolicy._scan, HasPolicy._score
+
+    def counting(rows, facts, state):
+        scanned.append(facts.job.job_id)
+        return original_scan(rows, facts, state)
+
+    def recording(facts, state):
+        choice = original_score(facts, state)
+        if choice is not None and choice[1] is None:
+            held[facts.job.job_id] = choice[0].gpu_type
+        return choice
+
+    monkeypatch.setattr(HasPolicy, "_scan", staticmethod(counting))
+    monkeypatch.setattr(HasPolicy, "_score", staticmethod(recording))
+    config = HasConfig(launch_overhead_s=0.0, elastic=False, binding_holds=False,
+                       reserve_after_s=50.0)
+    fast = HasPolicy(config).schedule(queue, cluster, 0.0, running)
+    assert scanned == ["t4", "short"]
+    assert held == {"t4": "T4", "stuck": "A100-80GB"}
+    scanned.clear()
+    held.clear()
+    assert HasPolicy(config, shortcuts=False).schedule(queue, cluster, 0.0, running) == fast
+    assert scanned == ["t4", "short", "stuck"]
+    assert held == {"t4": "T4", "stuck": "A100-80GB"}
+    assert [(p.job_id, p.assignments) for p in fast] == [("short", (("a", (4, 5)),))]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(busy_clusters(), st.sampled_from(CONFIGS + [HasConfig(binding_holds=False,
+                                                             reserve_after_s=50.0)]))
+def test_every_score_answers_as_the_scan_of_every_option_would(busy, config) -> None:
+    """Each answer of the fast `_score` (a job held unscanned when it waits forever, the
+    undominated options scanned alone) against the scan of every option on the same pass
+    state, at every job the walk scores, over two decisions."""
+    queue, cluster, running = busy
+    original = HasPolicy._score
+
+    def checking(facts, state):
+        fast = original(facts, state)
+        state.prune_holds = False
+        plain = original(facts, state)
+        state.prune_holds = True
+        assert fast == plain
+        return fast
+
+    with mock.patch.object(HasPolicy, "_score", staticmethod(checking)):
+        policy = HasPolicy(config)
+        for now_s in (200.0, 300.0):
+            policy.schedule(queue, cluster, now_s, running)
+
+
 def test_simulation_is_the_same_with_and_without_the_fast_paths() -> None:
     """A Philly window with the realism defaults (holds, reservations, elastic moves,
     restarts): every job starts, moves and ends at the same times on the same GPUs."""

@@ -12,8 +12,8 @@ from frenzy_scheduler.placement import FreeIndex
 from frenzy_scheduler.policies.has import HasConfig, HasPolicy, _Pass, _ReleaseProfile
 
 
-def option(gpu_type: str, gpus: int, duration_s: float) -> PlanOption:
-    return PlanOption(gpu_type, ParallelPlan(dp=gpus), 1, 1.0, duration_s)
+def option(gpu_type: str, gpus: int, duration_s: float, tp: int = 1) -> PlanOption:
+    return PlanOption(gpu_type, ParallelPlan(dp=gpus // tp, tp=tp), 1, 1.0, duration_s)
 
 
 CLUSTER = ClusterView({"a": NodeState("a", "A", 8, list(range(8))),
@@ -71,23 +71,49 @@ def test_a_dominated_option_still_starts_now() -> None:
 
 
 def test_when_every_hold_waits_forever_the_dominated_option_breaks_the_tie() -> None:
-    """Worked by hand: type A's 8 GPUs are busy with no running job to release them, so every
-    A option waits forever; one B GPU is free (so no dominated option, 2 GPUs, can start now,
-    and `_score` first scans the undominated options alone). Under pressure (exponent 1) j's
-    1-GPU option (1,000 s, cost 1,000) comes before its 2-GPU one (900 s, cost 1,620), which
-    is dominated; both values are infinite and the lower rank, the faster 2-GPU option, wins
-    the tie: the scan of the undominated options alone would hold for the 1-GPU one, so
-    when its hold waits forever the answer is the fastest option's."""
-    cluster = ClusterView({"a": NodeState("a", "A", 8, []), "b": NodeState("b", "B", 1, [0])})
-    job = QueuedJob("j", 0.0, (option("A", 1, 1000.0), option("A", 2, 900.0)))
+    """Worked by hand: type A has one GPU free on each of two nodes and no running job to
+    release more, so every A option waits forever. j's options use tensor parallelism 2, so
+    its 2-GPU option fits by count but not on either node (a tp group never straddles nodes):
+    `_Pass.waits_forever` cannot rule out a start, and `_score` scans the undominated options
+    alone (no dominated option, 4 GPUs, can start now). Under pressure (exponent 1) the 2-GPU
+    option (1,000 s, cost 1,000) comes before the 4-GPU one (900 s, cost 1,620), which is
+    dominated; both values are infinite and the lower rank, the faster 4-GPU option, wins the
+    tie: the scan of the undominated options alone would hold for the 2-GPU one, so when its
+    hold waits forever the answer is the fastest option's."""
+    cluster = ClusterView({"a1": NodeState("a1", "A", 2, [1]), "a2": NodeState("a2", "A", 2, [1])})
+    job = QueuedJob("j", 0.0, (option("A", 2, 1000.0, tp=2), option("A", 4, 900.0, tp=2)))
     config = HasConfig(launch_overhead_s=0.0, elastic=False)
     answers = []
     for prune in (True, False):
         index = FreeIndex(cluster)
         facts = HasPolicy(config)._derive_facts(job, index)
         state = _Pass(index, _ReleaseProfile([], 0.0), 0.0, 1.0, prune_holds=prune)
-        assert facts.scored(1.0) and facts.dominated_min_gpus == 2 > state.most_free
+        assert facts.scored(1.0) and facts.dominated_min_gpus == 4 > state.most_free
+        assert not state.waits_forever(facts)
         answers.append(HasPolicy._score(facts, state))
     assert answers[0] == answers[1]
     held, assignments = answers[0]
-    assert (held.num_gpus, assignments) == (2, None)
+    assert (held.num_gpus, assignments) == (4, None)
+
+
+def test_a_job_that_waits_forever_is_held_for_its_fastest_option_within_its_share() -> None:
+    """Worked by hand: every GPU is busy and no running job will release any, so every option
+    waits forever and `_score` names the hold without scanning (`_Pass.waits_forever`). The
+    fastest option, 8 A GPUs, is over the job's share of A (4 GPUs): the hold is the fastest
+    within it, 4 A GPUs, as the scan of every option finds; without shares, the 8."""
+    cluster = ClusterView({"a": NodeState("a", "A", 8, []), "b": NodeState("b", "B", 1, [])})
+    job = QueuedJob("j", 0.0, (option("A", 8, 100.0), option("A", 4, 180.0),
+                               option("B", 1, 1e6)))
+    config = HasConfig(launch_overhead_s=0.0, elastic=False)
+    for share, gpus in (({"A": 4, "B": 1}, 4), (None, 8)):
+        answers = []
+        for prune in (True, False):
+            index = FreeIndex(cluster)
+            facts = HasPolicy(config)._derive_facts(job, index)
+            state = _Pass(index, _ReleaseProfile([], 0.0), 0.0, 1.0, prune_holds=prune,
+                          share=share)
+            assert state.waits_forever(facts)
+            answers.append(HasPolicy._score(facts, state))
+        assert answers[0] == answers[1]
+        held, assignments = answers[0]
+        assert (held.gpu_type, held.num_gpus, assignments) == ("A", gpus, None)

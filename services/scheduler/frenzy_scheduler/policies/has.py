@@ -135,6 +135,9 @@ class _JobFacts:
     # is never strictly earlier on the others, so a search for the earliest can skip them
     frontier: tuple[int, ...]
     shortest_s: tuple[float, ...]  # per `need` type, its shortest option (launch included)
+    # Per `need` type, its `frontier` entries' (GPUs, time to completion), fastest first (so
+    # GPUs fall): the first with no more GPUs than are free is the fastest option that fits
+    ladders: tuple[tuple[tuple[int, float], ...], ...]
     best_s: float
     min_gpu_seconds: float
     min_gpus: int
@@ -371,6 +374,42 @@ class _Pass:
                 if gpus <= reservation.spare_gpus or \
                         self.now_s + shortest_s <= reservation.shadow_s:
                     return False
+        return True
+
+    def waits_forever(self, facts: "_JobFacts") -> bool:
+        """True when none of the job's options can start now and every one would wait
+        forever. `_score`'s scan would then visit every option (no cost exceeds an infinite
+        value) to hold for the fastest within the job's share, which `_score` names without
+        it. Under sustained load this is most scored jobs: on the whole Philly trace's first
+        12,000 jobs, 87 % of scans ended so, after 17 options each.
+
+        Per type: none can start now when fewer GPUs are free than its fewest, or when the
+        reservation refuses them all: the fewest exceed its spare GPUs and the fastest option
+        that fits what is free (the first of its `ladders` with no more GPUs) ends after the
+        shadow (the scan's test, on the shortest duration among those that fit: floats add
+        monotonically). All wait forever when the reservation does, or when even the fewest,
+        with the type's claims, exceed every GPU the running jobs will release
+        (`_ReleaseProfile.end_s` is inf, and more GPUs need more releases)."""
+        free = self.index.free_by_type
+        claimed = self.claimed
+        reservations = self.reservations
+        releases = self.releases
+        now_s = self.now_s
+        for (gpu_type, gpus), ladder in zip(facts.need, facts.ladders):
+            have = free.get(gpu_type, 0)
+            reservation = reservations.get(gpu_type) if reservations else None
+            if have >= gpus:
+                if reservation is None or gpus <= reservation.spare_gpus:
+                    return False  # its narrowest option may start now
+                for step_gpus, step_s in ladder:
+                    if step_gpus <= have:
+                        if now_s + step_s <= reservation.shadow_s:
+                            return False  # it may start now, before the reservation
+                        break
+            if reservation is not None and reservation.shadow_s == INF:
+                continue
+            if gpus + claimed.get(gpu_type, 0) - have <= releases.total(gpu_type):
+                return False  # a finite wait (short < 1 is a wait for one GPU, also finite)
         return True
 
     def idle_from(self, ordered: Sequence["_JobFacts"], position: int,
@@ -1115,7 +1154,9 @@ class HasPolicy:
         facts = _JobFacts(
             job.options, job.submit_time_s, entries, need,
             self._need_ids.setdefault(need, len(self._need_ids)), tuple(frontier),
-            tuple([shortest[gpu_type] for gpu_type, _ in need]), best_s,
+            tuple([shortest[gpu_type] for gpu_type, _ in need]),
+            tuple([tuple([(entries[i][2], entries[i][3]) for i in frontier
+                          if entries[i][1] == gpu_type]) for gpu_type, _ in need]), best_s,
             min([total_s * gpus for total_s, gpus, _, _, _ in keyed]),
             min([gpus for _, gpus, _, _, _ in keyed]),
             (1, best_s + self.config.aging_rate * job.submit_time_s, job.submit_time_s, job.job_id),
@@ -1295,19 +1336,31 @@ class HasPolicy:
         undominated one of its type with no more GPUs, which waits forever, before it), the
         scan over all of them would never stop early (no cost exceeds an infinite value) and
         no option would start, so its hold is the lowest rank of all: the fastest option."""
+        if not state.prune_holds:
+            if facts.exponent != state.exponent:
+                facts.scored(state.exponent)
+            return HasPolicy._scan([row[:7] + (False,) for row in facts.rows], facts, state)[0]
+        if state.waits_forever(facts):
+            return HasPolicy._fastest_hold(facts, state)  # what the scan would find, unscored
         if facts.exponent != state.exponent:
             facts.scored(state.exponent)
-        if not state.prune_holds:
-            return HasPolicy._scan([row[:7] + (False,) for row in facts.rows], facts, state)[0]
         if facts.dominated_min_gpus > state.most_free:
             choice, hold_value = HasPolicy._scan(facts.open_rows, facts, state)
             if choice is None or hold_value < INF or choice[1] is not None:
                 return choice  # no option, a finite hold, or a start now
-            # every hold waits forever: the fastest option within the job's share
-            share = state.share
-            return next(option for option, gpu_type, gpus, _, _, _ in facts.entries
-                        if not _over_share(share, facts, gpu_type, gpus)), None
+            return HasPolicy._fastest_hold(facts, state)  # every hold waits forever
         return HasPolicy._scan(facts.rows, facts, state)[0]
+
+    @staticmethod
+    def _fastest_hold(facts: _JobFacts, state: _Pass) -> tuple[PlanOption, None] | None:
+        """When no option starts now and every hold waits forever, the scan's answer: values
+        all tie at inf, so the lowest rank wins, the fastest option within the job's share;
+        None when the share leaves none."""
+        share = state.share
+        for option, gpu_type, gpus, _, _, _ in facts.entries:
+            if not _over_share(share, facts, gpu_type, gpus):
+                return option, None
+        return None
 
     @staticmethod
     def _scan(rows: Sequence[tuple[float, int, PlanOption, str, int, float, int, bool]],
