@@ -3,13 +3,13 @@ more GPUs comes before it in cost order): the marks against their definition, an
 case where a skipped option is the only one that starts now (the skip covers holds only)."""
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from frenzy.domain import ParallelPlan, PlanOption
 from frenzy_scheduler.core import ClusterView, NodeState, QueuedJob, RunningJob
 from frenzy_scheduler.placement import FreeIndex
-from frenzy_scheduler.policies.has import HasConfig, HasPolicy, _Pass, _ReleaseProfile
+from frenzy_scheduler.policies.has import HasConfig, HasPolicy, _Pass, _ReleaseProfile, _fits_now
 
 
 def option(gpu_type: str, gpus: int, duration_s: float, tp: int = 1) -> PlanOption:
@@ -36,6 +36,29 @@ def test_dominated_marks_follow_their_definition(menu, exponent) -> None:
         if position:  # what the skip relies on: cost order, so nothing after is cheaper
             assert costs[by_cost[position - 1]] <= costs[rank]
     assert facts.scored(exponent)[1] is by_cost  # kept while the exponent is
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("AB"), st.sampled_from([1, 2, 3, 4, 8]),
+                          st.floats(1.0, 1e4)), min_size=1, max_size=12),
+       st.integers(0, 9), st.integers(0, 9), st.floats(0.0, 2e4), st.booleans())
+@example([("A", 8, 10.0), ("A", 1, 625.0)], 4, 0, 1000.0, True)  # the fastest does not fit
+def test_a_ladder_answers_as_a_look_at_every_option_would(menu, have, spare, shadow_s,
+                                                          reserved) -> None:
+    """`_fits_now` on a type's ladder against every option of the type: does one fit the
+    free GPUs and pass the reservation (within its spare GPUs, or ending by its shadow)?"""
+    # wider is mostly faster, as in MARP's menus: the fastest option often does not fit
+    job = QueuedJob("j", 0.0, tuple(option(t, g, d * 8 / g) for t, g, d in menu))
+    facts = HasPolicy(HasConfig(launch_overhead_s=0.0))._derive_facts(job, FreeIndex(CLUSTER))
+    if not reserved:
+        spare, shadow_s = have, float("inf")
+    for gpu_type, ladder in facts.ladders.items():
+        expected = any(gpus <= have and (gpus <= spare or 100.0 + total_s <= shadow_s)
+                       for _, t, gpus, total_s, _, _ in facts.entries if t == gpu_type)
+        assert _fits_now(ladder, have, spare, shadow_s, 100.0) == expected
+    assert list(facts.ladders) == [gpu_type for gpu_type, _ in facts.need]
+    assert all(ladder[-1][0] == gpus for (_, gpus), ladder in
+               zip(facts.need, facts.ladders.values()))
 
 
 def test_a_new_job_is_scored_at_the_saturated_exponent_when_derived() -> None:

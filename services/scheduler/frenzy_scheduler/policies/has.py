@@ -134,17 +134,14 @@ class _JobFacts:
     # a wait-based completion (`wait(type, GPUs) + duration`, the wait non-decreasing in GPUs)
     # is never strictly earlier on the others, so a search for the earliest can skip them
     frontier: tuple[int, ...]
-    shortest_s: tuple[float, ...]  # per `need` type, its shortest option (launch included)
-    # Per `need` type, its `frontier` entries' (GPUs, time to completion), fastest first (so
-    # GPUs fall): the first with no more GPUs than are free is the fastest option that fits
-    ladders: tuple[tuple[tuple[int, float], ...], ...]
+    # type -> its `frontier` entries' (GPUs, time to completion), fastest first, so GPUs fall:
+    # the last is its narrowest option, the first with no more GPUs than are free the fastest
+    # that fits them (`_fits_now`); in `need` order
+    ladders: dict[str, tuple[tuple[int, float], ...]]
     best_s: float
     min_gpu_seconds: float
     min_gpus: int
     sjf_key: tuple[int, float, float, str]  # the non-urgent sort key minus aging x now
-    # type -> (fewest GPUs, shortest time to completion) of its options there: `need` and
-    # `shortest_s` by type, for the walk's early stop (`_Pass.idle_from`)
-    reach: dict[str, tuple[int, float]]
     # The job as queued now: set again by each decision's sort (a requeued job is a new object)
     job: QueuedJob
     exponent: float = -1.0  # the GPU-cost exponent `costs` / `by_cost` were scored with
@@ -359,53 +356,45 @@ class _Pass:
                 or gpus <= reservation.spare_gpus)
 
     def blocked_on_closed(self, facts: "_JobFacts") -> bool:
-        """True when every type of the job is closed and a cheap bound shows that none of its
-        options can start now. Scoring would then hold it for its fastest option, on a
-        closed type, where one more claim changes no later job's answer (a wait that is
-        infinite stays infinite, the reservation exists), so the pass can skip it."""
+        """True when every type of the job is closed and none of its options can start now
+        (`_fits_now`). Scoring would then hold it for its fastest option, on a closed type,
+        where one more claim changes no later job's answer (a wait that is infinite stays
+        infinite, the reservation exists), so the pass can skip it."""
         closed = self.closed
         free = self.index.free_by_type
         reservations = self.reservations
-        for (gpu_type, gpus), shortest_s in zip(facts.need, facts.shortest_s):
+        for gpu_type, ladder in facts.ladders.items():
             if gpu_type not in closed:
                 return False
-            if free.get(gpu_type, 0) >= gpus:
+            have = free.get(gpu_type, 0)
+            if have >= ladder[-1][0]:
                 reservation = reservations[gpu_type]
-                if gpus <= reservation.spare_gpus or \
-                        self.now_s + shortest_s <= reservation.shadow_s:
+                if _fits_now(ladder, have, reservation.spare_gpus, reservation.shadow_s,
+                             self.now_s):
                     return False
         return True
 
     def waits_forever(self, facts: "_JobFacts") -> bool:
-        """True when none of the job's options can start now and every one would wait
-        forever. `_score`'s scan would then visit every option (no cost exceeds an infinite
-        value) to hold for the fastest within the job's share, which `_score` names without
-        it. Under sustained load this is most scored jobs: on the whole Philly trace's first
-        12,000 jobs, 83 % of scans ended so, after 17 options each.
+        """True when none of the job's options can start now (`_fits_now`) and every one
+        would wait forever. `_score`'s scan would then visit every option (no cost exceeds an
+        infinite value) to hold for the fastest within the job's share, which `_score` names
+        without it. Under sustained load this is most scored jobs: on the whole Philly trace's
+        first 12,000 jobs, 83 % of scans ended so, after 17 options each.
 
-        Per type: none can start now when fewer GPUs are free than its fewest, or when the
-        reservation refuses them all: the fewest exceed its spare GPUs and the fastest option
-        that fits what is free (the first of its `ladders` with no more GPUs) ends after the
-        shadow (the scan's test, on the shortest duration among those that fit: floats add
-        monotonically). All wait forever when the reservation does, or when even the fewest,
-        with the type's claims, exceed every GPU the running jobs will release
+        A type's options all wait forever when its reservation does, or when even the
+        narrowest, with the type's claims, exceeds every GPU the running jobs will release
         (`_ReleaseProfile.end_s` is inf, and more GPUs need more releases)."""
         free = self.index.free_by_type
         claimed = self.claimed
         reservations = self.reservations
         releases = self.releases
-        now_s = self.now_s
-        for (gpu_type, gpus), ladder in zip(facts.need, facts.ladders):
+        for gpu_type, ladder in facts.ladders.items():
+            gpus = ladder[-1][0]
             have = free.get(gpu_type, 0)
             reservation = reservations.get(gpu_type) if reservations else None
-            if have >= gpus:
-                if reservation is None or gpus <= reservation.spare_gpus:
-                    return False  # its narrowest option may start now
-                for step_gpus, step_s in ladder:
-                    if step_gpus <= have:
-                        if now_s + step_s <= reservation.shadow_s:
-                            return False  # it may start now, before the reservation
-                        break
+            if have >= gpus and (reservation is None or _fits_now(
+                    ladder, have, reservation.spare_gpus, reservation.shadow_s, self.now_s)):
+                return False  # some option may start now
             if reservation is not None and reservation.shadow_s == INF:
                 continue
             if gpus + claimed.get(gpu_type, 0) - have <= releases.total(gpu_type):
@@ -424,11 +413,8 @@ class _Pass:
         and, for growth, the types held jobs claimed or reserved (`blocked`); a hold's claims
         and reservations matter only to later jobs of the same pass. Suppose that at position
         i (a) every type with free GPUs is claimed and (b) no job from i on has, on a type t
-        with free GPUs, an option that fits them and passes t's reservation: its fewest GPUs
-        there (`reach`) exceed what is free, or t is reserved, they exceed the reservation's
-        spare GPUs and its shortest option there ends after the shadow time (the test
-        `_score` makes, `now + duration <= shadow`, on the smallest duration: floats add
-        monotonically). Then job i cannot start now, so it binds nothing: the free GPUs stay
+        with free GPUs, an option that fits them and passes t's reservation (`_fits_now`,
+        the test `_score` makes). Then job i cannot start now, so it binds nothing: the free GPUs stay
         as they are, claims only grow, a reservation's shadow never moves and its spare
         GPUs only shrink, and a type reserved later only refuses more; so (a) and (b) hold
         at i + 1, and by induction no later job binds either. Nothing is placed after i,
@@ -479,12 +465,32 @@ def _could_start(facts: "_JobFacts", open_types: list[tuple[str, int, int, float
     """`_Pass.idle_from`'s test: has the job, on a type with free GPUs, an option that fits
     them and passes the type's reservation? (type, free GPUs, spare GPUs past the shadow,
     shadow time) per type in `open_types`."""
-    reach = facts.reach
+    ladders = facts.ladders
     for gpu_type, have, spare, shadow_s in open_types:
-        fit = reach.get(gpu_type)
-        if fit is not None and fit[0] <= have and \
-                (fit[0] <= spare or now_s + fit[1] <= shadow_s):
+        ladder = ladders.get(gpu_type)
+        if ladder is not None and _fits_now(ladder, have, spare, shadow_s, now_s):
             return True
+    return False
+
+
+def _fits_now(ladder: tuple[tuple[int, float], ...], have: int, spare_gpus: int,
+              shadow_s: float, now_s: float) -> bool:
+    """Has the type an option of the job with no more GPUs than the `have` free that passes
+    the type's reservation, as `_score` tests it: no more GPUs than the reservation's spare,
+    or it ends by the shadow time (no reservation: spare = have, shadow inf)?
+
+    Read off the type's ladder (`_JobFacts.ladders`). Its last step is the narrowest option:
+    if that does not fit, none does, and if it is within the spare GPUs, it passes. Else
+    only the shadow can let one pass, and the first step that fits is the fastest option
+    that does: an option before it has at least the GPUs of an earlier step (else it would
+    be a step), which does not fit. So it passes if any does (floats add monotonically)."""
+    if ladder[-1][0] > have:
+        return False
+    if ladder[-1][0] <= spare_gpus:
+        return True
+    for gpus, total_s in ladder:
+        if gpus <= have:
+            return now_s + total_s <= shadow_s
     return False
 
 
@@ -617,7 +623,7 @@ def _share_limit(share: dict[str, int] | None, facts: _JobFacts) -> int:
     if share is None or facts.key[0] == 0:
         return _NO_LIMIT
     wanted = facts.entries[0][1]
-    return max(share[wanted], facts.reach[wanted][0])
+    return max(share[wanted], facts.ladders[wanted][-1][0])
 
 
 def _over_share(share: dict[str, int] | None, facts: _JobFacts, gpu_type: str, gpus: int) -> bool:
@@ -914,7 +920,7 @@ class HasPolicy:
                     baseline_s, baseline = end_s, entry
             best: tuple[float, _Entry, ShrinkPlan] | None = None
             best_s = 0.0  # best's net gain (0 while there is none): a plan must beat it
-            if victims is not None and self.shortcuts and spare_types.isdisjoint(facts.reach):
+            if victims is not None and self.shortcuts and spare_types.isdisjoint(facts.ladders):
                 # No type of the job has GPUs to spare: every entry below would stop at its
                 # deficit (none, or more than the spare 0), so no plan; hold for the baseline
                 claimed[baseline[1]] = claimed.get(baseline[1], 0) + baseline[2]
@@ -1141,26 +1147,26 @@ class HasPolicy:
                          for total_s, gpus, gpu_type, _, o in keyed
                          if gpus <= capacity.get(gpu_type, 0)])
         frontier: list[int] = []
-        narrowest: dict[str, int] = {}  # per type, the fewest GPUs of any entry
-        shortest: dict[str, float] = {}
+        steps: dict[str, list[tuple[int, float]]] = {}  # per type, its frontier's steps so far
         for i, (_, gpu_type, gpus, total_s, _, _) in enumerate(entries):  # fastest first
-            if gpus < narrowest.get(gpu_type, gpus + 1):
-                narrowest[gpu_type] = gpus
+            ladder = steps.get(gpu_type)
+            if ladder is None:
+                steps[gpu_type] = [(gpus, total_s)]
                 frontier.append(i)
-            if gpu_type not in shortest:
-                shortest[gpu_type] = total_s
-        need = tuple(sorted(narrowest.items(), key=lambda item: (item[1], item[0])))
+            elif gpus < ladder[-1][0]:
+                ladder.append((gpus, total_s))
+                frontier.append(i)
+        need = tuple(sorted([(gpu_type, ladder[-1][0]) for gpu_type, ladder in steps.items()],
+                            key=lambda item: (item[1], item[0])))
         best_s = keyed[0][0]
         facts = _JobFacts(
             job.options, job.submit_time_s, entries, need,
             self._need_ids.setdefault(need, len(self._need_ids)), tuple(frontier),
-            tuple([shortest[gpu_type] for gpu_type, _ in need]),
-            tuple([tuple([(entries[i][2], entries[i][3]) for i in frontier
-                          if entries[i][1] == gpu_type]) for gpu_type, _ in need]), best_s,
+            {gpu_type: tuple(steps[gpu_type]) for gpu_type, _ in need}, best_s,
             min([total_s * gpus for total_s, gpus, _, _, _ in keyed]),
             min([gpus for _, gpus, _, _, _ in keyed]),
             (1, best_s + self.config.aging_rate * job.submit_time_s, job.submit_time_s, job.job_id),
-            {gpu_type: (gpus, shortest[gpu_type]) for gpu_type, gpus in need}, job)
+            job)
         # Scored now at the saturated queue's exponent: a walk reaches a job deep in the queue
         # only when the queue is long, which is when its pressure is saturated. So the first
         # walk that goes that deep does not score hundreds of jobs at once (the decision-time
