@@ -270,3 +270,29 @@ def test_a_running_job_in_line_after_the_stop_still_takes_its_turn(monkeypatch) 
     assert [(p.job_id, p.kind, p.assignments) for p in fast] == [
         ("mover", MIGRATE, (("a", (1,)),))]
     assert looked == [(1, 2)]
+
+
+def test_a_running_job_in_line_moves_to_a_narrow_option_listed_after_a_wide_one() -> None:
+    """Worked by hand. One A100 GPU is free; "mover" runs on a T4 with a tenth of its work
+    left (2,400 s there). Its menu lists 2 A100s (150 s left) before 1 A100 (300 s left):
+    only the one fits. It is in line keyed 10,150 (150 + aging 0.2 x now 50,000), ahead of
+    "later" (10,000 s on 2 A100s, submitted now: keyed 20,000), which then holds for the
+    A100s, so growth gives them to no one: the move is the mover's turn in line (2,400 ->
+    420 s with the 120 s restart floor). A look at its options for one that fits stops at the
+    first wider than any type has free, so they are looked at fewest GPUs first, not in the
+    menu's order."""
+    now_s = 50_000.0
+    cluster = ClusterView({"a": NodeState("a", "A100-80GB", 2, [1]),
+                           "t": NodeState("t", "T4", 1, [])})
+    mover_menu = (option("T4", 1, 24_000.0), option("A100-80GB", 2, 1_500.0),
+                  option("A100-80GB", 1, 3_000.0))
+    running = [RunningJob("s", option("A100-80GB", 1, 1.0), (("a", (0,)),), 40_000.0, 90_000.0),
+               RunningJob("mover", mover_menu[0], (("t", (0,)),), now_s - 21_600.0,
+                          now_s + 2_400.0, mover_menu)]
+    queue = [QueuedJob("later", now_s, (option("A100-80GB", 2, 10_000.0),))]
+    config = HasConfig(launch_overhead_s=0.0, fair_share=False)
+    fast = HasPolicy(config).schedule(queue, cluster, now_s, running)
+    assert fast == HasPolicy(config, shortcuts=False).schedule(queue, cluster, now_s, running)
+    assert [(p.job_id, p.kind, p.option.num_gpus, p.assignments) for p in fast] == [
+        ("mover", MIGRATE, 1, (("a", (1,)),))]
+    assert fast[0].decision.reason.startswith("migrate: its turn for faster GPUs")

@@ -59,6 +59,7 @@ _new_tuple: Callable[..., Any] = tuple.__new__
 _KEY = attrgetter("key")
 _FIRST = itemgetter(0)
 _DURATION = attrgetter("duration_s")
+_PROBE_GPUS = itemgetter(2)  # a `_Place.probe` entry's GPUs
 _NO_LIMIT = 1 << 62  # more GPUs than any option has: the fair-share limit when there is none
 _RECORD_ROWS = 6  # rows of a job's scoring a decision record shows besides the chosen option
 # Sort keys below and above every job's (urgent deadline jobs are 0, the others 1)
@@ -504,7 +505,8 @@ class _Place:
     # best time; () when it can never move up (`HasPolicy._place_of`)
     timings: tuple[tuple[float, float], ...]
     min_gpus: int  # the fewest GPUs of any of them
-    # Those the cluster can host, with (GPUs, type): what a move could take
+    # Those the cluster can host, with (GPUs, type): what a move could take; fewest GPUs
+    # first, so that a look for those that fit the free GPUs stops at the first too wide
     probe: tuple[tuple[float, float, int, str], ...]
     full_s: float  # its whole work's duration on its current option, and on its fastest
     fastest_s: float
@@ -1472,7 +1474,8 @@ class HasPolicy:
         if not out:
             return None
         at_start = dict(free)  # the GPUs free at the pass's start
-        return _Line(out, lambda key, place: self._line_facts(key, place, at_start, index, now_s))
+        return _Line(out, lambda key, place: self._line_facts(key, place, at_start, most_free,
+                                                              index, now_s))
 
     def _place_of(self, run: RunningJob, index: FreeIndex, now_s: float) -> _Place:
         """A running job's timings and probe, on its options on the other types; none unless
@@ -1496,6 +1499,7 @@ class HasPolicy:
                 probe.append((launch_s, option.duration_s, gpus, gpu_type))
         if not timings:
             return _Place.out_of_line(run)
+        probe.sort(key=_PROBE_GPUS)  # stable: ties keep the options' order
         place = _Place(run, tuple(timings), min_gpus, tuple(probe), full_duration_s(run),
                        self._menus.of(run.options).fastest_s, 1.0, 0.0, INF)
         self._refresh(place, run.remaining_fraction(now_s))
@@ -1517,14 +1521,18 @@ class HasPolicy:
             place.refresh_s = refresh_s - rounding_margin_s(refresh_s)
 
     def _line_facts(self, key: tuple[int, float, float, str], place: _Place,
-                    free: dict[str, int], index: FreeIndex, now_s: float) -> _JobFacts | None:
+                    free: dict[str, int], most_free: int, index: FreeIndex, now_s: float
+                    ) -> _JobFacts | None:
         """A running job's facts for the walk, keyed `key`, if its fastest option that fits
-        the GPUs `free` at the pass's start clears the gain thresholds (else None: free GPUs
-        only shrink in a pass, so no option can). Derived as a queued job's with the work it
-        has left (`_Place.left`), when first asked for after a refresh."""
+        the GPUs `free` at the pass's start (at most `most_free` of a type) clears the gain
+        thresholds (else None: free GPUs only shrink in a pass, so no option can). Derived as
+        a queued job's with the work it has left (`_Place.left`), when first asked for after
+        a refresh."""
         run, left = place.run, place.left
         fastest: tuple[float, int, str, float] | None = None  # (time to completion, GPUs, ...)
-        for launch_s, duration_s, gpus, gpu_type in place.probe:
+        for launch_s, duration_s, gpus, gpu_type in place.probe:  # fewest GPUs first
+            if gpus > most_free:
+                break  # neither this option nor any after it fits
             if free.get(gpu_type, 0) >= gpus:
                 candidate = (launch_s + duration_s * left, gpus, gpu_type, duration_s * left)
                 if fastest is None or candidate < fastest:
