@@ -19,7 +19,7 @@ from frenzy_scheduler.policies.elastic import (KeptRestarts, Menu, Menus, fill_f
                                                narrower_steps, other_types, shrink_loss_floor,
                                                shrink_plan, spare_gpus, victim_candidates,
                                                victims_by_type)
-from frenzy_scheduler.policies.has import HasConfig, HasPolicy, _ReleaseProfile
+from frenzy_scheduler.policies.has import HasConfig, HasPolicy, _Pass, _ReleaseProfile
 from frenzy_scheduler.policies.releases import ReleaseTimes, release_lists
 from frenzy_scheduler import queuediff
 from frenzy_scheduler.queuediff import IdentityDiff
@@ -110,15 +110,17 @@ def test_a_job_blocked_on_closed_types_is_not_scored(monkeypatch) -> None:
     assert [(p.job_id, p.assignments) for p in fast] == [("short", (("a", (4, 5)),))]
 
 
-def test_a_job_that_waits_forever_everywhere_is_held_unscanned(monkeypatch) -> None:
+def test_a_job_that_waits_forever_everywhere_is_held_at_its_first_hold(monkeypatch) -> None:
     """Worked by hand (no binding holds; a hold reserves only after 50 s blocked). In order:
     "t4" holds for the two busy T4s (released at t=5000) rather than run 1e5 s on A100s,
     which claims them. "big" fits nowhere and has waited 100 s, so it reserves node a's 8
     A100s (4 free, 4 released at t=1000) with no spare GPUs. "short" backfills before the
     reservation on 2 of the 4 free. "stuck" fits by count on the 2 left, but the reservation
     refuses it (it would run past t=1000), and both its types wait forever: A100 needs 2 +
-    8 claimed - 2 free = 8 more GPUs of the 4 ever released, T4 2 + 2 of 2. So it is held
-    for its fastest option without a scan. Same answer either way."""
+    8 claimed - 2 free = 8 more GPUs of the 4 ever released, T4 2 + 2 of 2. So its scan
+    stops at its first hold, which waits forever, and holds for its fastest option; the
+    other scans never ask (their first holds wait a finite time, or they start). Same answer
+    either way."""
     cluster = ClusterView({"a": NodeState("a", "A100-80GB", 8, [4, 5, 6, 7]),
                            "b": NodeState("b", "T4", 2, [])})
     running = [RunningJob("r", option("A100-80GB", 4, 1.0), (("a", (0, 1, 2, 3)),), 0.0, 1000.0),
@@ -128,13 +130,13 @@ def test_a_job_that_waits_forever_everywhere_is_held_unscanned(monkeypatch) -> N
              QueuedJob("stuck", 0.0, (option("A100-80GB", 2, 50_000.0),
                                       option("T4", 2, 60_000.0))),
              QueuedJob("short", 0.0, (option("A100-80GB", 2, 500.0),))]
-    scanned: list[str] = []
+    asked: dict[str, bool] = {}
     held: dict[str, str] = {}
-    original_scan, original_score = HasPolicy._scan, HasPolicy._score
+    original_ask, original_score = _Pass.waits_forever, HasPolicy._score
 
-    def counting(rows, facts, state):
-        scanned.append(facts.job.job_id)
-        return original_scan(rows, facts, state)
+    def asking(state, facts):
+        asked[facts.job.job_id] = answer = original_ask(state, facts)
+        return answer
 
     def recording(facts, state):
         choice = original_score(facts, state)
@@ -142,17 +144,17 @@ def test_a_job_that_waits_forever_everywhere_is_held_unscanned(monkeypatch) -> N
             held[facts.job.job_id] = choice[0].gpu_type
         return choice
 
-    monkeypatch.setattr(HasPolicy, "_scan", staticmethod(counting))
+    monkeypatch.setattr(_Pass, "waits_forever", asking)
     monkeypatch.setattr(HasPolicy, "_score", staticmethod(recording))
     config = HasConfig(launch_overhead_s=0.0, elastic=False, binding_holds=False,
                        reserve_after_s=50.0)
     fast = HasPolicy(config).schedule(queue, cluster, 0.0, running)
-    assert scanned == ["t4", "short"]
+    assert asked == {"stuck": True}
     assert held == {"t4": "T4", "stuck": "A100-80GB"}
-    scanned.clear()
+    asked.clear()
     held.clear()
     assert HasPolicy(config, shortcuts=False).schedule(queue, cluster, 0.0, running) == fast
-    assert scanned == ["t4", "short", "stuck"]
+    assert asked == {}
     assert held == {"t4": "T4", "stuck": "A100-80GB"}
     assert [(p.job_id, p.assignments) for p in fast] == [("short", (("a", (4, 5)),))]
 

@@ -121,7 +121,7 @@ def test_when_every_hold_waits_forever_the_dominated_option_breaks_the_tie() -> 
 
 def test_a_job_that_waits_forever_is_held_for_its_fastest_option_within_its_share() -> None:
     """Worked by hand: every GPU is busy and no running job will release any, so every option
-    waits forever and `_score` names the hold without scanning (`_Pass.waits_forever`). The
+    waits forever and the scan names the hold at its first (`_Pass.waits_forever`). The
     fastest option, 8 A GPUs, is over the job's share of A (4 GPUs): the hold is the fastest
     within it, 4 A GPUs, as the scan of every option finds; without shares, the 8."""
     cluster = ClusterView({"a": NodeState("a", "A", 8, []), "b": NodeState("b", "B", 1, [])})
