@@ -30,7 +30,7 @@ import bisect
 import math
 from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Final, Sequence
 
 from frenzy.domain import RESHAPE_MIN_INTERVAL_S, PlanOption
 from frenzy_scheduler.core import (MIGRATE, PLACE, Alternative, ClusterView, Decision,
@@ -47,7 +47,7 @@ from frenzy_scheduler.policies.elastic import (Candidates, KeptCandidates, KeptR
 from frenzy_scheduler.policies.releases import ReleaseTimes, release_lists
 from frenzy_scheduler.queuediff import IdentityDiff
 
-INF = math.inf
+INF: Final = math.inf  # Final: compiled, read as a C static rather than looked up
 # Jobs walked between two looks for the walk's early stop (`_Pass.idle_from`): each look that
 # finds a free type unclaimed costs O(types)
 _IDLE_CHECK = 64
@@ -1430,9 +1430,8 @@ class HasPolicy:
                 wait_s = 0.0
             if reservation is not None and reservation.shadow_s - now_s > wait_s:
                 wait_s = reservation.shadow_s - now_s
-            # The first hold waits forever (`hold_value` is still inf: compiled, a local
-            # rather than the module's INF), and so would every other, with none starting
-            if hold is None and wait_s == hold_value and prune and state.waits_forever(facts):
+            # The first hold waits forever, and so would every other, with none starting
+            if hold is None and wait_s == INF and prune and state.waits_forever(facts):
                 return HasPolicy._fastest_hold(facts, state), INF
             value = wait_s + cost
             if hold is None or value < hold_value or (value == hold_value and rank < hold_rank):
