@@ -60,7 +60,7 @@ _KEY = attrgetter("key")
 _FIRST = itemgetter(0)
 _DURATION = attrgetter("duration_s")
 _PROBE_GPUS = itemgetter(2)  # a `_Place.probe` entry's GPUs
-_NO_LIMIT = 1 << 62  # more GPUs than any option has: the fair-share limit when there is none
+_NO_LIMIT: Final = 1 << 62  # more GPUs than any option has: the fair-share limit when there is none
 _RECORD_ROWS = 6  # rows of a job's scoring a decision record shows besides the chosen option
 # Sort keys below and above every job's (urgent deadline jobs are 0, the others 1)
 _FIRST_KEY: tuple[int, float, float, str] = (-1, 0.0, 0.0, "")
@@ -139,6 +139,10 @@ class _JobFacts:
     # the last is its narrowest option, the first with no more GPUs than are free the fastest
     # that fits them (`_fits_now`); in `need` order
     ladders: dict[str, tuple[tuple[int, float], ...]]
+    # The type of its fastest option, the only one the fair share caps (`_share_limit`), and
+    # its narrowest option there ("" and 0 without entries): read for every job scored
+    wanted: str
+    wanted_fewest: int
     best_s: float
     min_gpu_seconds: float
     min_gpus: int
@@ -417,9 +421,9 @@ class _Pass:
         and reservations matter only to later jobs of the same pass. Suppose that at position
         i (a) every type with free GPUs is claimed and (b) no job from i on has, on a type t
         with free GPUs, an option that fits them and passes t's reservation (`_fits_now`,
-        the test `_score` makes). Then job i cannot start now, so it binds nothing: the free GPUs stay
-        as they are, claims only grow, a reservation's shadow never moves and its spare
-        GPUs only shrink, and a type reserved later only refuses more; so (a) and (b) hold
+        the test `_score` makes). Then job i cannot start now, so it binds nothing: the free
+        GPUs stay as they are, claims only grow, a reservation's shadow never moves and its
+        spare GPUs only shrink, and a type reserved later only refuses more; so (a) and (b) hold
         at i + 1, and by induction no later job binds either. Nothing is placed after i,
         and at the end every type with free GPUs is claimed, so growth has no GPUs to give
         (`elastic.grow` returns nothing when every free type is blocked): the skipped jobs'
@@ -626,14 +630,13 @@ def _share_limit(share: dict[str, int] | None, facts: _JobFacts) -> int:
     deadline job, or without shares."""
     if share is None or facts.key[0] == 0:
         return _NO_LIMIT
-    wanted = facts.entries[0][1]
-    return max(share[wanted], facts.ladders[wanted][-1][0])
+    return max(share[facts.wanted], facts.wanted_fewest)
 
 
 def _over_share(share: dict[str, int] | None, facts: _JobFacts, gpu_type: str, gpus: int) -> bool:
     """Is this option wider than the job may take? Only options on the type of its fastest
     option are limited (`_share_limit`)."""
-    return gpu_type == facts.entries[0][1] and gpus > _share_limit(share, facts)
+    return gpu_type == facts.wanted and gpus > _share_limit(share, facts)
 
 
 def _savings_per_gpu(facts: _JobFacts, baseline_s: float, share: dict[str, int] | None
@@ -643,7 +646,7 @@ def _savings_per_gpu(facts: _JobFacts, baseline_s: float, share: dict[str, int] 
     waiting jobs do the most (`HasPolicy._admit_together`)."""
     best: dict[str, tuple[float, _Entry]] = {}
     limit = _share_limit(share, facts)
-    fastest_type = facts.entries[0][1]
+    fastest_type = facts.wanted
     for entry in facts.entries:
         _, gpu_type, gpus, total_s, _, _ = entry
         if gpus > limit and gpu_type == fastest_type:  # `_over_share`
@@ -1166,7 +1169,9 @@ class HasPolicy:
         facts = _JobFacts(
             job.options, job.submit_time_s, entries, need,
             self._need_ids.setdefault(need, len(self._need_ids)), tuple(frontier),
-            {gpu_type: tuple(steps[gpu_type]) for gpu_type, _ in need}, best_s,
+            {gpu_type: tuple(steps[gpu_type]) for gpu_type, _ in need},
+            entries[0][1] if entries else "", steps[entries[0][1]][-1][0] if entries else 0,
+            best_s,
             min([total_s * gpus for total_s, gpus, _, _, _ in keyed]),
             min([gpus for _, gpus, _, _, _ in keyed]),
             (1, best_s + self.config.aging_rate * job.submit_time_s, job.submit_time_s, job.job_id),
@@ -1222,7 +1227,7 @@ class HasPolicy:
                 continue
             demand += facts.min_gpus
             if facts.entries:
-                fastest_type = facts.entries[0][1]
+                fastest_type = facts.wanted
                 wanting[fastest_type] = wanting.get(fastest_type, 0) + 1
             facts.job, facts.key, facts.decision = job, self._key(facts, job, now_s), decision
             order.append(facts)
@@ -1268,7 +1273,7 @@ class HasPolicy:
                 if facts is not None:
                     self._demand -= facts.min_gpus
                     if facts.entries:
-                        wanting[facts.entries[0][1]] -= 1
+                        wanting[facts.wanted] -= 1
                     facts.decision = -1  # marks it for removal below
                     deadlines.pop(id(job), None)
             order = [f for f in order if f.decision != -1]
@@ -1283,7 +1288,7 @@ class HasPolicy:
                 continue
             self._demand += facts.min_gpus
             if facts.entries:
-                fastest_type = facts.entries[0][1]
+                fastest_type = facts.wanted
                 wanting[fastest_type] = wanting.get(fastest_type, 0) + 1
             facts.job, facts.key, facts.decision = job, facts.sjf_key, 0
             if job.deadline_s > 0:
@@ -1390,7 +1395,7 @@ class HasPolicy:
         prune = state.prune_holds
         # Options over the share are skipped (`_over_share`): a narrower option of the type comes
         # before any that one dominates, so the skipped never hide what the pruning relies on
-        wanted = entries[0][1]  # the type of its fastest option, the only one capped
+        wanted = facts.wanted  # the type of its fastest option, the only one capped
         limit = _share_limit(state.share, facts)
         # state.expected_wait_s and backfill_allowed, inlined: hot loop
         for cost, rank, option, gpu_type, gpus, duration_s, tp, dominated in rows:
@@ -1653,7 +1658,7 @@ class HasPolicy:
         chosen_total_s = chosen.duration_s + self._launch_for(chosen.gpu_type, chosen.num_gpus,
                                                               state.index.node_size)
         share = state.share
-        fastest_type = facts.entries[0][1]
+        fastest_type = facts.wanted
         limit = _share_limit(share, facts)
         share_gpus = share.get(fastest_type, 0) if share is not None else 0
         if state.reason is None:  # the same for every placement of the pass
@@ -1673,7 +1678,7 @@ class HasPolicy:
         if not facts.entries:
             return False  # no option the cluster can host
         best: tuple[float, float, PlanOption] | None = None
-        wanted, limit = facts.entries[0][1], _share_limit(state.share, facts)  # `_over_share`
+        wanted, limit = facts.wanted, _share_limit(state.share, facts)  # `_over_share`
         for option, gpu_type, gpus, duration_s, _, _ in facts.entries:  # fastest first
             if best is not None and duration_s >= best[0]:
                 break  # a wait is never negative: no later entry ends sooner
