@@ -497,8 +497,8 @@ def _fits_now(ladder: tuple[tuple[int, float], ...], have: int, spare_gpus: int,
         return True
     for gpus, total_s in ladder:
         if gpus <= have:
-            return now_s + total_s <= shadow_s
-    return False
+            break  # the last step fits, so the loop always stops here
+    return now_s + total_s <= shadow_s
 
 
 @dataclass(slots=True)
@@ -1351,12 +1351,10 @@ class HasPolicy:
         undominated one of its type with no more GPUs, which waits forever, before it), the
         scan over all of them would never stop early (no cost exceeds an infinite value) and
         no option would start, so its hold is the lowest rank of all: the fastest option."""
-        if not state.prune_holds:
-            if facts.exponent != state.exponent:
-                facts.scored(state.exponent)
-            return HasPolicy._scan([row[:7] + (False,) for row in facts.rows], facts, state)[0]
         if facts.exponent != state.exponent:
             facts.scored(state.exponent)
+        if not state.prune_holds:
+            return HasPolicy._scan([row[:7] + (False,) for row in facts.rows], facts, state)[0]
         if facts.dominated_min_gpus > state.most_free:
             choice, hold_value = HasPolicy._scan(facts.open_rows, facts, state)
             if choice is None or hold_value < INF or choice[1] is not None:
