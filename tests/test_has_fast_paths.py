@@ -269,7 +269,9 @@ def _identity_diff_follows_a_queue(steps, start) -> None:
        st.randoms(use_true_random=False))
 def test_release_times_kept_by_deltas_match_a_rebuild(sets, rng) -> None:
     """The release lists kept across calls (jobs start, end, restart as new objects, equal
-    (end, GPUs) pairs on one type, a job object passed twice) equal a rebuild from scratch."""
+    (end, GPUs) pairs on one type, a job object passed twice) equal a rebuild from scratch,
+    and so do the per-GPU lists of the types asked for (kept by the same deltas once asked):
+    each running job's end once for each of its GPUs, ascending."""
     kept = ReleaseTimes()
     pool: list[RunningJob] = []
     for jobs in sets:
@@ -278,7 +280,12 @@ def test_release_times_kept_by_deltas_match_a_rebuild(sets, rng) -> None:
         running = rng.sample(pool, k=min(len(pool), 3)) + fresh  # some survive, in any order
         if running and rng.random() < 0.2:
             running.append(running[0])
-        assert kept.of(running) == release_lists(running)
+        ends, cumulative = kept.of(running)
+        assert (ends, cumulative) == release_lists(running)
+        for gpu_type in rng.sample(sorted(TYPES), k=rng.randrange(len(TYPES) + 1)):
+            by_hand = sorted(r.expected_end_s for r in running if r.option.gpu_type == gpu_type
+                             for _ in range(r.num_gpus))
+            assert kept.per_gpu(gpu_type, ends, cumulative) == by_hand
         pool = running
 
 
@@ -292,7 +299,7 @@ def test_release_times_kept_by_deltas_match_a_rebuild(sets, rng) -> None:
        st.randoms(use_true_random=False))
 def test_release_waits_kept_across_decisions_match_fresh_ones(decisions, rng) -> None:
     """The release profile's answers, memoised across decisions per type while its release
-    list is unchanged (`ReleaseTimes.memo`), equal a fresh profile's and a count by hand,
+    list is unchanged (`ReleaseTimes.per_gpu`), equal a fresh profile's and a count by hand,
     as jobs start, end and survive between decisions at various times."""
     kept = ReleaseTimes()
     pool: list[RunningJob] = []

@@ -44,7 +44,7 @@ from frenzy_scheduler.policies.elastic import (Candidates, KeptCandidates, KeptR
                                                shrinkable, spare_gpus, undo_shrinks,
                                                rounding_margin_s, victim_candidates,
                                                when_left_s, with_work_left)
-from frenzy_scheduler.policies.releases import ReleaseTimes, release_lists
+from frenzy_scheduler.policies.releases import ReleaseTimes, per_gpu_ends, release_lists
 from frenzy_scheduler.queuediff import IdentityDiff
 
 INF: Final = math.inf  # Final: compiled, read as a C static rather than looked up
@@ -228,9 +228,9 @@ class _ReleaseProfile:
 
     Built lazily: a decision in which every scored option can start now never needs it.
     One per decision, shared by the admission step and the pass (same running jobs, same
-    time). Its answers are memoised as absolute times in `ends` (the wait is `end - now`):
-    with `kept`, those memos outlive the decision for every type whose release list did not
-    change (`ReleaseTimes.memo`), since the answer is a function of that list alone."""
+    time). Its answers are read off one list per type with an entry per GPU (`per_gpu`, as
+    absolute times: the wait is `end - now`); with `kept`, those lists are kept across
+    decisions, by the same deltas as the release lists (`ReleaseTimes.per_gpu`)."""
 
     def __init__(self, running: Sequence[RunningJob], now_s: float,
                  kept: ReleaseTimes | None = None) -> None:
@@ -239,9 +239,10 @@ class _ReleaseProfile:
         self._kept = kept  # the lists kept up to date across decisions; None: from scratch
         self._ends: dict[str, list[float]] | None = None
         self._cumulative: dict[str, list[int]] = {}
-        # type -> GPUs short (>= 1) -> when they are released (inf: never): fixed while the
-        # type's list is, so claims and binds never make them stale
-        self.ends: dict[str, dict[int, float]] = {}
+        # type -> when its k-th GPU from now is released, at [k - 1] (inf past the end):
+        # fixed while the type's list is, so claims and binds never make it stale; the hot
+        # loops read it inline (`end_s`)
+        self.ends: dict[str, list[float]] = {}
 
     def _build(self) -> dict[str, list[float]]:
         self._ends, self._cumulative = (self._kept.of(self._running) if self._kept is not None
@@ -258,25 +259,26 @@ class _ReleaseProfile:
         wait_s = self.end_s(gpu_type, short) - self._now_s
         return wait_s if wait_s > 0.0 else 0.0
 
-    def end_s(self, gpu_type: str, short: int) -> float:
-        """When `short` (>= 1) more GPUs of the type will have been released (inf if never),
-        memoised in `ends`."""
-        memo = self.ends.get(gpu_type)
-        if memo is None:
+    def per_gpu(self, gpu_type: str) -> list[float]:
+        """The type's list in `ends`, made on its first ask in this decision."""
+        per_gpu = self.ends.get(gpu_type)
+        if per_gpu is None:
             ends = self._ends if self._ends is not None else self._build()
-            memo = self.ends[gpu_type] = (self._kept.memo(gpu_type, ends.get(gpu_type))
-                                          if self._kept is not None else {})
-        end_s = memo.get(short)
-        if end_s is None:
-            cum = self._cumulative.get(gpu_type)
-            if not cum or cum[-1] < short:
-                end_s = INF
+            if self._kept is not None:
+                per_gpu = self._kept.per_gpu(gpu_type, ends, self._cumulative)
+            elif gpu_type in ends:
+                per_gpu = per_gpu_ends(ends[gpu_type], self._cumulative[gpu_type])
             else:
-                built = self._ends
-                assert built is not None  # `_cumulative` is built with it
-                end_s = built[gpu_type][bisect.bisect_left(cum, short)]
-            memo[short] = end_s
-        return end_s
+                per_gpu = []
+            self.ends[gpu_type] = per_gpu
+        return per_gpu
+
+    def end_s(self, gpu_type: str, short: int) -> float:
+        """When `short` (>= 1) more GPUs of the type will have been released (inf if never)."""
+        per_gpu = self.ends.get(gpu_type)
+        if per_gpu is None:
+            per_gpu = self.per_gpu(gpu_type)
+        return per_gpu[short - 1] if short <= len(per_gpu) else INF
 
     def total(self, gpu_type: str) -> int:
         """All GPUs of the type that running jobs will ever release."""
@@ -312,8 +314,8 @@ class _Pass:
     claimed: dict[str, int] = field(default_factory=dict)  # GPUs held jobs already wait for
     reservations: dict[str, _Reservation] = field(default_factory=dict)
     fits: dict[int, bool] = field(default_factory=dict)  # filter memo by need_id; reset on bind
-    # type -> GPUs still short -> when released (`releases.ends`, read inline)
-    release_ends: dict[str, dict[int, float]] = field(init=False)
+    # type -> when its k-th GPU from now is released, at [k - 1] (`releases.ends`, inline)
+    release_ends: dict[str, list[float]] = field(init=False)
     # Types on which no job of this pass can start later than now any more: reserved, and
     # claimed past every GPU the running jobs will release (`changed` keeps it up to date)
     closed: set[str] = field(default_factory=set)
@@ -915,11 +917,10 @@ class HasPolicy:
                     continue
                 short = n + claimed.get(t, 0) - free.get(t, 0)
                 if short > 0:  # releases.wait_s, inlined
-                    memo = release_ends.get(t)
-                    released_s = memo.get(short) if memo is not None else None
-                    if released_s is None:
-                        released_s = releases.end_s(t, short)
-                    wait_s = released_s - now_s
+                    per_gpu = release_ends.get(t)
+                    if per_gpu is None:
+                        per_gpu = releases.per_gpu(t)
+                    wait_s = (per_gpu[short - 1] if short <= len(per_gpu) else INF) - now_s
                     end_s = total_s + (wait_s if wait_s > 0.0 else 0.0)
                 else:
                     end_s = total_s
@@ -1424,11 +1425,10 @@ class HasPolicy:
             short = gpus + claimed.get(gpu_type, 0) - have
             if short < 1:
                 short = 1
-            memo = release_ends.get(gpu_type)
-            end_s = memo.get(short) if memo is not None else None
-            if end_s is None:
-                end_s = releases.end_s(gpu_type, short)
-            wait_s = end_s - now_s
+            per_gpu = release_ends.get(gpu_type)
+            if per_gpu is None:
+                per_gpu = releases.per_gpu(gpu_type)
+            wait_s = (per_gpu[short - 1] if short <= len(per_gpu) else INF) - now_s
             if not wait_s > 0.0:
                 wait_s = 0.0
             if reservation is not None and reservation.shadow_s - now_s > wait_s:

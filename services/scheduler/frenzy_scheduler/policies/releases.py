@@ -7,9 +7,9 @@ at 10,000 GPUs, 5,000 running jobs and about 5 ms, for a set that changes by a j
 between decisions. So they are maintained by deltas: `IdentityDiff` finds the jobs that
 started and ended since the last call (a `RunningJob` is immutable and the callers make a
 new one for every start or reshape), each is inserted into or removed from its type's sorted
-list, and only the changed types' derived lists are rebuilt (at C speed). What callers derive
-from a type's lists (has: when n more GPUs are released) is kept for them in `memo` until
-that type's lists change.
+list, and only the changed types' derived lists are rebuilt (at C speed). The answer callers
+want from a type's lists (has: when n more GPUs are released) is one index into a list with an
+entry per GPU (`per_gpu`), built on the first ask and kept until that type's lists change.
 
 The lists are a function of the multiset of (expected end, GPUs) per type alone, so the
 answer is the same as a rebuild from scratch, whatever the order of the running jobs.
@@ -17,7 +17,7 @@ answer is the same as a rebuild from scratch, whatever the order of the running 
 from __future__ import annotations
 
 import bisect
-from itertools import accumulate
+from itertools import accumulate, chain, repeat
 from typing import Sequence
 
 from frenzy_scheduler.core import RunningJob
@@ -41,6 +41,15 @@ def sorted_releases(running: Sequence[RunningJob]) -> dict[str, list[tuple[float
     return per_type
 
 
+def per_gpu_ends(ends: list[float], cumulative: list[int]) -> list[float]:
+    """A type's release times, one entry per GPU: [k - 1] is when k more GPUs will have been
+    released (its job's expected end), and past the list's end never. So "when are `short`
+    more released" is one index instead of a bisect into `cumulative`: asked for every option
+    a decision scores, with a `short` that grows with every claim."""
+    return list(chain.from_iterable(map(repeat, ends, map(int.__sub__, cumulative,
+                                                           [0] + cumulative[:-1]))))
+
+
 def release_lists(running: Sequence[RunningJob]) -> tuple[Ends, Cumulative]:
     """From scratch: per type, expected ends ascending and cumulative GPUs released."""
     return _lists(sorted_releases(running))
@@ -62,17 +71,24 @@ class ReleaseTimes:
         self._sorted: dict[str, list[tuple[float, int]]] = {}  # (end, GPUs) per type, ascending
         self._ends: Ends = {}
         self._cumulative: Cumulative = {}
-        # Per type: the ends list an answer memo was built from, and the memo (the caller's)
-        self._memos: dict[str, tuple[list[float] | None, dict]] = {}
+        # Per type, `per_gpu_ends` of its lists, kept up to date by the same deltas once asked
+        # for (a slice inserted or deleted per job: a memmove, where a rebuild is a pass over
+        # every GPU of the type); dropped with the lists on a rebuild
+        self._per_gpu: dict[str, list[float]] = {}
 
-    def memo(self, gpu_type: str, ends: list[float] | None) -> dict:
-        """A memo for answers that are a function of the type's `ends` list (and its
-        cumulative list, which changes with it): kept until the type's list changes. A changed
-        list is a new object, so identity tells; the memo holds it, so its id is never reused."""
-        entry = self._memos.get(gpu_type)
-        if entry is None or entry[0] is not ends:
-            entry = self._memos[gpu_type] = (ends, {})
-        return entry[1]
+    def per_gpu(self, gpu_type: str, ends: Ends, cumulative: Cumulative) -> list[float]:
+        """`per_gpu_ends` of the type's lists in `ends` and `cumulative`, which the latest
+        `of` returned (empty when no running job holds the type). Read-only for the caller:
+        it changes on the next call."""
+        type_ends = ends.get(gpu_type)
+        if type_ends is None:
+            return []
+        if ends is not self._ends:  # `of` answered from scratch: nothing kept to update
+            return per_gpu_ends(type_ends, cumulative[gpu_type])
+        per_gpu = self._per_gpu.get(gpu_type)
+        if per_gpu is None:
+            per_gpu = self._per_gpu[gpu_type] = per_gpu_ends(type_ends, cumulative[gpu_type])
+        return per_gpu
 
     def of(self, running: Sequence[RunningJob]) -> tuple[Ends, Cumulative]:
         """The lists for `running` (read-only for the caller: they change on the next call)."""
@@ -86,24 +102,36 @@ class ReleaseTimes:
             # deltas over on the next call
             self._diff.reset()
             self._tracked, self._sorted, self._ends, self._cumulative = set(), {}, {}, {}
+            self._per_gpu = {}
             return release_lists(running)
         if not started and not ended:
             return self._ends, self._cumulative
         if len(started) + len(ended) > len(running):  # mostly new objects: a rebuild is cheaper
             self._tracked = set(map(id, running))
             self._sorted = sorted_releases(running)
+            self._per_gpu = {}
             self._ends, self._cumulative = _lists(self._sorted)
             return self._ends, self._cumulative
         tracked.update(map(id, started))
         changed: set[str] = set()
+        per_gpu_kept = self._per_gpu
         for job in ended:
-            releases = self._sorted[job.option.gpu_type]
-            del releases[bisect.bisect_left(releases, (job.estimated_end_s, job.num_gpus))]
-            changed.add(job.option.gpu_type)
+            gpu_type, end_s, gpus = job.option.gpu_type, job.estimated_end_s, job.num_gpus
+            releases = self._sorted[gpu_type]
+            del releases[bisect.bisect_left(releases, (end_s, gpus))]
+            changed.add(gpu_type)
+            per_gpu = per_gpu_kept.get(gpu_type)
+            if per_gpu is not None:  # its GPUs are a run of equal ends: drop as many
+                at = bisect.bisect_left(per_gpu, end_s)
+                del per_gpu[at:at + gpus]
         for job in started:
-            bisect.insort(self._sorted.setdefault(job.option.gpu_type, []),
-                          (job.estimated_end_s, job.num_gpus))
-            changed.add(job.option.gpu_type)
+            gpu_type, end_s, gpus = job.option.gpu_type, job.estimated_end_s, job.num_gpus
+            bisect.insort(self._sorted.setdefault(gpu_type, []), (end_s, gpus))
+            changed.add(gpu_type)
+            per_gpu = per_gpu_kept.get(gpu_type)
+            if per_gpu is not None:
+                at = bisect.bisect_left(per_gpu, end_s)
+                per_gpu[at:at] = [end_s] * gpus
         ends, cumulative = dict(self._ends), dict(self._cumulative)  # callers may hold the old
         for gpu_type in changed:
             releases = self._sorted[gpu_type]
@@ -114,5 +142,6 @@ class ReleaseTimes:
                 del self._sorted[gpu_type]
                 ends.pop(gpu_type, None)
                 cumulative.pop(gpu_type, None)
+                per_gpu_kept.pop(gpu_type, None)
         self._ends, self._cumulative = ends, cumulative
         return ends, cumulative
