@@ -8,7 +8,7 @@ from unittest import mock
 
 import pytest
 
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from frenzy.domain import ParallelPlan, PlanOption
@@ -80,6 +80,33 @@ def test_fast_path_decides_like_the_straightforward_one(first, second, config) -
             ((second[0] + second[0][:1], *second[1:]), 900.0)):  # a job twice
         assert fast.schedule(queue, cluster, now_s, running) == \
             plain.schedule(queue, cluster, now_s, running)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(busy_clusters(), st.sampled_from(CONFIGS), st.booleans())
+def test_every_scan_reads_each_type_as_the_pass_records_it(inputs, config, shortcuts) -> None:
+    """The scan reads a type's free GPUs, claims, reservation and release list off its
+    `_TypeState`, a copy of the pass's dicts: at every scan, on every path that claims,
+    reserves, binds or migrates, the copies equal the dicts (a writer that forgot to say
+    `changed` would leave a stale one, and both paths would read it alike)."""
+    queue, cluster, running = inputs
+    original = HasPolicy._scan
+    scans: list[int] = []
+
+    def checking(rows, facts, state):
+        for gpu_type, view in state.types.items():
+            assert (view.free, view.claimed, view.reservation) == (
+                state.index.free_by_type[gpu_type], state.claimed.get(gpu_type, 0),
+                state.reservations.get(gpu_type)), gpu_type
+            assert view.per_gpu is None or view.per_gpu == state.releases.per_gpu(gpu_type)
+        scans.append(1)
+        return original(rows, facts, state)
+
+    with mock.patch.object(HasPolicy, "_scan", staticmethod(checking)):
+        policy = HasPolicy(config, shortcuts=shortcuts)
+        for now_s in (200.0, 5e3, 5e4):
+            policy.schedule(queue, cluster, now_s, running)
+    assume(scans)  # a queue whose every option is wider than the cluster is never scanned
 
 
 def test_a_job_blocked_on_closed_types_is_not_scored(monkeypatch) -> None:

@@ -223,6 +223,20 @@ class _Reservation:
     spare_gpus: int  # GPUs of the type that backfill may still use past the shadow time
 
 
+@dataclass(slots=True)
+class _TypeState:
+    """One GPU type's part of a pass's state, as `HasPolicy._scan` reads it for each option:
+    one lookup instead of one per field. As four dicts (free GPUs, claims, reservations,
+    release lists), those lookups had been about half the scan's instructions. The fields copy
+    the dicts' entries for the type, which stay the record that the rest of the pass reads;
+    `_Pass.changed` copies them again after every change (`_Pass.claim` its own)."""
+
+    free: int  # `FreeIndex.free_by_type`
+    claimed: int  # `_Pass.claimed` (0: none)
+    reservation: _Reservation | None  # `_Pass.reservations`
+    per_gpu: list[float] | None = None  # `_ReleaseProfile.per_gpu`, on the scan's first need
+
+
 class _ReleaseProfile:
     """When GPUs of each type are expected to free up, from the running jobs' expected ends.
 
@@ -314,8 +328,7 @@ class _Pass:
     claimed: dict[str, int] = field(default_factory=dict)  # GPUs held jobs already wait for
     reservations: dict[str, _Reservation] = field(default_factory=dict)
     fits: dict[int, bool] = field(default_factory=dict)  # filter memo by need_id; reset on bind
-    # type -> when its k-th GPU from now is released, at [k - 1] (`releases.ends`, inline)
-    release_ends: dict[str, list[float]] = field(init=False)
+    types: dict[str, _TypeState] = field(init=False)  # per type, what the scan reads of it
     # Types on which no job of this pass can start later than now any more: reserved, and
     # claimed past every GPU the running jobs will release (`changed` keeps it up to date)
     closed: set[str] = field(default_factory=set)
@@ -327,8 +340,11 @@ class _Pass:
     keep_place: bool = False  # running jobs keep a place in line (`HasConfig.keep_place`)
 
     def __post_init__(self) -> None:
-        self.release_ends = self.releases.ends
-        self.most_free = max(self.index.free_by_type.values(), default=0)
+        free = self.index.free_by_type
+        self.most_free = max(free.values(), default=0)
+        self.types = {gpu_type: _TypeState(have, self.claimed.get(gpu_type, 0),
+                                           self.reservations.get(gpu_type))
+                      for gpu_type, have in free.items()}
 
     def expected_wait_s(self, gpu_type: str, gpus: int) -> float:
         """Seconds until `gpus` GPUs of the type could be ours; asked only for an option that
@@ -342,20 +358,29 @@ class _Pass:
         return wait_s
 
     def changed(self, gpu_type: str) -> None:
-        """The type's free GPUs, claims or reservation changed: is it closed now? Claims only
-        grow and free GPUs only shrink during a pass, so a closed type stays closed."""
-        if gpu_type in self.reservations and gpu_type not in self.closed:
-            total = self.releases.total(gpu_type)
-            if total == 0 or (  # nothing to wait for, ever
-                    self.claimed.get(gpu_type, 0) - self.index.free_by_type.get(gpu_type, 0)
-                    >= total):
-                self.closed.add(gpu_type)
+        """The type's free GPUs, claims or reservation changed: its `_TypeState` copies them
+        again, and is it closed now?"""
+        view = self.types[gpu_type]
+        view.free = self.index.free_by_type[gpu_type]
+        view.claimed = self.claimed.get(gpu_type, 0)
+        view.reservation = self.reservations.get(gpu_type)
+        self._close_if_covered(gpu_type, view)
 
     def claim(self, gpu_type: str, gpus: int) -> None:
         """A held job waits for `gpus` of the type: later jobs of the pass see them claimed."""
         self.claimed[gpu_type] = self.claimed.get(gpu_type, 0) + gpus
-        if gpu_type in self.reservations and gpu_type not in self.closed:
-            self.changed(gpu_type)
+        view = self.types[gpu_type]
+        view.claimed += gpus
+        self._close_if_covered(gpu_type, view)
+
+    def _close_if_covered(self, gpu_type: str, view: _TypeState) -> None:
+        """Close the type if it is reserved and its claims cover every GPU the running jobs
+        will release. Claims only grow and free GPUs only shrink during a pass, so a closed
+        type stays closed."""
+        if view.reservation is not None and gpu_type not in self.closed:
+            total = self.releases.total(gpu_type)
+            if total == 0 or view.claimed - view.free >= total:  # nothing to wait for, ever
+                self.closed.add(gpu_type)
 
     def backfill_allowed(self, gpu_type: str, gpus: int, duration_s: float) -> bool:
         reservation = self.reservations.get(gpu_type)
@@ -796,7 +821,7 @@ class HasPolicy:
                 continue
             if state.closed and self.shortcuts and state.blocked_on_closed(facts):
                 _, gpu_type, gpus, _, _, _ = facts.entries[0]  # what its hold would claim
-                state.claimed[gpu_type] += gpus
+                state.claim(gpu_type, gpus)
                 continue
             choice = self._score(facts, state)
             if choice is None:
@@ -1355,7 +1380,8 @@ class HasPolicy:
         if facts.exponent != state.exponent:
             facts.scored(state.exponent)
         if not state.prune_holds:
-            return HasPolicy._scan([row[:7] + (False,) for row in facts.rows], facts, state)[0]
+            return HasPolicy._scan(tuple([row[:7] + (False,) for row in facts.rows]), facts,
+                                   state)[0]
         if facts.dominated_min_gpus > state.most_free:
             choice, hold_value = HasPolicy._scan(facts.open_rows, facts, state)
             if choice is None or hold_value < INF or choice[1] is not None:
@@ -1375,17 +1401,14 @@ class HasPolicy:
         return None
 
     @staticmethod
-    def _scan(rows: Sequence[tuple[float, int, PlanOption, str, int, float, int, bool]],
+    def _scan(rows: tuple[tuple[float, int, PlanOption, str, int, float, int, bool], ...],
               facts: _JobFacts, state: _Pass
               ) -> tuple[tuple[PlanOption, Assignments | None] | None, float]:
         """`_score`'s scan over `rows` (cost order); also the best hold's value (inf when
         it waits forever; not meaningful when an option starts now)."""
         entries = facts.entries
         index = state.index
-        free = index.free_by_type
-        reservations = state.reservations
-        claimed = state.claimed
-        release_ends = state.release_ends
+        types = state.types
         releases = state.releases
         now_s = state.now_s
         hold: PlanOption | None = None  # the best option to wait for: (hold_value, hold_rank)
@@ -1402,10 +1425,11 @@ class HasPolicy:
                 continue  # wider than its fair share (`_over_share`, one comparison a row)
             if cost > hold_value and (not start_now or hold_wait_s <= move_s):
                 break  # nothing left can beat holding (elastic: a wait shorter than a move)
-            have = free.get(gpu_type, 0)
+            view = types[gpu_type]
+            have = view.free
             if have < gpus and dominated and hold_value < INF:
                 continue  # cannot start now, and its hold never wins
-            reservation = reservations.get(gpu_type) if reservations else None
+            reservation = view.reservation
             if have >= gpus and (reservation is None or now_s + duration_s <= reservation.shadow_s
                                  or gpus <= reservation.spare_gpus):
                 # A slower start beyond the plain rule is a bet on a later move; not when jobs
@@ -1413,7 +1437,7 @@ class HasPolicy:
                 if cost > hold_value and (
                         not _stopgap_pays(duration_s, entries[hold_rank][3], hold_wait_s, move_s)
                         if keep_place else
-                        (claimed.get(entries[hold_rank][1]) or
+                        (types[entries[hold_rank][1]].claimed or
                          not _worth_starting_now(duration_s, entries[hold_rank][3],
                                                  hold_wait_s, move_s))):
                     break  # slower still from here on: hold
@@ -1422,12 +1446,12 @@ class HasPolicy:
                     return (option, assignments), INF
             if dominated and hold_value < INF:
                 continue
-            short = gpus + claimed.get(gpu_type, 0) - have
+            short = gpus + view.claimed - have
             if short < 1:
                 short = 1
-            per_gpu = release_ends.get(gpu_type)
+            per_gpu = view.per_gpu
             if per_gpu is None:
-                per_gpu = releases.per_gpu(gpu_type)
+                per_gpu = view.per_gpu = releases.per_gpu(gpu_type)
             wait_s = (per_gpu[short - 1] if short <= len(per_gpu) else INF) - now_s
             if not wait_s > 0.0:
                 wait_s = 0.0
