@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from frenzy.domain import ParallelPlan, PlanOption
 from frenzy_scheduler.clusterfile import NodeGroup, build_cluster
 from frenzy_scheduler.core import ClusterView, NodeState, QueuedJob, RunningJob
+from frenzy_scheduler.placement import FreeIndex
 from frenzy_scheduler.policies.elastic import (KeptRestarts, Menu, Menus, fill_floor, floor_items,
                                                full_duration_s, least_restart_s, most_freed,
                                                narrower_steps, other_types, shrink_loss_floor,
@@ -107,6 +108,46 @@ def test_every_scan_reads_each_type_as_the_pass_records_it(inputs, config, short
         for now_s in (200.0, 5e3, 5e4):
             policy.schedule(queue, cluster, now_s, running)
     assume(scans)  # a queue whose every option is wider than the cluster is never scanned
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.lists(st.tuples(st.sampled_from(sorted(TYPES)), st.sampled_from([1, 2, 4]),
+                                   st.floats(2e3, 2e5), st.floats(0.0, 2e3),
+                                   st.sets(st.sampled_from(sorted(TYPES)), min_size=1)),
+                         max_size=8), min_size=1, max_size=6),
+       st.randoms(use_true_random=False))
+def test_the_running_jobs_in_line_kept_by_deltas_match_a_look_at_every_one(decisions, rng) -> None:
+    """The running jobs that keep a place in line (`HasPolicy._in_line`), with the set that
+    may move up kept by deltas, equal a look at every running job, decision after decision:
+    jobs start, end, survive, are moved (a new object for the same job), lose their chance
+    to gain as their work runs down, and a job object comes twice."""
+    cluster = ClusterView({f"{t}-{i}": NodeState(f"{t}-{i}", t, 8, list(range(8)))
+                           for t in TYPES for i in range(2)})
+    kept, plain = HasPolicy(), HasPolicy(shortcuts=False)
+    pool: list[RunningJob] = []
+    for number, jobs in enumerate(decisions):
+        now_s = 1_000.0 * number
+        fresh = []
+        for i, (gpu_type, gpus, work_s, started_s, menu) in enumerate(jobs):
+            options = tuple(option(t, n, work_s * TYPES[t] / n) for t in sorted(menu | {gpu_type})
+                            for n in (1, 2, 4))
+            own = option(gpu_type, gpus, work_s * TYPES[gpu_type] / gpus)
+            start_s = now_s - started_s
+            fresh.append(RunningJob(f"d{number}-{i}", own, (), start_s,
+                                    start_s + own.duration_s, options))
+        survivors = rng.sample(pool, k=rng.randrange(len(pool) + 1))
+        moved = [replace(run, start_time_s=now_s, restarts=1) for run in survivors[:1]]
+        running = survivors[1:] + moved + fresh
+        rng.shuffle(running)
+        if running and rng.random() < 0.15:
+            running.append(running[0])
+        index = FreeIndex(cluster)
+        lines = [policy._in_line(running, index, now_s, set()) for policy in (kept, plain)]
+        assert [None if line is None else [(key, place.run, place.timings, place.left)
+                                           for key, place in line.places] for line in lines] \
+            == [None if lines[1] is None else [(key, place.run, place.timings, place.left)
+                                               for key, place in lines[1].places]] * 2
+        pool = list(dict.fromkeys(running))
 
 
 def test_a_job_blocked_on_closed_types_is_not_scored(monkeypatch) -> None:

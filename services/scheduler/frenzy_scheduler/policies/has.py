@@ -727,6 +727,11 @@ class HasPolicy:
         self._need_ids: dict[tuple[tuple[str, int], ...], int] = {}
         self._launch_s: dict[int, float] = {}  # config.launch_s by nodes spanned
         self._places: dict[int, _Place] = {}  # id(run) -> its place in line for faster types
+        # The running jobs whose place may ever move up, kept by deltas (`_may_move_up`): the
+        # last running jobs seen, their ids (None: not kept), and id(run) -> place of those
+        self._running_diff: IdentityDiff[RunningJob] = IdentityDiff()
+        self._running_ids: set[int] | None = None
+        self._may_move: dict[int, _Place] = {}
         self._saturated_exponent = max(config.min_cost_exponent, config.gpu_cost_weight)
         self._decision = 0  # straightforward sorts so far (marks a job seen in this one)
         # The incremental sort's state: the last queue (by identity), its jobs' facts (None:
@@ -1232,6 +1237,7 @@ class HasPolicy:
         if index.capacity != self._capacity:  # nodes came or went: re-derive every job's facts
             self._facts.clear()
             self._places.clear()
+            self._running_ids = None  # the places are for the old shape: look every job up
             self._capacity = dict(index.capacity)
             self._queue_diff.reset()
         elif len(self._facts) > 4 * len(queue) + 1000:
@@ -1481,24 +1487,22 @@ class HasPolicy:
         can never move up) and, if some option of it fits the GPUs free now, its key from its
         timings (a few floats per option). Whether it could move, and its facts for the walk,
         are derived only when the walk reaches it (`_line_facts`)."""
-        cache = self._places
-        if len(cache) > 4 * len(running) + 1000:
-            live = {id(r): r for r in running}
-            self._places = cache = {k: e for k, e in cache.items() if live.get(k) is e.run}
+        may_move = self._may_move_up(running, index, now_s)
         free = index.free_by_type
         most_free = max(free.values(), default=0)
         aging_now = self.config.aging_rate * now_s
         interval_s = self.config.reshape_interval_s
         out = []
-        for run in running:
-            place = cache.get(id(run))
-            if place is None or place.run is not run:
-                place = cache[id(run)] = self._place_of(run, index, now_s)
-            elif place.timings and place.min_gpus <= most_free and now_s >= place.refresh_s:
+        for place in may_move:
+            run = place.run
+            if place.min_gpus <= most_free and now_s >= place.refresh_s:
                 left = run.remaining_fraction(now_s)
                 if left < _IN_LINE_REFRESH * place.left:
                     self._refresh(place, left)
-            if not place.timings or place.min_gpus > most_free or run.job_id in acted or \
+                    if not place.timings:  # it can no longer gain enough from a move
+                        self._may_move.pop(id(run), None)
+                        continue
+            if place.min_gpus > most_free or run.job_id in acted or \
                     not movable(run, now_s, interval_s):
                 continue
             out.append(((1, place.best_s + aging_now, now_s, run.job_id), place))
@@ -1507,6 +1511,49 @@ class HasPolicy:
         at_start = dict(free)  # the GPUs free at the pass's start
         return _Line(out, lambda key, place: self._line_facts(key, place, at_start, most_free,
                                                               index, now_s))
+
+    def _may_move_up(self, running: Sequence[RunningJob], index: FreeIndex, now_s: float
+                     ) -> list[_Place]:
+        """The places of the running jobs that may ever move up (`_Place.timings`). A place is
+        kept per job object (`_place_of`); with shortcuts, so is the set of those that may
+        move, by the running jobs' deltas (`IdentityDiff`): most running jobs never can, and
+        looking each one up had cost a dict lookup per running job per decision (about 10 %
+        of a decision at 10,000 GPUs x 5,000 queued). The order differs from `running`'s,
+        which does not matter: `_Line` sorts them by key, and keys end with the job id,
+        unique among running jobs; a job object twice in `running` is looked up every time."""
+        cache = self._places
+        tracked = self._running_ids
+        diff = self._running_diff.update(running) if self.shortcuts else None
+        if diff is not None and tracked is not None:
+            arrived, departed = diff
+            may_move = self._may_move
+            for run in departed:
+                tracked.discard(id(run))
+                may_move.pop(id(run), None)
+                cache.pop(id(run), None)
+            if not any(id(run) in tracked for run in arrived):
+                for run in arrived:
+                    tracked.add(id(run))
+                    place = cache.get(id(run))
+                    if place is None or place.run is not run:
+                        place = cache[id(run)] = self._place_of(run, index, now_s)
+                    if place.timings:
+                        may_move[id(run)] = place
+                return list(may_move.values())
+        # Every running job looked up
+        if len(cache) > 4 * len(running) + 1000:
+            live = {id(r): r for r in running}
+            self._places = cache = {k: e for k, e in cache.items() if live.get(k) is e.run}
+        places = []
+        for run in running:
+            place = cache.get(id(run))
+            if place is None or place.run is not run:
+                place = cache[id(run)] = self._place_of(run, index, now_s)
+            places.append(place)
+        ids = set(map(id, running))
+        self._running_ids = ids if self.shortcuts and len(ids) == len(running) else None
+        self._may_move = {id(place.run): place for place in places if place.timings}
+        return [place for place in places if place.timings]
 
     def _place_of(self, run: RunningJob, index: FreeIndex, now_s: float) -> _Place:
         """A running job's timings and probe, on its options on the other types; none unless
