@@ -86,19 +86,18 @@ def test_fast_path_decides_like_the_straightforward_one(first, second, config) -
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(busy_clusters(), st.sampled_from(CONFIGS), st.booleans())
 def test_every_scan_reads_each_type_as_the_pass_records_it(inputs, config, shortcuts) -> None:
-    """The scan reads a type's free GPUs, claims, reservation and release list off its
-    `_TypeState`, a copy of the pass's dicts: at every scan, on every path that claims,
-    reserves, binds or migrates, the copies equal the dicts (a writer that forgot to say
-    `changed` would leave a stale one, and both paths would read it alike)."""
+    """The scan reads a type's free GPUs, reservation and release list off its `_TypeState`,
+    copies of the pass's index, reservations and release profile: at every scan, on every
+    path that claims, reserves, binds or migrates, the copies equal those (a writer that
+    forgot to say `changed` would leave a stale one, and both paths would read it alike)."""
     queue, cluster, running = inputs
     original = HasPolicy._scan
     scans: list[int] = []
 
     def checking(rows, facts, state):
         for gpu_type, view in state.types.items():
-            assert (view.free, view.claimed, view.reservation) == (
-                state.index.free_by_type[gpu_type], state.claimed.get(gpu_type, 0),
-                state.reservations.get(gpu_type)), gpu_type
+            assert (view.free, view.reservation) == (state.index.free_by_type[gpu_type],
+                                                     state.reservations.get(gpu_type)), gpu_type
             assert view.per_gpu is None or view.per_gpu == state.releases.per_gpu(gpu_type)
         scans.append(1)
         return original(rows, facts, state)

@@ -227,13 +227,13 @@ class _Reservation:
 class _TypeState:
     """One GPU type's part of a pass's state, as `HasPolicy._scan` reads it for each option:
     one lookup instead of one per field. As four dicts (free GPUs, claims, reservations,
-    release lists), those lookups had been about half the scan's instructions. The fields copy
-    the dicts' entries for the type, which stay the record that the rest of the pass reads;
-    `_Pass.changed` copies them again after every change (`_Pass.claim` its own)."""
+    release lists), those lookups had been about half the scan's instructions. Its claims are
+    the pass's record of them; the free GPUs and the reservation copy the pass's index and
+    `_Pass.reservations`, and `_Pass.changed` copies them again after every change."""
 
     free: int  # `FreeIndex.free_by_type`
-    claimed: int  # `_Pass.claimed` (0: none)
     reservation: _Reservation | None  # `_Pass.reservations`
+    claimed: int = 0  # GPUs that held jobs of this pass wait for
     per_gpu: list[float] | None = None  # `_ReleaseProfile.per_gpu`, on the scan's first need
 
 
@@ -325,10 +325,10 @@ class _Pass:
     # job there when they free up, for a restart instead of the whole wait.
     start_now: bool = False
     move_s: float = 0.0  # ... unless the wait is shorter than such a move's restart
-    claimed: dict[str, int] = field(default_factory=dict)  # GPUs held jobs already wait for
     reservations: dict[str, _Reservation] = field(default_factory=dict)
     fits: dict[int, bool] = field(default_factory=dict)  # filter memo by need_id; reset on bind
-    types: dict[str, _TypeState] = field(init=False)  # per type, what the scan reads of it
+    # Per type: its claims (GPUs held jobs already wait for), and what the scan reads of it
+    types: dict[str, _TypeState] = field(init=False)
     # Types on which no job of this pass can start later than now any more: reserved, and
     # claimed past every GPU the running jobs will release (`changed` keeps it up to date)
     closed: set[str] = field(default_factory=set)
@@ -342,15 +342,14 @@ class _Pass:
     def __post_init__(self) -> None:
         free = self.index.free_by_type
         self.most_free = max(free.values(), default=0)
-        self.types = {gpu_type: _TypeState(have, self.claimed.get(gpu_type, 0),
-                                           self.reservations.get(gpu_type))
+        self.types = {gpu_type: _TypeState(have, self.reservations.get(gpu_type))
                       for gpu_type, have in free.items()}
 
     def expected_wait_s(self, gpu_type: str, gpus: int) -> float:
         """Seconds until `gpus` GPUs of the type could be ours; asked only for an option that
         cannot start now, so at least one more release is needed (the free GPUs may be
         fragmented or reserved)."""
-        short = gpus + self.claimed.get(gpu_type, 0) - self.index.free_by_type.get(gpu_type, 0)
+        short = gpus + self.types[gpu_type].claimed - self.index.free_by_type[gpu_type]
         wait_s = self.releases.wait_s(gpu_type, short if short > 1 else 1)
         reservation = self.reservations.get(gpu_type)
         if reservation is not None and reservation.shadow_s - self.now_s > wait_s:
@@ -358,20 +357,22 @@ class _Pass:
         return wait_s
 
     def changed(self, gpu_type: str) -> None:
-        """The type's free GPUs, claims or reservation changed: its `_TypeState` copies them
-        again, and is it closed now?"""
+        """The type's free GPUs or reservation changed: its `_TypeState` copies them again,
+        and is it closed now?"""
         view = self.types[gpu_type]
         view.free = self.index.free_by_type[gpu_type]
-        view.claimed = self.claimed.get(gpu_type, 0)
         view.reservation = self.reservations.get(gpu_type)
         self._close_if_covered(gpu_type, view)
 
     def claim(self, gpu_type: str, gpus: int) -> None:
         """A held job waits for `gpus` of the type: later jobs of the pass see them claimed."""
-        self.claimed[gpu_type] = self.claimed.get(gpu_type, 0) + gpus
         view = self.types[gpu_type]
         view.claimed += gpus
         self._close_if_covered(gpu_type, view)
+
+    def claimed_types(self) -> set[str]:
+        """The types some held job of this pass waits for."""
+        return {gpu_type for gpu_type, view in self.types.items() if view.claimed}
 
     def _close_if_covered(self, gpu_type: str, view: _TypeState) -> None:
         """Close the type if it is reserved and its claims cover every GPU the running jobs
@@ -418,20 +419,19 @@ class _Pass:
         A type's options all wait forever when its reservation does, or when even the
         narrowest, with the type's claims, exceeds every GPU the running jobs will release
         (`_ReleaseProfile.end_s` is inf, and more GPUs need more releases)."""
-        free = self.index.free_by_type
-        claimed = self.claimed
-        reservations = self.reservations
+        types = self.types
         releases = self.releases
         for gpu_type, ladder in facts.ladders.items():
             gpus = ladder[-1][0]
-            have = free.get(gpu_type, 0)
-            reservation = reservations.get(gpu_type) if reservations else None
+            view = types[gpu_type]
+            have = view.free
+            reservation = view.reservation
             if have >= gpus and (reservation is None or _fits_now(
                     ladder, have, reservation.spare_gpus, reservation.shadow_s, self.now_s)):
                 return False  # some option may start now
             if reservation is not None and reservation.shadow_s == INF:
                 continue
-            if gpus + claimed.get(gpu_type, 0) - have <= releases.total(gpu_type):
+            if gpus + view.claimed - have <= releases.total(gpu_type):
                 return False  # a finite wait (short < 1 is a wait for one GPU, also finite)
         return True
 
@@ -459,16 +459,14 @@ class _Pass:
         here stays valid: it is the last job from the end that fails (b), plus one. The scan
         from the end passes most of a long tail on two numbers per job (its fewest GPUs and
         shortest time on any type, below each type's), O(tail) at about 0.1 us a job."""
-        free = self.index.free_by_type
-        claimed = self.claimed
-        reservations = self.reservations
         open_types = []  # (type, free GPUs, spare GPUs past the shadow, shadow time)
         spare_max, shadow_max = -1, -INF  # over the open types (an unreserved one: INF)
-        for gpu_type, have in free.items():
+        for gpu_type, view in self.types.items():
+            have = view.free
             if have > 0:
-                if gpu_type not in claimed:
+                if not view.claimed:
                     return None
-                reservation = reservations.get(gpu_type)
+                reservation = view.reservation
                 spare, shadow_s = (have, INF) if reservation is None else \
                     (reservation.spare_gpus, reservation.shadow_s)
                 open_types.append((gpu_type, have, spare, shadow_s))
@@ -798,7 +796,7 @@ class HasPolicy:
         placements: list[Placement] = []
         reserve_after_s = self.config.reserve_after_s
         binding_holds = self.config.binding_holds
-        claimed, reservations, closed = state.claimed, state.reservations, state.closed
+        reservations = state.reservations
         # The walk's early stop (`_Pass.idle_from`), looked for every _IDLE_CHECK jobs until
         # every type with free GPUs is claimed, then fixed: no job from `stop` on can start now,
         # nor any running job in line after `through`
@@ -819,9 +817,9 @@ class HasPolicy:
                 if total_free <= 0:
                     break
                 line_key = line.head_key()
-            job = facts.job
+            job = facts.job  # (its submit time is `facts.submit_s`: facts are for this job)
             if not self._filter(facts, state):
-                if now_s - job.submit_time_s >= reserve_after_s:  # else _maybe_reserve says no
+                if now_s - facts.submit_s >= reserve_after_s:  # else _maybe_reserve says no
                     self._maybe_reserve(job, facts, state)
                 continue
             if state.closed and self.shortcuts and state.blocked_on_closed(facts):
@@ -837,7 +835,7 @@ class HasPolicy:
                 # type reserved already), and `changed`'s (nothing to close), asked inline:
                 # most of a long queue's holds end there
                 gpu_type = option.gpu_type
-                if not (now_s - job.submit_time_s >= reserve_after_s and
+                if not (now_s - facts.submit_s >= reserve_after_s and
                         self._maybe_reserve(job, facts, state)) and not (
                         binding_holds and gpu_type not in reservations and
                         self._reserve(option, state)):
@@ -850,7 +848,7 @@ class HasPolicy:
         if line is not None and total_free > 0:  # the running jobs in line after the last job
             total_free = self._turns(line.take(through, through=True), state, placements,
                                      total_free)
-        blocked = set(state.claimed) | set(state.reservations)
+        blocked = state.claimed_types() | set(state.reservations)
         # growth gives only GPUs of types no queued job claimed (`grow` returns nothing
         # otherwise); asked here first, it spares listing the running jobs for nothing
         if elastic and total_free > 0 and \
@@ -1772,10 +1770,10 @@ class HasPolicy:
         free_at_shadow = state.index.free_by_type.get(gpu_type, 0)
         if 0 < wait_s < INF:
             free_at_shadow += state.releases.released_by(gpu_type, state.now_s + wait_s)
-        claimed = state.claimed
+        view = state.types[gpu_type]
         reservations[gpu_type] = _Reservation(
             state.now_s + wait_s if wait_s < INF else INF,
-            max(0, free_at_shadow - claimed.get(gpu_type, 0) - option.num_gpus))
-        claimed[gpu_type] = claimed.get(gpu_type, 0) + option.num_gpus
+            max(0, free_at_shadow - view.claimed - option.num_gpus))
+        view.claimed += option.num_gpus
         state.changed(gpu_type)
         return True
