@@ -122,6 +122,22 @@ class HasConfig:
 
 
 @dataclass(slots=True)
+class _Row:
+    """One option as `HasPolicy._score` reads it (`_JobFacts.rows`). A class, not a tuple:
+    compiled, the scan reads its fields directly, where each item of a tuple cost a type
+    check and, for a number, an unboxing (most of the scan's own instructions per option)."""
+
+    cost: float  # duration x GPU-seconds penalty at the exponent the rows were scored with
+    rank: int  # its entry's index: fastest first
+    option: PlanOption
+    gpu_type: str
+    gpus: int
+    duration_s: float  # time to completion, launch included (the entry's)
+    tp: int
+    dominated: bool  # an entry of its type with no more GPUs comes before it
+
+
+@dataclass(slots=True)
 class _JobFacts:
     """What a job's options imply, derived once per (job, cluster shape) and kept across
     decisions: in a queue that changes by a few jobs per event, this is most of the work."""
@@ -156,11 +172,10 @@ class _JobFacts:
     # `by_cost` (cheaper, or as cheap and faster), so as an option to hold for it never wins
     # (`HasPolicy._score`); derived with `by_cost`
     dominated: tuple[bool, ...] = ()
-    # What `HasPolicy._score` reads of each entry, cheapest first (`by_cost` order): (cost,
-    # rank, option, type, GPUs, duration s, tp degree, dominated); derived with `by_cost`, so
-    # the hot loop reads one tuple per option instead of indexing three
-    rows: tuple[tuple[float, int, PlanOption, str, int, float, int, bool], ...] = ()
-    open_rows: tuple[tuple[float, int, PlanOption, str, int, float, int, bool], ...] = ()
+    # What `HasPolicy._score` reads of each entry, cheapest first (`by_cost` order); derived
+    # with `by_cost`, so the hot loop reads one row per option instead of indexing three
+    rows: tuple[_Row, ...] = ()
+    open_rows: tuple[_Row, ...] = ()
     dominated_min_gpus: float = INF  # the fewest GPUs of a dominated entry (inf: none)
     # The scoring before the current one, (exponent, costs, by_cost, dominated, rows,
     # open_rows, dominated_min_gpus): a pressure that steps back and forth between two
@@ -201,7 +216,8 @@ class _JobFacts:
             for rank in by_cost:
                 option, gpu_type, gpus, duration_s, _, tp = entries[rank]
                 is_dominated = fewest.get(gpu_type, gpus + 1) <= gpus
-                row = (costs[rank], rank, option, gpu_type, gpus, duration_s, tp, is_dominated)
+                row = _Row(costs[rank], rank, option, gpu_type, gpus, duration_s, tp,
+                           is_dominated)
                 rows.append(row)
                 if is_dominated:
                     dominated[rank] = True
@@ -683,17 +699,16 @@ def _savings_per_gpu(facts: _JobFacts, baseline_s: float, share: dict[str, int] 
     return best
 
 
-def _alternatives(draft: tuple[Any, tuple[tuple[float, int, PlanOption, str, int, float, int,
-                                                bool], ...],
-                               PlanOption, float, list[float], str, int, int]
-                  ) -> tuple[Alternative, ...]:
+def _alternatives(draft: tuple[Any, tuple[_Row, ...], PlanOption, float, list[float], str, int,
+                               int]) -> tuple[Alternative, ...]:
     """A drafted record's rows (`HasPolicy._record`): the chosen option, then the cheapest
     others (as many as starts were captured for) with their captured starts and why each was
     not chosen."""
     _, rows, chosen, chosen_total_s, starts, fastest_type, limit, share_gpus = draft
     chosen_s = chosen.duration_s
     alternatives = [_new_tuple(Alternative, (chosen, 0.0, chosen_total_s, "chosen"))]
-    for (_, _, option, gpu_type, gpus, total_s, _, _), start_s in zip(rows, starts):
+    for row, start_s in zip(rows, starts):
+        option, gpu_type, gpus, total_s = row.option, row.gpu_type, row.gpus, row.duration_s
         if option is chosen or (option.duration_s == chosen_s and option == chosen):
             continue
         if gpu_type == fastest_type and gpus > limit:  # `_over_share`
@@ -1384,8 +1399,9 @@ class HasPolicy:
         if facts.exponent != state.exponent:
             facts.scored(state.exponent)
         if not state.prune_holds:
-            return HasPolicy._scan(tuple([row[:7] + (False,) for row in facts.rows]), facts,
-                                   state)[0]
+            return HasPolicy._scan(tuple([_Row(row.cost, row.rank, row.option, row.gpu_type,
+                                                    row.gpus, row.duration_s, row.tp, False)
+                                               for row in facts.rows]), facts, state)[0]
         if facts.dominated_min_gpus > state.most_free:
             choice, hold_value = HasPolicy._scan(facts.open_rows, facts, state)
             if choice is None or hold_value < INF or choice[1] is not None:
@@ -1405,7 +1421,7 @@ class HasPolicy:
         return None
 
     @staticmethod
-    def _scan(rows: tuple[tuple[float, int, PlanOption, str, int, float, int, bool], ...],
+    def _scan(rows: tuple[_Row, ...],
               facts: _JobFacts, state: _Pass
               ) -> tuple[tuple[PlanOption, Assignments | None] | None, float]:
         """`_score`'s scan over `rows` (cost order); also the best hold's value (inf when
@@ -1424,16 +1440,20 @@ class HasPolicy:
         wanted = facts.wanted  # the type of its fastest option, the only one capped
         limit = _share_limit(state.share, facts)
         # state.expected_wait_s and backfill_allowed, inlined: hot loop
-        for cost, rank, option, gpu_type, gpus, duration_s, tp, dominated in rows:
+        for row in rows:
+            gpus, gpu_type = row.gpus, row.gpu_type
             if gpus > limit and gpu_type == wanted:
                 continue  # wider than its fair share (`_over_share`, one comparison a row)
+            cost = row.cost
             if cost > hold_value and (not start_now or hold_wait_s <= move_s):
                 break  # nothing left can beat holding (elastic: a wait shorter than a move)
             view = types[gpu_type]
             have = view.free
+            dominated = row.dominated
             if have < gpus and dominated and hold_value < INF:
                 continue  # cannot start now, and its hold never wins
             reservation = view.reservation
+            duration_s = row.duration_s
             if have >= gpus and (reservation is None or now_s + duration_s <= reservation.shadow_s
                                  or gpus <= reservation.spare_gpus):
                 # A slower start beyond the plain rule is a bet on a later move; not when jobs
@@ -1445,9 +1465,9 @@ class HasPolicy:
                          not _worth_starting_now(duration_s, entries[hold_rank][3],
                                                  hold_wait_s, move_s))):
                     break  # slower still from here on: hold
-                assignments = index.best_fit(gpu_type, gpus, tp)
+                assignments = index.best_fit(gpu_type, gpus, row.tp)
                 if assignments is not None:
-                    return (option, assignments), INF
+                    return (row.option, assignments), INF
             if dominated and hold_value < INF:
                 continue
             short = gpus + view.claimed - have
@@ -1465,8 +1485,9 @@ class HasPolicy:
             if hold is None and wait_s == INF and prune and state.waits_forever(facts):
                 return HasPolicy._fastest_hold(facts, state), INF
             value = wait_s + cost
+            rank = row.rank
             if hold is None or value < hold_value or (value == hold_value and rank < hold_rank):
-                hold, hold_value, hold_rank, hold_wait_s = option, value, rank, wait_s
+                hold, hold_value, hold_rank, hold_wait_s = row.option, value, rank, wait_s
         return ((hold, None) if hold is not None else None), hold_value
 
     # -- running jobs in line for faster GPUs (`HasConfig.keep_place`) ----------------------
@@ -1720,8 +1741,8 @@ class HasPolicy:
             facts.scored(state.exponent)
         free = state.index.free_by_type
         rows = facts.rows  # cheapest first; the record shows the first _RECORD_ROWS
-        starts = [0.0 if free.get(row[3], 0) >= row[4] else state.expected_wait_s(row[3], row[4])
-                  for row in rows[:_RECORD_ROWS]]  # by index: unpacking boxes every field
+        starts = [0.0 if free.get(row.gpu_type, 0) >= row.gpus else
+                  state.expected_wait_s(row.gpu_type, row.gpus) for row in rows[:_RECORD_ROWS]]
         chosen_total_s = chosen.duration_s + self._launch_for(chosen.gpu_type, chosen.num_gpus,
                                                               state.index.node_size)
         share = state.share
