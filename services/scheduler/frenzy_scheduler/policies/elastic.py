@@ -481,7 +481,13 @@ def _as_candidate(run: RunningJob, now_s: float, menus: Menus, displace: bool,
     if parts is None:
         return None, math.inf
     if not movable(run, now_s, interval_s):
-        return None, movable_from_s(run, interval_s)
+        # `movable` compares now - start with the interval, and the sum start + interval can
+        # round to either side of where that turns true, even to now itself (moved at
+        # 424.4711385820975 with 600 s: the sum is 1024.4711385820974, where the difference is
+        # still 599.9999999999999). So a little before the sum, and never now: an earlier
+        # time only has a caller derive its answer afresh sooner
+        from_s = movable_from_s(run, interval_s)
+        return None, max(from_s - rounding_margin_s(from_s), math.nextafter(now_s, math.inf))
     full_s, steps, others = parts
     return (run, full_s, steps, others), math.inf
 
