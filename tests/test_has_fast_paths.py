@@ -86,10 +86,11 @@ def test_fast_path_decides_like_the_straightforward_one(first, second, config) -
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(busy_clusters(), st.sampled_from(CONFIGS), st.booleans())
 def test_every_scan_reads_each_type_as_the_pass_records_it(inputs, config, shortcuts) -> None:
-    """The scan reads a type's free GPUs, reservation and release list off its `_TypeState`,
-    copies of the pass's index, reservations and release profile: at every scan, on every
-    path that claims, reserves, binds or migrates, the copies equal those (a writer that
-    forgot to say `changed` would leave a stale one, and both paths would read it alike)."""
+    """The scan reads a type's free GPUs, reservation and release list off its `_TypeState`
+    (found by the number its rows carry), copies of the pass's index, reservations and release
+    profile: at every scan, on every path that claims, reserves, binds or migrates, the copies
+    equal those (a writer that forgot to say `changed` would leave a stale one, and both paths
+    would read it alike)."""
     queue, cluster, running = inputs
     original = HasPolicy._scan
     scans: list[int] = []
@@ -99,6 +100,8 @@ def test_every_scan_reads_each_type_as_the_pass_records_it(inputs, config, short
             assert (view.free, view.reservation) == (state.index.free_by_type[gpu_type],
                                                      state.reservations.get(gpu_type)), gpu_type
             assert view.per_gpu is None or view.per_gpu == state.releases.per_gpu(gpu_type)
+        for row in rows:  # the rows name their type's state by number
+            assert state.views[row.type_id] is state.types[row.gpu_type]
         scans.append(1)
         return original(rows, facts, state)
 
@@ -592,6 +595,25 @@ def test_admission_candidates_kept_by_deltas_match_fresh_ones(steps, displace) -
         assert (candidates, spare, most) == (fresh, spare_gpus(fresh), most_freed(fresh))
         for gpu_type in spare:  # the caller spends its copy of the spare
             spare[gpu_type] -= 1
+
+
+def test_a_victim_is_kept_as_one_once_its_rounded_interval_has_passed() -> None:
+    """Worked by hand: a job moved at t = 424.4711385820975, with a 600 s interval before it
+    may be moved again. In floats the sum of the two is 1024.4711385820974, where `movable`
+    (now - start = 599.9999999999999) still says no. The kept candidates had taken that sum
+    as the time the job turns movable; asked at it, they saw nothing left to change later
+    and missed the job at 1025.47 (`test_early_stop_decides_like_the_whole_walk` found it:
+    the fast policy admitted nobody where the straightforward one shrank this job)."""
+    interval_s, moved_s = 600.0, 424.4711385820975
+    assert moved_s + interval_s == 1024.4711385820974 and 1024.4711385820974 - moved_s < 600.0
+    menu = tuple(option("A100-80GB", n, 1e4 / n) for n in (1, 2, 4))
+    running = [RunningJob("j7", menu[2], (("n0", (0, 1, 2, 3)),), moved_s, moved_s + 1e5,
+                          options=menu, restarts=1)]
+    policy = HasPolicy(HasConfig(reshape_interval_s=interval_s))
+    for now_s in (moved_s, 1024.4711385820974, 1025.4711385820974):
+        fresh = victim_candidates(running, now_s, Menus(), True, interval_s)
+        assert policy._candidates(running, now_s, True)[0] == fresh, now_s
+    assert fresh  # movable at last
 
 
 @settings(max_examples=150, deadline=None)

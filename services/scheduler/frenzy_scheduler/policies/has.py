@@ -121,20 +121,25 @@ class HasConfig:
         return self.launch_overhead_s * (1.0 + math.log2(max(1, nodes)))
 
 
-@dataclass(slots=True)
 class _Row:
     """One option as `HasPolicy._score` reads it (`_JobFacts.rows`). A class, not a tuple:
     compiled, the scan reads its fields directly, where each item of a tuple cost a type
-    check and, for a number, an unboxing (most of the scan's own instructions per option)."""
+    check and, for a number, an unboxing (most of the scan's own instructions per option).
+    Not a dataclass: compiled, a dataclass is built by its generated `__init__`, run as
+    Python (about 3,000 instructions a row, where the whole trace builds hundreds of
+    thousands of rows)."""
 
-    cost: float  # duration x GPU-seconds penalty at the exponent the rows were scored with
-    rank: int  # its entry's index: fastest first
-    option: PlanOption
-    gpu_type: str
-    gpus: int
-    duration_s: float  # time to completion, launch included (the entry's)
-    tp: int
-    dominated: bool  # an entry of its type with no more GPUs comes before it
+    def __init__(self, cost: float, rank: int, option: PlanOption, gpu_type: str, type_id: int,
+                 gpus: int, duration_s: float, tp: int, dominated: bool) -> None:
+        self.cost = cost  # duration x GPU-seconds penalty at the exponent of the scoring
+        self.rank = rank  # its entry's index: fastest first
+        self.option = option
+        self.gpu_type = gpu_type
+        self.type_id = type_id  # its type's place in `_Pass.views` (`_type_ids`)
+        self.gpus = gpus
+        self.duration_s = duration_s  # time to completion, launch included (the entry's)
+        self.tp = tp
+        self.dominated = dominated  # an entry of its type with no more GPUs comes before it
 
 
 @dataclass(slots=True)
@@ -163,6 +168,7 @@ class _JobFacts:
     min_gpu_seconds: float
     min_gpus: int
     sjf_key: tuple[int, float, float, str]  # the non-urgent sort key minus aging x now
+    type_ids: dict[str, int]  # `_type_ids` of the cluster it was derived for (its rows')
     # The job as queued now: set again by each decision's sort (a requeued job is a new object)
     job: QueuedJob
     exponent: float = -1.0  # the GPU-cost exponent `costs` / `by_cost` were scored with
@@ -213,11 +219,12 @@ class _JobFacts:
             rows = []  # built in the one loop, field by field
             open_rows = []
             dominated_min_gpus = INF
+            type_ids = self.type_ids
             for rank in by_cost:
                 option, gpu_type, gpus, duration_s, _, tp = entries[rank]
                 is_dominated = fewest.get(gpu_type, gpus + 1) <= gpus
-                row = _Row(costs[rank], rank, option, gpu_type, gpus, duration_s, tp,
-                           is_dominated)
+                row = _Row(costs[rank], rank, option, gpu_type, type_ids[gpu_type], gpus,
+                           duration_s, tp, is_dominated)
                 rows.append(row)
                 if is_dominated:
                     dominated[rank] = True
@@ -239,18 +246,20 @@ class _Reservation:
     spare_gpus: int  # GPUs of the type that backfill may still use past the shadow time
 
 
-@dataclass(slots=True)
 class _TypeState:
     """One GPU type's part of a pass's state, as `HasPolicy._scan` reads it for each option:
     one lookup instead of one per field. As four dicts (free GPUs, claims, reservations,
     release lists), those lookups had been about half the scan's instructions. Its claims are
     the pass's record of them; the free GPUs and the reservation copy the pass's index and
-    `_Pass.reservations`, and `_Pass.changed` copies them again after every change."""
+    `_Pass.reservations`, and `_Pass.changed` copies them again after every change. Not a
+    dataclass, as `_Row`: one is built per type per decision."""
 
-    free: int  # `FreeIndex.free_by_type`
-    reservation: _Reservation | None  # `_Pass.reservations`
-    claimed: int = 0  # GPUs that held jobs of this pass wait for
-    per_gpu: list[float] | None = None  # `_ReleaseProfile.per_gpu`, on the scan's first need
+    def __init__(self, free: int, reservation: _Reservation | None) -> None:
+        self.free = free  # `FreeIndex.free_by_type`
+        self.reservation = reservation  # `_Pass.reservations`
+        self.claimed = 0  # GPUs that held jobs of this pass wait for
+        # `_ReleaseProfile.per_gpu`, on the scan's first need
+        self.per_gpu: list[float] | None = None
 
 
 class _ReleaseProfile:
@@ -343,8 +352,10 @@ class _Pass:
     move_s: float = 0.0  # ... unless the wait is shorter than such a move's restart
     reservations: dict[str, _Reservation] = field(default_factory=dict)
     fits: dict[int, bool] = field(default_factory=dict)  # filter memo by need_id; reset on bind
-    # Per type: its claims (GPUs held jobs already wait for), and what the scan reads of it
+    # Per type: its claims (GPUs held jobs already wait for), and what the scan reads of it;
+    # the same objects in `views`, by `_type_ids` (the scan's rows name them by that number)
     types: dict[str, _TypeState] = field(init=False)
+    views: list[_TypeState] = field(init=False)
     # Types on which no job of this pass can start later than now any more: reserved, and
     # claimed past every GPU the running jobs will release (`changed` keeps it up to date)
     closed: set[str] = field(default_factory=set)
@@ -360,6 +371,7 @@ class _Pass:
         self.most_free = max(free.values(), default=0)
         self.types = {gpu_type: _TypeState(have, self.reservations.get(gpu_type))
                       for gpu_type, have in free.items()}
+        self.views = [self.types[gpu_type] for gpu_type in _type_names(self.index)]
 
     def expected_wait_s(self, gpu_type: str, gpus: int) -> float:
         """Seconds until `gpus` GPUs of the type could be ours; asked only for an option that
@@ -506,6 +518,16 @@ class _Pass:
             if through is not _FIRST_KEY:
                 stop = max(stop, bisect.bisect_left(ordered, through, key=_KEY))
         return stop, through
+
+
+def _type_names(index: FreeIndex) -> list[str]:
+    """The cluster's GPU types in name order: a type's place here is its number
+    (`_type_ids`), so that a job's facts and a pass over the same cluster agree on it."""
+    return sorted(index.capacity)
+
+
+def _type_ids(index: FreeIndex) -> dict[str, int]:
+    return {gpu_type: number for number, gpu_type in enumerate(_type_names(index))}
 
 
 def _could_start(facts: "_JobFacts", open_types: list[tuple[str, int, int, float]],
@@ -680,22 +702,24 @@ def _over_share(share: dict[str, int] | None, facts: _JobFacts, gpu_type: str, g
     return gpu_type == facts.wanted and gpus > _share_limit(share, facts)
 
 
-def _savings_per_gpu(facts: _JobFacts, baseline_s: float, share: dict[str, int] | None
-                     ) -> dict[str, tuple[float, _Entry]]:
-    """Per GPU type, the job's option there that saves the most over its `baseline_s` per GPU
-    (seconds per GPU, the option), within its fair share: where GPUs freed for a group of
-    waiting jobs do the most (`HasPolicy._admit_together`)."""
-    best: dict[str, tuple[float, _Entry]] = {}
-    limit = _share_limit(share, facts)
-    fastest_type = facts.wanted
+def _saving_per_gpu(facts: _JobFacts, baseline_s: float, share: dict[str, int] | None,
+                    gpu_type: str) -> tuple[float, _Entry] | None:
+    """The job's option on `gpu_type` that saves the most over its `baseline_s` per GPU
+    (seconds per GPU, the option; the first of equals), within its fair share; None when none
+    saves anything: where GPUs freed for a group of waiting jobs do the most
+    (`HasPolicy._admit_together`). Asked per type that has GPUs to spare, usually one or two:
+    all types at once, in a dict, had cost 17,000 instructions a job."""
+    best: tuple[float, _Entry] | None = None
+    limit = _share_limit(share, facts) if gpu_type == facts.wanted else _NO_LIMIT
     for entry in facts.entries:
-        _, gpu_type, gpus, total_s, _, _ = entry
-        if gpus > limit and gpu_type == fastest_type:  # `_over_share`
+        if entry[1] != gpu_type:
             continue
-        per_gpu_s = (baseline_s - total_s) / gpus
-        kept = best.get(gpu_type)
-        if per_gpu_s > 0.0 and (kept is None or per_gpu_s > kept[0]):
-            best[gpu_type] = (per_gpu_s, entry)
+        gpus = entry[2]
+        if gpus > limit:  # `_over_share`
+            continue
+        per_gpu_s = (baseline_s - entry[3]) / gpus
+        if per_gpu_s > 0.0 and (best is None or per_gpu_s > best[0]):
+            best = (per_gpu_s, entry)
     return best
 
 
@@ -739,6 +763,7 @@ class HasPolicy:
         self._capacity: dict[str, int] = {}  # the cluster shape the cached facts were built for
         self._need_ids: dict[tuple[tuple[str, int], ...], int] = {}
         self._launch_s: dict[int, float] = {}  # config.launch_s by nodes spanned
+        self._type_ids: dict[str, int] = {}  # `_type_ids` of the cluster last derived for
         self._places: dict[int, _Place] = {}  # id(run) -> its place in line for faster types
         # The running jobs whose place may ever move up, kept by deltas (`_may_move_up`): the
         # last running jobs seen, their ids (None: not kept), and id(run) -> place of those
@@ -1081,7 +1106,7 @@ class HasPolicy:
         while Sia's round narrows the long jobs for all of them at once (the trace's first
         2,000 jobs: docs/has.md, "Where `has` loses"). Here the head jobs `_admit` left
         waiting, in the order's sequence, each on its option of the type that saves the most
-        per GPU over its baseline (`_savings_per_gpu`), are added one at a time; each group of
+        per GPU over its baseline (`_saving_per_gpu`), are added one at a time; each group of
         two or more is a candidate whose gain is the sum of its jobs' savings and whose loss
         is one `shrink_plan` for their combined deficit, under the same margin as a single
         admission (`min_gain_fraction`). The best net gain over types and groups is applied;
@@ -1093,7 +1118,6 @@ class HasPolicy:
         restart_s = cfg.restart_floor_s + cfg.launch_s(1)
         free = index.free_by_type
         displaced: dict = {}  # shrink_plan's memo of displacements, for this `room`
-        savings = [_savings_per_gpu(facts, baseline_s, share) for facts, baseline_s in waiting]
         best: tuple[float, list[tuple[_JobFacts, _Entry]], ShrinkPlan] | None = None
         for gpu_type, can_spare in spare.items():
             if can_spare <= 0:
@@ -1102,8 +1126,8 @@ class HasPolicy:
             together: list[tuple[_JobFacts, _Entry]] = []
             gpus, gain_s, horizon_s = 0, 0.0, 0.0
             items: list[tuple[float, int]] | None = None
-            for (facts, _), by_type in zip(waiting, savings):
-                saving = by_type.get(gpu_type)
+            for facts, baseline_s in waiting:
+                saving = _saving_per_gpu(facts, baseline_s, share, gpu_type)
                 if saving is None or gpus + saving[1][2] - have > can_spare:
                     continue
                 entry = saving[1]
@@ -1219,7 +1243,7 @@ class HasPolicy:
             min([total_s * gpus for total_s, gpus, _, _, _ in keyed]),
             min([gpus for _, gpus, _, _, _ in keyed]),
             (1, best_s + self.config.aging_rate * job.submit_time_s, job.submit_time_s, job.job_id),
-            job)
+            self._type_ids_of(index), job)
         # Scored now at the saturated queue's exponent: a walk reaches a job deep in the queue
         # only when the queue is long, which is when its pressure is saturated. So the first
         # walk that goes that deep does not score hundreds of jobs at once (the decision-time
@@ -1227,6 +1251,13 @@ class HasPolicy:
         facts.scored(self._saturated_exponent)
         self._facts[job.job_id] = facts
         return facts
+
+    def _type_ids_of(self, index: FreeIndex) -> dict[str, int]:
+        """`_type_ids(index)`, kept while the cluster's types are the same (one dict shared
+        by the facts derived for them)."""
+        if self._type_ids.keys() != index.capacity.keys():
+            self._type_ids = _type_ids(index)
+        return self._type_ids
 
     def _launch_for(self, gpu_type: str, gpus: int, node_size: dict[str, int]) -> float:
         """`HasConfig.launch_s` for `gpus` GPUs of a type on its nodes, kept by the nodes
@@ -1400,7 +1431,8 @@ class HasPolicy:
             facts.scored(state.exponent)
         if not state.prune_holds:
             return HasPolicy._scan(tuple([_Row(row.cost, row.rank, row.option, row.gpu_type,
-                                                    row.gpus, row.duration_s, row.tp, False)
+                                                    row.type_id, row.gpus, row.duration_s,
+                                                    row.tp, False)
                                                for row in facts.rows]), facts, state)[0]
         if facts.dominated_min_gpus > state.most_free:
             choice, hold_value = HasPolicy._scan(facts.open_rows, facts, state)
@@ -1428,7 +1460,7 @@ class HasPolicy:
         it waits forever; not meaningful when an option starts now)."""
         entries = facts.entries
         index = state.index
-        types = state.types
+        views = state.views
         releases = state.releases
         now_s = state.now_s
         hold: PlanOption | None = None  # the best option to wait for: (hold_value, hold_rank)
@@ -1447,7 +1479,7 @@ class HasPolicy:
             cost = row.cost
             if cost > hold_value and (not start_now or hold_wait_s <= move_s):
                 break  # nothing left can beat holding (elastic: a wait shorter than a move)
-            view = types[gpu_type]
+            view = views[row.type_id]
             have = view.free
             dominated = row.dominated
             if have < gpus and dominated and hold_value < INF:
@@ -1461,7 +1493,7 @@ class HasPolicy:
                 if cost > hold_value and (
                         not _stopgap_pays(duration_s, entries[hold_rank][3], hold_wait_s, move_s)
                         if keep_place else
-                        (types[entries[hold_rank][1]].claimed or
+                        (state.types[entries[hold_rank][1]].claimed or
                          not _worth_starting_now(duration_s, entries[hold_rank][3],
                                                  hold_wait_s, move_s))):
                     break  # slower still from here on: hold
