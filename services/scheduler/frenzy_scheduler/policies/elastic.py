@@ -207,10 +207,16 @@ def movable(run: RunningJob, now_s: float, interval_s: float) -> bool:
 
 
 def movable_from_s(run: RunningJob, interval_s: float) -> float:
-    """When `movable` turns true for a job with a menu: its restore over and, if it was moved,
-    `interval_s` after its latest start (a caller keeping what it derived from `movable` keeps
-    it until the earliest of these)."""
-    return max(run.restoring_until_s, run.start_time_s + interval_s if run.restarts else -math.inf)
+    """A time no later than when `movable` turns true for a job with a menu: its restore over
+    and, if it was moved, `interval_s` after its latest start (a caller keeping what it derived
+    from `movable` keeps it until the earliest of these). `movable` compares now - start with
+    the interval, and the sum start + interval can round to either side of where that turns
+    true (moved at 424.4711385820975 with 600 s: the sum is 1024.4711385820974, where the
+    difference is still 599.9999999999999); so a little before the sum: an earlier time only
+    has a caller derive its answer afresh sooner."""
+    from_s = max(run.restoring_until_s,
+                 run.start_time_s + interval_s if run.restarts else -math.inf)
+    return from_s - rounding_margin_s(from_s)
 
 
 def shrink_in_place(run: RunningJob, option: PlanOption) -> Assignments | None:
@@ -480,14 +486,8 @@ def _as_candidate(run: RunningJob, now_s: float, menus: Menus, displace: bool,
     parts = menus.victim(run, displace)
     if parts is None:
         return None, math.inf
-    if not movable(run, now_s, interval_s):
-        # `movable` compares now - start with the interval, and the sum start + interval can
-        # round to either side of where that turns true, even to now itself (moved at
-        # 424.4711385820975 with 600 s: the sum is 1024.4711385820974, where the difference is
-        # still 599.9999999999999). So a little before the sum, and never now: an earlier
-        # time only has a caller derive its answer afresh sooner
-        from_s = movable_from_s(run, interval_s)
-        return None, max(from_s - rounding_margin_s(from_s), math.nextafter(now_s, math.inf))
+    if not movable(run, now_s, interval_s):  # so it turns movable later than now
+        return None, max(movable_from_s(run, interval_s), math.nextafter(now_s, math.inf))
     full_s, steps, others = parts
     return (run, full_s, steps, others), math.inf
 
