@@ -180,6 +180,40 @@ def test_a_job_blocked_on_closed_types_is_not_scored(monkeypatch) -> None:
     assert [(p.job_id, p.assignments) for p in fast] == [("short", (("a", (4, 5)),))]
 
 
+def test_once_every_type_is_closed_a_job_that_cannot_start_is_not_looked_at(monkeypatch) -> None:
+    """Worked by hand, one type: "big" (8 A100s, 4 free, 4 released at t=1000) has waited
+    past `reserve_after_s`, so it reserves the A100s (shadow t=1000, no spare GPUs), and its
+    claim (8 - 4 free) covers the 4 released, which closes them: every type is closed. The
+    walk then reaches "short" (500 s): it ends by the shadow, so it starts. "long" (2 GPUs,
+    50,000 s) fits by count but
+    would run past the shadow, so it cannot start and is passed over before any other test
+    (`_Pass.may_start_now`): neither filtered nor asked `blocked_on_closed`. Same answer as
+    the walk that scores every job."""
+    cluster = ClusterView({"a": NodeState("a", "A100-80GB", 8, [4, 5, 6, 7])})
+    running = [RunningJob("r", option("A100-80GB", 4, 1.0), (("a", (0, 1, 2, 3)),), 0.0, 1000.0)]
+    queue = [QueuedJob("big", -30_000.0, (option("A100-80GB", 8, 100.0),)),
+             QueuedJob("long", 0.0, (option("A100-80GB", 2, 50_000.0),)),
+             QueuedJob("short", 0.0, (option("A100-80GB", 2, 500.0),))]
+    looked_at: list[str] = []
+    filter_, blocked = HasPolicy._filter, _Pass.blocked_on_closed
+
+    def filtering(facts, state):
+        looked_at.append(facts.job.job_id)
+        return filter_(facts, state)
+
+    def asking(state, facts):
+        looked_at.append(facts.job.job_id)
+        return blocked(state, facts)
+
+    monkeypatch.setattr(HasPolicy, "_filter", staticmethod(filtering))
+    monkeypatch.setattr(_Pass, "blocked_on_closed", asking)
+    config = HasConfig(launch_overhead_s=0.0, elastic=False)
+    fast = HasPolicy(config).schedule(queue, cluster, 0.0, running)
+    assert "long" not in looked_at and "short" in looked_at
+    assert HasPolicy(config, shortcuts=False).schedule(queue, cluster, 0.0, running) == fast
+    assert [(p.job_id, p.assignments) for p in fast] == [("short", (("a", (4, 5)),))]
+
+
 def test_a_job_that_waits_forever_everywhere_is_held_at_its_first_hold(monkeypatch) -> None:
     """Worked by hand (no binding holds; a hold reserves only after 50 s blocked). In order:
     "t4" holds for the two busy T4s (released at t=5000) rather than run 1e5 s on A100s,

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from frenzy.domain import ParallelPlan, PlanOption
 from frenzy.placement_check import NodeFacts, placement_problem
-from frenzy_scheduler.core import (Alternative, ClusterView, Decision, NodeState, Placement,
-                                   QueuedJob, RunningJob)
+from frenzy_scheduler.core import (MIGRATE, PLACE, Alternative, ClusterView, Decision, NodeState,
+                                   Placement, QueuedJob, RunningJob)
 from frenzy_scheduler.policies import get_policy, policy_names
 from frenzy_scheduler.policies.frenzy import FrenzyNarrowPolicy, FrenzyPolicy
 from frenzy_scheduler.policies.has import HasConfig, HasPolicy
@@ -203,6 +203,30 @@ def test_a_drafted_decision_reads_equals_and_prints_as_one_built_at_once() -> No
     assert repr(eager) == ("Decision(policy='has', reason='why', alternatives=("
                            f"{alternative!r},))")
     assert drafted != Decision("has", "other", (alternative,))
+
+
+def test_a_placement_compares_hashes_and_prints_as_the_frozen_dataclass_it_replaced() -> None:
+    """core.Placement is a plain class with slots (cheaper to build than a frozen dataclass);
+    it compares and hashes by every field, and bench/has_digest.py hashes its repr."""
+    chosen = option("T4", 2, 10.0)
+    record = Decision("has", "why", (Alternative(chosen, 0.0, 70.0, "chosen"),))
+    placed = Placement("j", chosen, (("n0", (0, 1)),), decision=record)
+    same = Placement("j", chosen, (("n0", (0, 1)),), PLACE,
+                     Decision("has", "why", (Alternative(chosen, 0.0, 70.0, "chosen"),)))
+    assert placed == same and hash(placed) == hash(same) and len({placed, same}) == 1
+    assert repr(placed) == (f"Placement(job_id='j', option={chosen!r}, "
+                            f"assignments=(('n0', (0, 1)),), kind='place', decision={record!r})")
+    slower = option("T4", 2, 20.0)
+    for other in (Placement("k", chosen, (("n0", (0, 1)),), decision=record),
+                  Placement("j", slower, (("n0", (0, 1)),), decision=record),
+                  Placement("j", chosen, (("n0", (0,)),), decision=record),
+                  Placement("j", chosen, (("n0", (0, 1)),), MIGRATE, record),
+                  Placement("j", chosen, (("n0", (0, 1)),))):
+        assert placed != other
+    assert placed != ("j", chosen, (("n0", (0, 1)),), PLACE, record)
+    moved = placed.replaced(slower)
+    assert moved == Placement("j", slower, (("n0", (0, 1)),), PLACE, record)
+    assert placed.option == chosen  # the original is unchanged
 
 
 def test_has_runs_shortest_first_and_honours_deadlines() -> None:

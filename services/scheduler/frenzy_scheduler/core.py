@@ -230,16 +230,46 @@ def option_alternatives(options: Sequence[PlanOption], chosen: PlanOption, limit
             *(Alternative(o, 0.0, o.duration_s, verdict) for o in others))
 
 
-@dataclass(frozen=True)
 class Placement:
     """An action: place a queued job (PLACE), or reshape a running one (RESIZE: same type,
-    other count; MIGRATE: other GPUs; PREEMPT: back to the queue, no assignments)."""
+    other count; MIGRATE: other GPUs; PREEMPT: back to the queue, no assignments).
 
-    job_id: str
-    option: PlanOption
-    assignments: tuple[tuple[str, tuple[int, ...]], ...]  # (node_id, GPU indices) per node
-    kind: str = PLACE
-    decision: Decision | None = None
+    A plain class with slots rather than a frozen dataclass, as `Decision` is: `has` builds
+    hundreds in one call at 10,000 GPUs, and a frozen dataclass's `__init__` sets each field
+    through `object.__setattr__`, about 9,400 instructions a placement against about 2,000
+    here (docs/has-performance.md, twenty-sixth round). Immutable to its readers (`replaced`
+    gives a changed copy); equal, hashed and printed as the dataclass it replaces."""
+
+    __slots__ = ("job_id", "option", "assignments", "kind", "decision")
+
+    def __init__(self, job_id: str, option: PlanOption,
+                 assignments: tuple[tuple[str, tuple[int, ...]], ...],  # (node_id, GPUs) a node
+                 kind: str = PLACE, decision: Decision | None = None) -> None:
+        self.job_id = job_id
+        self.option = option
+        self.assignments = assignments
+        self.kind = kind
+        self.decision = decision
+
+    def replaced(self, option: PlanOption) -> "Placement":
+        """The same action with another option (the live scheduler's full-work menu entry)."""
+        return Placement(self.job_id, option, self.assignments, self.kind, self.decision)
+
+    def _key(self) -> tuple[Any, ...]:
+        return self.job_id, self.option, self.assignments, self.kind, self.decision
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Placement):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return (f"Placement(job_id={self.job_id!r}, option={self.option!r}, "
+                f"assignments={self.assignments!r}, kind={self.kind!r}, "
+                f"decision={self.decision!r})")
 
 
 class Policy(Protocol):

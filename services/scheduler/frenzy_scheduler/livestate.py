@@ -319,7 +319,7 @@ class LiveState:
                 if p.job_id not in movable:
                     continue
                 attempt = self.attempts.get(p.job_id, 0)
-                p = replace(p, option=self._marp_option(p.job_id, p.option))
+                p = p.replaced(self._marp_option(p.job_id, p.option))
             else:
                 job = self.jobs.get(p.job_id)
                 if job is None or job.queued_attempt < 0:

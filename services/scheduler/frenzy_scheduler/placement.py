@@ -153,8 +153,15 @@ class FreeIndex:
         """Reserve GPUs in this index (the reserve step); ValueError on a double booking."""
         for node_id, gpus in assignments:
             free = self.free[node_id]
-            if tuple(free[:len(gpus)]) == gpus:  # what best_fit hands out: a prefix
-                rest = free[len(gpus):]
+            count = len(gpus)
+            prefix = count <= len(free)  # what best_fit hands out: compared in place, not
+            if prefix:                   # as a tuple of a slice (compiled: a third of a take)
+                for i in range(count):
+                    if free[i] != gpus[i]:
+                        prefix = False
+                        break
+            if prefix:
+                rest = free[count:]
             else:
                 taken = set(gpus)
                 if not taken <= set(free):
