@@ -96,6 +96,24 @@ def test_best_fit_succeeds_exactly_when_whole_tp_groups_add_up(nodes, count, tp)
         assert index.free_by_type["T4"] == sum(len(n.free_gpus) for n in view.nodes.values()) - count
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([1, 2, 4, 8]), st.integers(0, 8)), min_size=1, max_size=20),
+       st.lists(st.tuples(st.sampled_from([1, 2, 3, 4, 6, 8, 12, 16, 24]), st.sampled_from([1, 2, 4]),
+                          st.booleans()), min_size=1, max_size=12))
+def test_best_fit_asked_again_and_again_answers_as_a_fresh_copy(nodes, asks) -> None:
+    """`best_fit` keeps its per-bucket counts and iterators from call to call (reset after
+    each walk): asked again and again on one index, with some answers taken in between and
+    some asks failing, it answers each time as a copy of the index that never answered."""
+    view = _cluster(*((f"n{i:02d}", "T4", size, min(free, size)) for i, (size, free) in enumerate(nodes)))
+    index = FreeIndex(view)
+    for count, tp, take in asks:
+        fresh = index.copy()  # a copy starts with no scratch
+        chosen = index.best_fit("T4", count, granularity=tp)
+        assert chosen == fresh.best_fit("T4", count, granularity=tp)
+        if chosen is not None and take:
+            index.take(chosen)
+
+
 def _index_state(index: FreeIndex) -> tuple:
     """Everything a FreeIndex answers from, with the orders that decide its answers (a
     bucket's first node is the one best fit takes; free_by_type is iterated)."""

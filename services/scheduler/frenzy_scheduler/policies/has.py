@@ -900,7 +900,7 @@ class HasPolicy:
                     (stop, through), check = found, -1
             if position >= stop:
                 break
-            if line_key < facts.key and line is not None:  # running jobs in line ahead of it
+            if line is not None and line_key < facts.key:  # running jobs in line ahead of it
                 total_free = self._turns(line.take(facts.key), state, placements, total_free)
                 if total_free <= 0:
                     break
