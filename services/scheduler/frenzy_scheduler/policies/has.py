@@ -523,28 +523,27 @@ class _Pass:
                   ) -> tuple[int, tuple[int, float, float, str]] | None:
         """Where the rest of the walk stops mattering: (an index from which on no job of
         `ordered` can start now, the key of the last running job in `line` that could), or
-        None while some type with free GPUs is neither claimed nor reserved (ask again later). Asked
+        None while some type with free GPUs is not yet claimed (ask again later). Asked
         before the job at `position` is processed; `_FIRST_KEY` when no job in line could.
 
         Why stopping there is exact. What the pass hands on is its placements, the free index
         and, for growth, the types held jobs claimed or reserved (`blocked`); a hold's claims
         and reservations matter only to later jobs of the same pass. Suppose that at position
-        i (a) every type with free GPUs is claimed or reserved and (b) no job from i on has, on
-        a type t with free GPUs, an option that fits them and passes t's reservation
-        (`_fits_now`, the test `_score` makes). Then job i cannot start now, so it binds
-        nothing: the free GPUs stay as they are, claims only grow, a reservation's shadow
-        never moves and its spare GPUs only shrink, and a type reserved later only refuses
-        more; so (a) and (b) hold at i + 1, and by induction no later job binds either.
-        Nothing is placed after i, and at the end every type with free GPUs is claimed or
-        reserved, so growth has no GPUs to give (`elastic.grow` returns nothing when every
-        free type is blocked, and `schedule` blocks both): the skipped jobs' holds change no
-        answer. The same holds from any later position, and binds between
+        i (a) every type with free GPUs is claimed and (b) no job from i on has, on a type t
+        with free GPUs, an option that fits them and passes t's reservation (`_fits_now`,
+        the test `_score` makes). Then job i cannot start now, so it binds nothing: the free
+        GPUs stay as they are, claims only grow, a reservation's shadow never moves and its
+        spare GPUs only shrink, and a type reserved later only refuses more; so (a) and (b) hold
+        at i + 1, and by induction no later job binds either. Nothing is placed after i,
+        and at the end every type with free GPUs is claimed, so growth has no GPUs to give
+        (`elastic.grow` returns nothing when every free type is blocked): the skipped jobs'
+        holds change no answer. The same holds from any later position, and binds between
         `position` and the stop only shrink the free and spare GPUs, so the index found
         here stays valid: it is the last job from the end that fails (b), plus one. The scan
         from the end passes most of a long tail on two numbers per job (its fewest GPUs and
         shortest time on any type, below each type's), O(tail) at about 0.1 us a job."""
         for view in self.types.values():
-            if view.free > 0 and not view.claimed and view.reservation is None:
+            if view.free > 0 and not view.claimed:
                 return None
         open_types, spare_max, shadow_max = self.open_types()
         now_s = self.now_s
