@@ -236,7 +236,7 @@ class Placement:
 
     A plain class with slots rather than a frozen dataclass, as `Decision` is: `has` builds
     hundreds in one call at 10,000 GPUs, and a frozen dataclass's `__init__` sets each field
-    through `object.__setattr__`, about 9,400 instructions a placement against about 2,000
+    through `object.__setattr__`, about 8,900 instructions a placement against 2,200-2,800
     here (docs/has-performance.md, twenty-sixth round). Immutable to its readers (`replaced`
     gives a changed copy); equal, hashed and printed as the dataclass it replaces."""
 
