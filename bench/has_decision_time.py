@@ -103,8 +103,11 @@ def main() -> None:
     parser.add_argument("--label", default="")
     parser.add_argument("--out", default="")
     args = parser.parse_args()
+    # The commit of the checkout whose scheduler this process imported (the code timed), not
+    # of the directory it was started from: a run against another checkout's code starts here
+    code_dir = Path(native.__file__).resolve().parent
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True, cwd=os.getcwd()).stdout.strip()
+                            text=True, cwd=code_dir).stdout.strip()
     trace = load_trace(PHILLY)
     run: dict = {"label": args.label, "commit": commit, "cwd": os.getcwd(),
                  "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
