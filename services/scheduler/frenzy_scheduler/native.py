@@ -26,6 +26,7 @@ from pathlib import Path
 # The modules worth compiling: the policy walk and what it calls per job (profile,
 # docs/has-performance.md). Order: dependencies first.
 MODULES = (
+    "frenzy_scheduler.actions",
     "frenzy_scheduler.queuediff",
     "frenzy_scheduler.placement",
     "frenzy_scheduler.policies.releases",
