@@ -113,7 +113,8 @@ def test_when_every_hold_waits_forever_the_dominated_option_breaks_the_tie() -> 
         state = _Pass(index, _ReleaseProfile([], 0.0), 0.0, 1.0, prune_holds=prune)
         assert facts.scored(1.0) and facts.dominated_min_gpus == 4 > state.most_free
         assert not state.waits_forever(facts)
-        answers.append(HasPolicy._score(facts, state))
+        row, assignments = HasPolicy._score(facts, state)
+        answers.append((row.option, assignments))
     assert answers[0] == answers[1]
     held, assignments = answers[0]
     assert (held.num_gpus, assignments) == (4, None)
@@ -136,7 +137,8 @@ def test_a_job_that_waits_forever_is_held_for_its_fastest_option_within_its_shar
             state = _Pass(index, _ReleaseProfile([], 0.0), 0.0, 1.0, prune_holds=prune,
                           share=share)
             assert state.waits_forever(facts)
-            answers.append(HasPolicy._score(facts, state))
+            row, assignments = HasPolicy._score(facts, state)
+            answers.append((row.option, assignments))
         assert answers[0] == answers[1]
         held, assignments = answers[0]
         assert (held.gpu_type, held.num_gpus, assignments) == ("A", gpus, None)
