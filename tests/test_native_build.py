@@ -112,6 +112,30 @@ out = {"window": d.simulated(jobs, groups, True)}
 queue, cluster, running = d.sweep_inputs(trace, 1000, 500, random.Random(0))
 out["events"] = d.evented(trace, queue, cluster, running, 1000, 500, True)
 out["compiled"] = native.compiled_modules()
+# Every policy builds its placements and records (frenzy_scheduler.actions, compiled) from its
+# own values, and a compiled class checks their types: each policy's window, records read
+from frenzy_scheduler.policies import get_policy, policy_names
+from frenzy_scheduler.simulator import SimConfig, simulate
+out["policies"] = {}
+class Reading:  # the policy, its answers' records read as the live scheduler reads them
+    def __init__(self, policy):
+        self.policy, self.records = policy, []
+        self.name, self.round_s = policy.name, policy.round_s
+    def __getattr__(self, attribute):
+        return getattr(self.policy, attribute)
+    def schedule(self, *args):
+        actions = self.policy.schedule(*args)
+        self.records.extend(repr((p.job_id, p.kind, p.assignments, p.decision.reason,
+                                  [(a.option.gpu_type, a.option.num_gpus, a.start_s, a.verdict)
+                                   for a in p.decision.alternatives]))
+                            for p in actions if p.decision is not None)
+        return actions
+for name in policy_names():
+    policy = Reading(get_policy(name))
+    result = simulate(jobs[:60], d.build_cluster(list(groups)), policy,
+                      config=SimConfig.realistic())
+    out["policies"][name] = [len(policy.records), policy.records[:40],
+                             [(r.job_id, r.start_time_s, r.end_time_s) for r in result.records]]
 print(json.dumps(out))
 """
 
@@ -138,3 +162,8 @@ def test_the_compiled_build_decides_exactly_as_the_source(tmp_path) -> None:
     assert source["compiled"] == []
     assert compiled["window"] == source["window"]
     assert compiled["events"] == source["events"]
+    assert set(compiled["policies"]) >= {"fifo", "frenzy", "frenzy-narrow", "sia", "sia-static",
+                                         "has"}
+    for name, (records, _, _) in compiled["policies"].items():
+        assert records > 0, f"{name} placed nothing: the check below would be empty"
+    assert compiled["policies"] == source["policies"]
