@@ -243,9 +243,9 @@ def test_a_job_that_waits_forever_everywhere_is_held_at_its_first_hold(monkeypat
         return answer
 
     def recording(facts, state):
-        choice = original_score(facts, state)
-        if choice is not None and choice[1] is None:
-            held[facts.job.job_id] = choice[0].gpu_type
+        row, assignments = choice = original_score(facts, state)
+        if row is not None and assignments is None:
+            held[facts.job.job_id] = row.gpu_type
         return choice
 
     monkeypatch.setattr(_Pass, "waits_forever", asking)
@@ -274,7 +274,8 @@ def test_every_score_answers_as_the_scan_of_every_option_would(busy, config) -> 
     original = HasPolicy._score
 
     def option_of(choice):  # the plain scan's rows are copies: compared by their options
-        return None if choice is None else (choice[0].option, choice[1])
+        row, assignments = choice
+        return None if row is None else (row.option, assignments)
 
     def checking(facts, state):
         fast = original(facts, state)

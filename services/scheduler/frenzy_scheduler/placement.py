@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from itertools import compress
 from operator import attrgetter, is_, ne
-from typing import Iterable, Iterator, Sequence
+from typing import Final, Iterator, Sequence
 
 from frenzy_scheduler.core import ClusterView, NodeState
 from frenzy_scheduler.native import is_compiled
 
 Assignments = tuple[tuple[str, tuple[int, ...]], ...]
+# A node with no free GPUs left, in every index: one list, shared, as every free list is (no
+# index changes one in place)
+_NO_GPUS: Final[list[int]] = []
 
 
 def first_fit(cluster: ClusterView, gpu_type: str, count: int, per_node: int = 0,
@@ -115,7 +118,7 @@ class FreeIndex:
             return None
         for k in range(count, len(buckets)):  # fast path: one node fits, take the fullest such
             if buckets[k]:
-                node_id = _first(buckets[k])
+                node_id = _first(buckets[k])  # (a loop: compiled, `next(iter(...))` is slow)
                 return ((node_id, tuple(self.free[node_id][:count])),)
         if step > 1 and sum(len(nodes) * (k // step * step)
                             for k, nodes in enumerate(buckets)) < count:
@@ -151,7 +154,7 @@ class FreeIndex:
             front = fronts[k]
             if front is None:
                 front = fronts[k] = iter(buckets[k])
-            node_id = _first(front)
+            node_id = _next(front)
             chosen_per_bucket[k] += 1
             gpus = free[node_id]
             chosen.append((node_id, tuple(gpus) if take == len(gpus) else tuple(gpus[:take])))
@@ -183,8 +186,8 @@ class FreeIndex:
                     if free[i] != gpus[i]:
                         prefix = False
                         break
-            if prefix:  # a whole node, most of a wide placement: no slice (a third of a take)
-                rest = free[count:] if count < len(free) else []
+            if prefix:  # a whole node, most of a wide placement: no new list (a third of a take)
+                rest = free[count:] if count < len(free) else _NO_GPUS
             else:
                 taken = set(gpus)
                 if not taken <= set(free):
@@ -212,10 +215,19 @@ class FreeIndex:
             self.free_by_type[gpu_type] += len(rest) - len(free)
 
 
-def _first(nodes: Iterable[str]) -> str:
-    """The next node id of a bucket or of an iterator over one (never empty here). A loop,
-    not `next(iter(...))`: compiled, `next` is looked up in the builtins module and called
-    through it, about 500 instructions a node placed."""
+# `best_fit`'s next node, by a loop, not `next`: compiled, `next` is looked up in the builtins
+# module and called through it (about 500 instructions a node placed); and a loop over a dict
+# typed as one makes no iterator object (each one a share of a garbage collection)
+
+def _first(nodes: dict[str, None]) -> str:
+    """A bucket's first node id (the bucket is not empty)."""
+    for node_id in nodes:
+        return node_id
+    raise ValueError("no node in the bucket")
+
+
+def _next(nodes: Iterator[str]) -> str:
+    """The next node id of an iterator over a bucket (one is left)."""
     for node_id in nodes:
         return node_id
     raise ValueError("no node left in the bucket")
@@ -264,7 +276,7 @@ class KeptFreeIndex:
                 buckets = kept.buckets[gpu_type]
                 del buckets[len(old)][node_id]
                 bucket = buckets[len(free)]
-                if bucket and _first(reversed(bucket)) > node_id:
+                if bucket and _next(reversed(bucket)) > node_id:
                     resort.add((gpu_type, len(free)))
                 bucket[node_id] = None
                 kept.free[node_id] = self._free[i] = list(free)

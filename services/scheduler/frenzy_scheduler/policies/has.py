@@ -918,10 +918,9 @@ class HasPolicy:
                 _, gpu_type, gpus, _, _, _ = facts.entries[0]  # what its hold would claim
                 state.claim(gpu_type, gpus)
                 continue
-            choice = self._score(facts, state)
-            if choice is None:
+            row, assignments = self._score(facts, state)
+            if row is None:
                 continue
-            row, assignments = choice
             if assignments is None:  # hold for a faster type: later jobs see the claim
                 # _maybe_reserve's and _reserve's first refusals (not blocked long enough,
                 # type reserved already), and `changed`'s (nothing to close), asked inline:
@@ -1455,11 +1454,12 @@ class HasPolicy:
     # -- score -----------------------------------------------------------------------------
 
     @staticmethod
-    def _score(facts: _JobFacts, state: _Pass) -> tuple[_Row, Assignments | None] | None:
-        """(option, nodes) to start now, (option, None) to hold for, or None: nothing fits.
-        The option as its row (`_JobFacts.rows`): compiled, its callers read the GPU type and
-        count from a row directly, where each read of a `PlanOption` field is a generic
-        attribute lookup (about 4 % of a batch call at 10,000 GPUs x 5,000 queued).
+    def _score(facts: _JobFacts, state: _Pass) -> tuple[_Row | None, Assignments | None]:
+        """(option, nodes) to start now, (option, None) to hold for, or (None, None): nothing
+        fits. The option as its row (`_JobFacts.rows`): compiled, its callers read the GPU type
+        and count from a row directly, where each read of a `PlanOption` field is a generic
+        attribute lookup (about 4 % of a batch call at 10,000 GPUs x 5,000 queued); and the
+        pair is never None, so compiled it is returned as two values, not a tuple object.
 
         Options are visited cheapest first (cost = duration x GPU-seconds penalty). The first
         one that can start now wins unless holding for a cheaper one (wait + cost) is
@@ -1485,19 +1485,20 @@ class HasPolicy:
         if facts.exponent != state.exponent:
             facts.scored(state.exponent)
         if not state.prune_holds:
-            return HasPolicy._scan(tuple([_Row(row.cost, row.rank, row.option, row.gpu_type,
-                                                    row.type_id, row.gpus, row.duration_s,
-                                                    row.tp, False)
-                                               for row in facts.rows]), facts, state)[0]
+            row, assignments, _ = HasPolicy._scan(tuple([
+                _Row(row.cost, row.rank, row.option, row.gpu_type, row.type_id, row.gpus,
+                     row.duration_s, row.tp, False) for row in facts.rows]), facts, state)
+            return row, assignments
         if facts.dominated_min_gpus > state.most_free:
-            choice, hold_value = HasPolicy._scan(facts.open_rows, facts, state)
-            if choice is None or hold_value < INF or choice[1] is not None:
-                return choice  # no option, a finite hold, or a start now
-            return HasPolicy._fastest_hold(facts, state)  # every hold waits forever
-        return HasPolicy._scan(facts.rows, facts, state)[0]
+            row, assignments, hold_value = HasPolicy._scan(facts.open_rows, facts, state)
+            if row is None or hold_value < INF or assignments is not None:
+                return row, assignments  # no option, a finite hold, or a start now
+            return HasPolicy._fastest_hold(facts, state), None  # every hold waits forever
+        row, assignments, _ = HasPolicy._scan(facts.rows, facts, state)
+        return row, assignments
 
     @staticmethod
-    def _fastest_hold(facts: _JobFacts, state: _Pass) -> tuple[_Row, None] | None:
+    def _fastest_hold(facts: _JobFacts, state: _Pass) -> _Row | None:
         """When no option starts now and every hold waits forever, the scan's answer: values
         all tie at inf, so the lowest rank wins, the fastest option within the job's share;
         None when the share leaves none."""
@@ -1506,15 +1507,15 @@ class HasPolicy:
             if not _over_share(share, facts, gpu_type, gpus):
                 for row in facts.rows:  # its row (rare: a job whose every hold waits forever)
                     if row.rank == rank:
-                        return row, None
+                        return row
         return None
 
     @staticmethod
     def _scan(rows: tuple[_Row, ...],
               facts: _JobFacts, state: _Pass
-              ) -> tuple[tuple[_Row, Assignments | None] | None, float]:
-        """`_score`'s scan over `rows` (cost order); also the best hold's value (inf when
-        it waits forever; not meaningful when an option starts now)."""
+              ) -> tuple[_Row | None, Assignments | None, float]:
+        """`_score`'s scan over `rows` (cost order): its answer, and the best hold's value (inf
+        when it waits forever; not meaningful when an option starts now)."""
         entries = facts.entries
         index = state.index
         views = state.views
@@ -1556,7 +1557,7 @@ class HasPolicy:
                     break  # slower still from here on: hold
                 assignments = index.best_fit(gpu_type, gpus, row.tp)
                 if assignments is not None:
-                    return (row, assignments), INF
+                    return row, assignments, INF
             if dominated and hold_value < INF:
                 continue
             short = gpus + view.claimed - have
@@ -1573,12 +1574,12 @@ class HasPolicy:
                 wait_s = reservation.shadow_s - now_s
             # The first hold waits forever, and so would every other, with none starting
             if hold is None and wait_s == INF and prune and state.waits_forever(facts):
-                return HasPolicy._fastest_hold(facts, state), INF
+                return HasPolicy._fastest_hold(facts, state), None, INF
             value = wait_s + cost
             rank = row.rank
             if hold is None or value < hold_value or (value == hold_value and rank < hold_rank):
                 hold, hold_value, hold_rank, hold_wait_s = row, value, rank, wait_s
-        return ((hold, None) if hold is not None else None), hold_value
+        return hold, None, hold_value
 
     # -- running jobs in line for faster GPUs (`HasConfig.keep_place`) ----------------------
 
@@ -1786,10 +1787,9 @@ class HasPolicy:
         run, left = running
         if not self._filter(facts, state):
             return None
-        choice = self._score(facts, state)
-        if choice is None:
+        row, assignments = self._score(facts, state)
+        if row is None:
             return None
-        row, assignments = choice
         option = row.option
         if assignments is None:
             state.claim(row.gpu_type, row.gpus)
@@ -1835,7 +1835,8 @@ class HasPolicy:
         views = state.views
         rows = facts.rows  # cheapest first; the record shows the first _RECORD_ROWS
         starts = []
-        for row in rows[:_RECORD_ROWS]:
+        for i in range(min(_RECORD_ROWS, len(rows))):  # (no slice: one object fewer a record)
+            row = rows[i]
             view = views[row.type_id]
             starts.append(0.0 if view.free >= row.gpus else
                           state.wait_on(view, row.gpu_type, row.gpus))
