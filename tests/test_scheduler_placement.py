@@ -114,6 +114,48 @@ def test_best_fit_asked_again_and_again_answers_as_a_fresh_copy(nodes, asks) -> 
             index.take(chosen)
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("AB"), st.sampled_from([2, 4, 8]), st.integers(0, 8)),
+                min_size=1, max_size=10),
+       st.lists(st.tuples(st.integers(0, 9), st.integers(0, 255)), min_size=1, max_size=10),
+       st.one_of(st.none(), st.integers(0, 9)))
+def test_take_over_nodes_of_several_types_leaves_the_index_counted(nodes, picks, bad) -> None:
+    """`take` counts each run of nodes of one type once: over assignments that mix types,
+    take a node's first GPUs or any of them, the index's free lists, buckets and per-type
+    counts are those of the GPUs left; a double booking at any node raises and leaves the
+    nodes before it taken, the index still consistent."""
+    view = _cluster(*((f"n{i}", t, size, min(free, size)) for i, (t, size, free) in enumerate(nodes)))
+    index = FreeIndex(view)
+    assignments, seen = [], set()
+    for which, mask in picks:
+        node = view.nodes[f"n{which % len(nodes)}"]
+        if node.node_id in seen or not node.free_gpus:
+            continue
+        seen.add(node.node_id)
+        gpus = tuple(g for i, g in enumerate(node.free_gpus) if mask >> i & 1) or \
+            tuple(node.free_gpus[:1])
+        assignments.append((node.node_id, gpus))
+    failing = None
+    if bad is not None and assignments:
+        failing = bad % len(assignments)
+        node_id, _ = assignments[failing]
+        assignments[failing] = (node_id, (view.nodes[node_id].total_gpus + 1,))  # never free
+    if failing is None:
+        index.take(tuple(assignments))
+    else:
+        with pytest.raises(ValueError, match="not free"):
+            index.take(tuple(assignments))
+    left = {n: list(node.free_gpus) for n, node in view.nodes.items()}
+    for node_id, gpus in assignments[:failing]:
+        left[node_id] = [g for g in left[node_id] if g not in gpus]
+    assert index.free == left
+    for gpu_type in index.buckets:
+        assert index.free_by_type[gpu_type] == sum(len(left[n]) for n in left
+                                                   if view.nodes[n].gpu_type == gpu_type)
+        assert {(n, k) for k, bucket in enumerate(index.buckets[gpu_type]) for n in bucket} == \
+            {(n, len(left[n])) for n in left if view.nodes[n].gpu_type == gpu_type}
+
+
 def _index_state(index: FreeIndex) -> tuple:
     """Everything a FreeIndex answers from, with the orders that decide its answers (a
     bucket's first node is the one best fit takes; free_by_type is iterated)."""

@@ -17,6 +17,7 @@ Assignments = tuple[tuple[str, tuple[int, ...]], ...]
 # A node with no free GPUs left, in every index: one list, shared, as every free list is (no
 # index changes one in place)
 _NO_GPUS: Final[list[int]] = []
+_NO_BUCKETS: Final[list[dict[str, None]]] = []  # `take`'s buckets before its first node
 
 
 def first_fit(cluster: ClusterView, gpu_type: str, count: int, per_node: int = 0,
@@ -176,9 +177,14 @@ class FreeIndex:
             fronts[k] = None
 
     def take(self, assignments: Assignments) -> None:
-        """Reserve GPUs in this index (the reserve step); ValueError on a double booking."""
+        """Reserve GPUs in this index (the reserve step); ValueError on a double booking.
+
+        A placement's nodes are of one type: its buckets are looked up, and its free count
+        changed, once for each run of nodes of one type, not once per node."""
+        free_lists, node_types = self.free, self.node_type
+        run_type, buckets, taken_of_type = "", _NO_BUCKETS, 0
         for node_id, gpus in assignments:
-            free = self.free[node_id]
+            free = free_lists[node_id]
             count = len(gpus)
             prefix = count <= len(free)  # what best_fit hands out: compared in place, not
             if prefix:                   # as a tuple of a slice (compiled: a third of a take)
@@ -191,14 +197,21 @@ class FreeIndex:
             else:
                 taken = set(gpus)
                 if not taken <= set(free):
+                    if taken_of_type:  # the nodes before it stay taken, as counted
+                        self.free_by_type[run_type] -= taken_of_type
                     raise ValueError(f"GPUs {sorted(taken - set(free))} on {node_id} are not free")
                 rest = [g for g in free if g not in taken]
-            gpu_type = self.node_type[node_id]
-            buckets = self.buckets[gpu_type]
+            gpu_type = node_types[node_id]
+            if gpu_type != run_type:
+                if taken_of_type:
+                    self.free_by_type[run_type] -= taken_of_type
+                run_type, buckets, taken_of_type = gpu_type, self.buckets[gpu_type], 0
             del buckets[len(free)][node_id]
             buckets[len(rest)][node_id] = None
-            self.free[node_id] = rest
-            self.free_by_type[gpu_type] -= len(free) - len(rest)
+            free_lists[node_id] = rest
+            taken_of_type += len(free) - len(rest)
+        if taken_of_type:
+            self.free_by_type[run_type] -= taken_of_type
 
     def release(self, assignments: Assignments) -> None:
         """Give GPUs back to this index (a reshape in the same decision frees them)."""
