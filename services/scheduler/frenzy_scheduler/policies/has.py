@@ -906,7 +906,8 @@ class HasPolicy:
                 if total_free <= 0:
                     break
                 line_key = line.head_key()
-            if state.closed and self.shortcuts and state.all_closed() and \
+            # (`len`: compiled, a set's truth is a generic call, its size a field read)
+            if len(state.closed) and self.shortcuts and state.all_closed() and \
                     not state.may_start_now(facts):
                 continue  # it would hold, on a closed type, where its claim changes nothing
             job = facts.job  # (its submit time is `facts.submit_s`: facts are for this job)
@@ -914,7 +915,7 @@ class HasPolicy:
                 if now_s - facts.submit_s >= reserve_after_s:  # else _maybe_reserve says no
                     self._maybe_reserve(job, facts, state)
                 continue
-            if state.closed and self.shortcuts and state.blocked_on_closed(facts):
+            if len(state.closed) and self.shortcuts and state.blocked_on_closed(facts):
                 _, gpu_type, gpus, _, _, _ = facts.entries[0]  # what its hold would claim
                 state.claim(gpu_type, gpus)
                 continue
