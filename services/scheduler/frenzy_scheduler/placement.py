@@ -128,9 +128,10 @@ class FreeIndex:
         # bucket of the nodes already chosen stands in for a set of used nodes; and the largest
         # bucket with a node left only moves down, so the whole walk is O(nodes chosen + size).
         free = self.free
-        # Per bucket: how many of its nodes are chosen, and an iterator at the next one. One
-        # pair of lists per index, reset after each walk (`_reset`): allocated per call, they
-        # were a sixth of a multi-node placement's instructions (compiled)
+        # Per bucket: how many of its nodes are chosen, and an iterator at the next one (made
+        # at its second node: most buckets give one, `_first`, and an iterator is an object).
+        # One pair of lists per index, reset after each walk (`_reset`): allocated per call,
+        # they were a sixth of a multi-node placement's instructions (compiled)
         chosen_per_bucket, fronts = self._scratch(len(buckets))
         chosen: list[tuple[str, tuple[int, ...]]] = []
         largest = top = len(buckets) - 1
@@ -152,10 +153,14 @@ class FreeIndex:
                     self._reset(top)
                     return None
                 k, take = largest, largest // step * step
-            front = fronts[k]
-            if front is None:
-                front = fronts[k] = iter(buckets[k])
-            node_id = _next(front)
+            if chosen_per_bucket[k] == 0:
+                node_id = _first(buckets[k])
+            else:
+                front = fronts[k]
+                if front is None:
+                    front = fronts[k] = iter(buckets[k])
+                    _next(front)  # past the first node, chosen already
+                node_id = _next(front)
             chosen_per_bucket[k] += 1
             gpus = free[node_id]
             chosen.append((node_id, tuple(gpus) if take == len(gpus) else tuple(gpus[:take])))

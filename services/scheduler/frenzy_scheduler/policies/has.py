@@ -260,6 +260,7 @@ class _TypeState:
         self.claimed = 0  # GPUs that held jobs of this pass wait for
         # `_ReleaseProfile.per_gpu`, on the scan's first need
         self.per_gpu: list[float] | None = None
+        self.released = -1  # `_ReleaseProfile.total`, on `_close_if_covered`'s first need
 
 
 class _ReleaseProfile:
@@ -417,7 +418,9 @@ class _Pass:
         will release. Claims only grow and free GPUs only shrink during a pass, so a closed
         type stays closed."""
         if view.reservation is not None and gpu_type not in self.closed:
-            total = self.releases.total(gpu_type)
+            total = view.released
+            if total < 0:  # asked once a type per pass: a claim asks it, and most claims
+                total = view.released = self.releases.total(gpu_type)  # are on reserved types
             if total == 0 or view.claimed - view.free >= total:  # nothing to wait for, ever
                 self.closed.add(gpu_type)
 
