@@ -81,8 +81,9 @@ class Placement:
     A plain class with slots rather than a frozen dataclass, as `Decision` is: `has` builds
     hundreds in one call at 10,000 GPUs, and a frozen dataclass's `__init__` sets each field
     through `object.__setattr__`, about 8,900 instructions a placement against 2,200-2,800
-    here (docs/has-performance.md, twenty-sixth round). Immutable to its readers (`replaced`
-    gives a changed copy); equal, hashed and printed as the dataclass it replaces."""
+    as Python here and about 240 compiled (docs/has-performance.md, twenty-sixth and
+    twenty-seventh rounds). Immutable to its readers (`replaced` gives a changed copy);
+    equal, hashed and printed as the dataclass it replaces."""
 
     __slots__ = ("job_id", "option", "assignments", "kind", "decision")
 

@@ -13,6 +13,11 @@ from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
 from frenzy.domain import PlanOption
+# The actions and their records live in their own module, compiled with the policy that builds
+# hundreds a call (frenzy_scheduler/actions.py); re-exported here, where policies and services
+# import them
+from frenzy_scheduler.actions import (MIGRATE, PLACE, PREEMPT, RESIZE,  # noqa: F401
+                                      Alternative, Decision, Placement)
 
 
 @dataclass
@@ -160,12 +165,6 @@ class RunningJob:
         """The work a move would throw away: none when the job saves on request, else the
         work since its last committed checkpoint."""
         return 0.0 if self.saves_on_request else self.checkpoint_age_s(now_s)
-
-
-# The actions and their records: compiled with the policy that builds hundreds a call
-# (frenzy_scheduler/actions.py), re-exported here, where every policy and service imports them
-from frenzy_scheduler.actions import (MIGRATE, PLACE, PREEMPT, RESIZE,  # noqa: E402,F401
-                                      Alternative, Decision, Placement)
 
 
 def option_alternatives(options: Sequence[PlanOption], chosen: PlanOption, limit: int = 6,
