@@ -119,7 +119,7 @@ class FreeIndex:
             return None
         for k in range(count, len(buckets)):  # fast path: one node fits, take the fullest such
             if buckets[k]:
-                node_id = _first(buckets[k])  # (a loop: compiled, `next(iter(...))` is slow)
+                node_id = _first(buckets[k])
                 return ((node_id, tuple(self.free[node_id][:count])),)
         if step > 1 and sum(len(nodes) * (k // step * step)
                             for k, nodes in enumerate(buckets)) < count:
@@ -188,35 +188,36 @@ class FreeIndex:
         changed, once for each run of nodes of one type, not once per node."""
         free_lists, node_types = self.free, self.node_type
         run_type, buckets, taken_of_type = "", _NO_BUCKETS, 0
-        for node_id, gpus in assignments:
-            free = free_lists[node_id]
-            count = len(gpus)
-            prefix = count <= len(free)  # what best_fit hands out: compared in place, not
-            if prefix:                   # as a tuple of a slice (compiled: a third of a take)
-                for i in range(count):
-                    if free[i] != gpus[i]:
-                        prefix = False
-                        break
-            if prefix:  # a whole node, most of a wide placement: no new list (a third of a take)
-                rest = free[count:] if count < len(free) else _NO_GPUS
-            else:
-                taken = set(gpus)
-                if not taken <= set(free):
-                    if taken_of_type:  # the nodes before it stay taken, as counted
+        try:
+            for node_id, gpus in assignments:
+                free = free_lists[node_id]
+                count = len(gpus)
+                prefix = count <= len(free)  # what best_fit hands out: compared in place, not
+                if prefix:                   # as a tuple of a slice (compiled: a third of a take)
+                    for i in range(count):
+                        if free[i] != gpus[i]:
+                            prefix = False
+                            break
+                if prefix:  # a whole node, most of a wide placement: no new list
+                    rest = free[count:] if count < len(free) else _NO_GPUS
+                else:
+                    taken = set(gpus)
+                    if not taken <= set(free):
+                        raise ValueError(
+                            f"GPUs {sorted(taken - set(free))} on {node_id} are not free")
+                    rest = [g for g in free if g not in taken]
+                gpu_type = node_types[node_id]
+                if gpu_type != run_type:
+                    if taken_of_type:
                         self.free_by_type[run_type] -= taken_of_type
-                    raise ValueError(f"GPUs {sorted(taken - set(free))} on {node_id} are not free")
-                rest = [g for g in free if g not in taken]
-            gpu_type = node_types[node_id]
-            if gpu_type != run_type:
-                if taken_of_type:
-                    self.free_by_type[run_type] -= taken_of_type
-                run_type, buckets, taken_of_type = gpu_type, self.buckets[gpu_type], 0
-            del buckets[len(free)][node_id]
-            buckets[len(rest)][node_id] = None
-            free_lists[node_id] = rest
-            taken_of_type += len(free) - len(rest)
-        if taken_of_type:
-            self.free_by_type[run_type] -= taken_of_type
+                    run_type, buckets, taken_of_type = gpu_type, self.buckets[gpu_type], 0
+                del buckets[len(free)][node_id]
+                buckets[len(rest)][node_id] = None
+                free_lists[node_id] = rest
+                taken_of_type += len(free) - len(rest)
+        finally:  # the last run's count; on a double booking, the nodes before it stay taken
+            if taken_of_type:
+                self.free_by_type[run_type] -= taken_of_type
 
     def release(self, assignments: Assignments) -> None:
         """Give GPUs back to this index (a reshape in the same decision frees them)."""
