@@ -506,3 +506,46 @@ def test_policies_see_a_running_job_in_its_measured_seconds_and_a_reshape_runs_i
     assert lone.restarts == 1 and lone.num_gpus == 2
     assert math.isclose(lone.end_time_s, 1050.0 + 5_000.0 * factor - 500.0)
     assert math.isclose(lone.work_done, 1.0)
+
+
+def test_the_live_guard_keeps_elastic_sia_from_moving_a_job_again_within_it() -> None:
+    # As above, 'lone' grows to 8 GPUs at 600 s. 'late' (4 GPUs) arrives at 700 s: unguarded,
+    # Sia's next round shrinks 'lone' for it; under a 600 s guard (the orchestrator's, live)
+    # 'lone' is shown without its menu until 1200 s, so 'late' waits for that round.
+    def run(guard_s: float) -> dict:
+        jobs = [scaling_job("lone", 0.0, 32_000.0), sim_job("small", 0.0, ("A100-80GB", 4, 600.0)),
+                sim_job("late", 700.0, ("A100-80GB", 4, 600.0))]
+        result = simulate(jobs, build_cluster([NodeGroup("A100-80GB", 8, 1)]), get_policy("sia"),
+                          config=SimConfig(reshape_guard_s=guard_s))
+        return {r.job_id: r for r in result.records}
+
+    free, guarded = run(0.0), run(600.0)
+    assert free["late"].first_start_s == 720.0
+    assert guarded["late"].first_start_s == 1200.0
+    # shrunk for 'late' at 1200 s, grown back when it ends at 1800 s: a guard apart
+    assert guarded["lone"].restarts == 3 and guarded["lone"].start_time_s == 1800.0
+
+
+class _Rogue:
+    """Resizes every running job it is shown, menu or not: the engine must refuse a guarded one."""
+
+    name = "rogue"
+    elastic = True
+
+    def schedule(self, queue, cluster, now_s, running=()):
+        from frenzy_scheduler.core import RESIZE, Placement
+        placed = get_policy("fifo").schedule(queue, cluster, now_s, running)
+        return placed + [Placement(r.job_id, r.option, r.assignments, RESIZE) for r in running]
+
+
+def test_the_engine_refuses_a_reshape_of_a_job_its_guard_hides() -> None:
+    jobs = [sim_job("a", 0.0, ("A100-80GB", 4, 1000.0)), sim_job("b", 10.0, ("A100-80GB", 1, 10.0)),
+            sim_job("c", 30.0, ("A100-80GB", 1, 10.0))]
+    cluster = build_cluster([NodeGroup("A100-80GB", 8, 1)])
+    simulate(jobs, cluster, _Rogue())  # unguarded, its resizes in place are carried out
+    try:
+        simulate(jobs, cluster, _Rogue(), config=SimConfig(reshape_guard_s=600.0))
+    except ValueError as error:
+        assert "guard hides" in str(error)
+    else:
+        raise AssertionError("a reshape of a guarded job was carried out")

@@ -56,6 +56,13 @@ class SimConfig:
     # `reallocate` and `migrate` set `rescale_time`). Used to run Sia's own case
     # (bench/sia_crosscheck.py); `restarts` still counts resumes only.
     restore_on_first_start: bool = False
+    # > 0: the live system's guard for every policy. A running job moved (resumed) less than
+    # this long ago is shown without its menu, so no policy reshapes it, as the live scheduler
+    # shows one that its orchestrator's FRENZY_RESHAPE_MIN_INTERVAL_S would refuse
+    # (`LiveState._running_as_shown`). 0: no guard, as in Sia's own simulator: the default, so
+    # the baselines run as their originals; `has` keeps the guard itself
+    # (`HasConfig.reshape_interval_s`). bench/live_guard.py compares the two.
+    reshape_guard_s: float = 0.0
 
     @staticmethod
     def realistic(launch_overhead_s: float = 60.0, restart_overhead_s: float | None = None,
@@ -238,6 +245,25 @@ def _simulate(jobs: Sequence[SimJob], cluster: ClusterView, policy: Policy,
             menu = measured[job_id] = _scaled(by_id[job_id].options, errors[job_id])
         return menu
 
+    guard_s = config.reshape_guard_s
+    hidden: dict[str, tuple[RunningJob, RunningJob]] = {}  # `guarded`'s, per job: (run, shown)
+
+    def guarded(now_s: float) -> list[RunningJob]:
+        """The running jobs with those moved less than `guard_s` ago shown without a menu.
+        One shown copy per run, so a policy that keeps state by a run's identity sees a job
+        change only when its guard ends."""
+        shown = []
+        for job_id, run in running.items():
+            if run.restarts and run.options and now_s - run.start_time_s < guard_s:
+                kept = hidden.get(job_id)
+                if kept is None or kept[0] is not run:
+                    kept = hidden[job_id] = (run, replace(run, options=()))
+                shown.append(kept[1])
+            else:
+                hidden.pop(job_id, None)
+                shown.append(run)
+        return shown
+
     events: list[tuple[float, int, int, str]] = []
     seq = 0
 
@@ -401,10 +427,15 @@ def _simulate(jobs: Sequence[SimJob], cluster: ClusterView, policy: Policy,
             if on_progress is not None:
                 on_progress(done)
             continue
+        shown = list(running.values()) if guard_s <= 0 else guarded(now_s)
         tick = time.perf_counter()
-        actions = policy.schedule(list(queue.values()), view, now_s, list(running.values()))
+        actions = policy.schedule(list(queue.values()), view, now_s, shown)
         decisions.append(time.perf_counter() - tick)
         idle_round = not actions
+        for action in actions if guard_s > 0 else ():
+            if action.kind != PLACE and action.job_id in hidden and \
+                    hidden[action.job_id][0] is running.get(action.job_id):
+                raise ValueError(f"policy reshaped {action.job_id!r}, which the guard hides")
         _execute(actions, now_s, queue, runs, view, templates, by_id, stop, start, requeue,
                  resumed, reshapes, measured_menu)
         if on_progress is not None:
