@@ -27,15 +27,53 @@ CLUSTER = ClusterView({"a": NodeState("a", "A", 8, list(range(8))),
 def test_dominated_marks_follow_their_definition(menu, exponent) -> None:
     job = QueuedJob("j", 0.0, tuple(option(t, g, d) for t, g, d in menu))
     facts = HasPolicy()._derive_facts(job, FreeIndex(CLUSTER))
-    costs, by_cost = facts.scored(exponent)
+    facts.scored(exponent)
+    costs, by_cost = facts.costs, [row.rank for row in facts.rows]
     for position, rank in enumerate(by_cost):
         _, gpu_type, gpus, _, _, _ = facts.entries[rank]
         earlier = [facts.entries[r] for r in by_cost[:position]]
-        assert facts.dominated[rank] == any(t == gpu_type and g <= gpus
+        assert facts.by_rank[rank].dominated == any(t == gpu_type and g <= gpus
                                             for _, t, g, _, _, _ in earlier)
         if position:  # what the skip relies on: cost order, so nothing after is cheaper
             assert costs[by_cost[position - 1]] <= costs[rank]
-    assert facts.scored(exponent)[1] is by_cost  # kept while the exponent is
+    rows = facts.rows
+    facts.scored(exponent)
+    assert facts.rows is rows  # kept while the exponent is
+
+
+def _scoring(facts) -> tuple:
+    """All a scoring sets, the rows' own fields included."""
+    return (facts.exponent, facts.costs, facts.marks, facts.dominated_min_gpus,
+            [(row.rank, row.cost, row.dominated) for row in facts.rows],
+            [row.rank for row in facts.open_rows],
+            [(row.cost, row.dominated) for row in facts.by_rank])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("AB"), st.sampled_from([1, 2, 3, 4, 8]),
+                          st.floats(1.0, 1e5)), min_size=1, max_size=16),
+       st.lists(st.sampled_from([i / 16 for i in range(17)]), min_size=1, max_size=12))
+# With its 60 s launch, 200 s on 8 GPUs (rank 0) and 400 s on 1 cost 800 and 400 at exponent
+# 1, and tie at 400 at exponent 0.5 (200 x (1600 / 400) ** 0.5): from the order at 1 the
+# rescoring must move the faster one back in front
+@example([("A", 8, 140.0), ("B", 1, 340.0)], [1.0, 0.5])
+# of one type, the 8-GPU option is dominated at exponent 1 and not at 0.5: swapped back to 1,
+# the marks must be those of 1 again
+@example([("A", 8, 140.0), ("A", 1, 340.0)], [1.0, 0.5, 1.0])
+def test_a_rescoring_sets_what_a_first_scoring_at_that_exponent_would(menu, exponents) -> None:
+    """Rows rewritten in place and sorted from the order before (or swapped back to the
+    scoring before) say the same as a job scored at that exponent first: ties by rank
+    included, as `sorted` by cost orders them."""
+    job = QueuedJob("j", 0.0, tuple(option(t, g, d) for t, g, d in menu))
+    facts = HasPolicy()._derive_facts(job, FreeIndex(CLUSTER))
+    for exponent in exponents:
+        facts.scored(exponent)
+        fresh = HasPolicy(HasConfig(gpu_cost_weight=exponent))._derive_facts(
+            job, FreeIndex(CLUSTER))
+        fresh.scored(exponent)
+        assert _scoring(facts) == _scoring(fresh)
+        by_cost = sorted(range(len(facts.costs)), key=facts.costs.__getitem__)
+        assert [row.rank for row in facts.rows] == by_cost
 
 
 @settings(max_examples=300, deadline=None)
@@ -70,8 +108,9 @@ def test_a_new_job_is_scored_at_the_saturated_exponent_when_derived() -> None:
                              (HasConfig(gpu_cost_weight=0.5, min_cost_exponent=0.7), 0.7)):
         facts = HasPolicy(config)._derive_facts(job, FreeIndex(CLUSTER))
         assert facts.exponent == exponent
-        by_cost = facts.by_cost
-        assert facts.scored(exponent)[1] is by_cost  # nothing to redo at that pressure
+        rows = facts.rows
+        facts.scored(exponent)
+        assert facts.rows is rows  # nothing to redo at that pressure
 
 
 def test_a_dominated_option_still_starts_now() -> None:
@@ -111,7 +150,8 @@ def test_when_every_hold_waits_forever_the_dominated_option_breaks_the_tie() -> 
         index = FreeIndex(cluster)
         facts = HasPolicy(config)._derive_facts(job, index)
         state = _Pass(index, _ReleaseProfile([], 0.0), 0.0, 1.0, prune_holds=prune)
-        assert facts.scored(1.0) and facts.dominated_min_gpus == 4 > state.most_free
+        facts.scored(1.0)
+        assert facts.dominated_min_gpus == 4 > state.most_free
         assert not state.waits_forever(facts)
         row, assignments = HasPolicy._score(facts, state)
         answers.append((row.option, assignments))

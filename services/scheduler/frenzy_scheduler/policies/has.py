@@ -131,6 +131,8 @@ class _Row:
 
     def __init__(self, cost: float, rank: int, option: PlanOption, gpu_type: str, type_id: int,
                  gpus: int, duration_s: float, tp: int, dominated: bool) -> None:
+        # The two fields a scoring sets (`_JobFacts.scored` rewrites them in place when the
+        # exponent changes: a job keeps one row per option for its whole time in the queue)
         self.cost = cost  # duration x GPU-seconds penalty at the exponent of the scoring
         self.rank = rank  # its entry's index: fastest first
         self.option = option
@@ -171,23 +173,24 @@ class _JobFacts:
     type_ids: dict[str, int]  # `_type_ids` of the cluster it was derived for (its rows')
     # The job as queued now: set again by each decision's sort (a requeued job is a new object)
     job: QueuedJob
-    exponent: float = -1.0  # the GPU-cost exponent `costs` / `by_cost` were scored with
-    costs: tuple[float, ...] = ()
-    by_cost: tuple[int, ...] = ()  # entry indices, cheapest first, ties by rank
-    # By entry index: an entry of the same type with no more GPUs comes before it in
-    # `by_cost` (cheaper, or as cheap and faster), so as an option to hold for it never wins
-    # (`HasPolicy._score`); derived with `by_cost`
-    dominated: tuple[bool, ...] = ()
-    # What `HasPolicy._score` reads of each entry, cheapest first (`by_cost` order); derived
-    # with `by_cost`, so the hot loop reads one row per option instead of indexing three
+    exponent: float = -1.0  # the GPU-cost exponent the rows were scored with
+    costs: list[float] = field(default_factory=list)  # by entry index: each row's `cost` then
+    # What `HasPolicy._score` reads of each entry, cheapest first, ties by rank; one `_Row`
+    # per entry for the job's whole life (`by_rank`), its cost and `dominated` mark set by
+    # each scoring. A dominated row has a row of its type with no more GPUs before it
+    # (cheaper, or as cheap and faster), so as an option to hold for it never wins
+    # (`HasPolicy._score`)
     rows: tuple[_Row, ...] = ()
-    open_rows: tuple[_Row, ...] = ()
-    dominated_min_gpus: float = INF  # the fewest GPUs of a dominated entry (inf: none)
-    # The scoring before the current one, (exponent, costs, by_cost, dominated, rows,
-    # open_rows, dominated_min_gpus): a pressure that steps back and forth between two
-    # values (a half-empty cluster, events that free and take GPUs) swaps instead of
-    # rescoring every job the walk reaches
-    previous: tuple | None = None
+    open_rows: tuple[_Row, ...] = ()  # the rows not dominated
+    dominated_min_gpus: float = INF  # the fewest GPUs of a dominated row (inf: none)
+    by_rank: tuple[_Row, ...] = ()  # the same rows by entry index
+    marks: list[bool] = field(default_factory=list)  # by entry index: each row's `dominated`
+    # The scoring before the current one, (exponent, costs, marks, rows, open_rows,
+    # dominated_min_gpus): a pressure that steps back and forth between two values (a
+    # half-empty cluster, events that free and take GPUs) swaps instead of rescoring every
+    # job the walk reaches, writing back each row's cost and mark
+    previous: tuple[float, list[float], list[bool], tuple[_Row, ...], tuple[_Row, ...],
+                    float] | None = None
     # Set by each decision's sort: its sort key, the decision number.
     key: tuple[int, float, float, str] = (2, 0.0, 0.0, "")
     decision: int = -1
@@ -195,49 +198,92 @@ class _JobFacts:
     # its work left that its entries' times are for); None for a queued job
     running: tuple[RunningJob, float] | None = None
 
-    def scored(self, exponent: float) -> tuple[tuple[float, ...], tuple[int, ...]]:
-        """Per-option cost (duration x GPU-seconds penalty), recomputed only when the queue
-        pressure changes the exponent (saturated queues keep it at the weight)."""
-        if exponent != self.exponent:
-            current = (self.exponent, self.costs, self.by_cost, self.dominated, self.rows,
-                       self.open_rows, self.dominated_min_gpus)
-            previous = self.previous
-            self.previous = current if self.exponent >= 0 else None
-            if previous is not None and previous[0] == exponent:
-                (self.exponent, self.costs, self.by_cost, self.dominated, self.rows,
-                 self.open_rows, self.dominated_min_gpus) = previous
-                return self.costs, self.by_cost
-            entries = self.entries
-            if exponent:
-                base = self.min_gpu_seconds
-                costs = tuple([entry[3] * (entry[4] / base) ** exponent for entry in entries])
+    def scored(self, exponent: float) -> None:
+        """Per-option cost (duration x GPU-seconds penalty) and the cost order, set again only
+        when the queue pressure changes the exponent (saturated queues keep it at the
+        weight). A step to an exponent not seen before re-scores every job the walk reaches,
+        which is most of that decision (10,000 GPUs x 500 queued: about 500 jobs), so a
+        re-scoring allocates nothing per option: it rewrites the rows' costs and marks in
+        place, and sorts from the order before, which a step of 1/16 leaves nearly sorted."""
+        if exponent == self.exponent:
+            return
+        previous = self.previous
+        self.previous = (self.exponent, self.costs, self.marks, self.rows, self.open_rows,
+                         self.dominated_min_gpus) if self.exponent >= 0 else None
+        by_rank = self.by_rank
+        if previous is not None and previous[0] == exponent:
+            (self.exponent, self.costs, self.marks, self.rows, self.open_rows,
+             self.dominated_min_gpus) = previous
+            costs, marks = self.costs, self.marks
+            for rank in range(len(by_rank)):
+                row = by_rank[rank]
+                row.cost = costs[rank]
+                row.dominated = marks[rank]
+            return
+        entries = self.entries
+        costs = []
+        if exponent:
+            base = self.min_gpu_seconds
+            for entry in entries:
+                duration_s: float = entry[3]
+                gpu_seconds: float = entry[4]
+                # math.pow, not **: compiled, a C call (** on floats is a generic one); the
+                # same libm pow as float's ** for a positive base
+                costs.append(duration_s * math.pow(gpu_seconds / base, exponent))
+        else:
+            for entry in entries:
+                costs.append(entry[3])
+        self.exponent, self.costs = exponent, costs
+        if by_rank:
+            for rank in range(len(by_rank)):
+                by_rank[rank].cost = costs[rank]
+            self._mark(tuple(_in_cost_order(list(self.rows))))
+            return
+        type_ids = self.type_ids  # the first scoring: the rows made, sorted from rank order
+        by_rank = self.by_rank = tuple([
+            _Row(costs[rank], rank, option, gpu_type, type_ids[gpu_type], gpus, duration_s,
+                 tp, False)
+            for rank, (option, gpu_type, gpus, duration_s, _, tp) in enumerate(entries)])
+        self._mark(tuple([by_rank[rank]
+                          for rank in sorted(range(len(costs)), key=costs.__getitem__)]))
+
+    def _mark(self, rows: tuple[_Row, ...]) -> None:
+        """Take `rows` (cost order) as the scoring's, marking the dominated ones."""
+        fewest = [-1] * len(self.type_ids)  # per type, the fewest GPUs of the rows so far
+        marks = [False] * len(rows)
+        open_rows = []
+        dominated_min_gpus = INF
+        for row in rows:
+            gpus, type_id = row.gpus, row.type_id
+            is_dominated = 0 <= fewest[type_id] <= gpus
+            row.dominated = is_dominated
+            if is_dominated:
+                marks[row.rank] = True
+                if gpus < dominated_min_gpus:
+                    dominated_min_gpus = float(gpus)
             else:
-                costs = tuple([entry[3] for entry in entries])
-            by_cost = tuple(sorted(range(len(costs)), key=costs.__getitem__))
-            fewest: dict[str, int] = {}  # per type, the fewest GPUs of the entries so far
-            dominated = [False] * len(entries)
-            rows = []  # built in the one loop, field by field
-            open_rows = []
-            dominated_min_gpus = INF
-            type_ids = self.type_ids
-            for rank in by_cost:
-                option, gpu_type, gpus, duration_s, _, tp = entries[rank]
-                is_dominated = fewest.get(gpu_type, gpus + 1) <= gpus
-                row = _Row(costs[rank], rank, option, gpu_type, type_ids[gpu_type], gpus,
-                           duration_s, tp, is_dominated)
-                rows.append(row)
-                if is_dominated:
-                    dominated[rank] = True
-                    if gpus < dominated_min_gpus:
-                        dominated_min_gpus = float(gpus)
-                else:
-                    fewest[gpu_type] = gpus
-                    open_rows.append(row)
-            self.costs, self.by_cost, self.exponent = costs, by_cost, exponent
-            self.dominated = tuple(dominated)
-            self.rows, self.open_rows = tuple(rows), tuple(open_rows)
-            self.dominated_min_gpus = dominated_min_gpus
-        return self.costs, self.by_cost
+                fewest[type_id] = gpus
+                open_rows.append(row)
+        self.marks, self.rows, self.open_rows = marks, rows, tuple(open_rows)
+        self.dominated_min_gpus = dominated_min_gpus
+
+
+def _in_cost_order(rows: list[_Row]) -> list[_Row]:
+    """`rows` sorted by (cost, rank) in place, as `sorted` by cost would order the entries
+    (a stable sort of them in rank order): by insertion, a few steps for rows in the order of
+    a neighbouring exponent, where `sorted` with a key pays a call per row."""
+    for k in range(1, len(rows)):
+        row = rows[k]
+        cost, rank = row.cost, row.rank
+        at = k
+        while at > 0:
+            before = rows[at - 1]
+            if before.cost < cost or (before.cost == cost and before.rank < rank):
+                break
+            rows[at] = before
+            at -= 1
+        rows[at] = row
+    return rows
 
 
 @dataclass
