@@ -43,7 +43,7 @@ def test_dominated_marks_follow_their_definition(menu, exponent) -> None:
 
 def _scoring(facts) -> tuple:
     """All a scoring sets, the rows' own fields included."""
-    return (facts.exponent, facts.costs, facts.marks, facts.dominated_min_gpus,
+    return (facts.exponent, facts.costs, facts.dominated_min_gpus,
             [(row.rank, row.cost, row.dominated) for row in facts.rows],
             [row.rank for row in facts.open_rows],
             [(row.cost, row.dominated) for row in facts.by_rank])

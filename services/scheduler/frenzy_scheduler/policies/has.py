@@ -184,13 +184,12 @@ class _JobFacts:
     open_rows: tuple[_Row, ...] = ()  # the rows not dominated
     dominated_min_gpus: float = INF  # the fewest GPUs of a dominated row (inf: none)
     by_rank: tuple[_Row, ...] = ()  # the same rows by entry index
-    marks: list[bool] = field(default_factory=list)  # by entry index: each row's `dominated`
-    # The scoring before the current one, (exponent, costs, marks, rows, open_rows,
+    # The scoring before the current one, (exponent, costs, rows, open_rows,
     # dominated_min_gpus): a pressure that steps back and forth between two values (a
     # half-empty cluster, events that free and take GPUs) swaps instead of rescoring every
     # job the walk reaches, writing back each row's cost and mark
-    previous: tuple[float, list[float], list[bool], tuple[_Row, ...], tuple[_Row, ...],
-                    float] | None = None
+    previous: tuple[float, list[float], tuple[_Row, ...], tuple[_Row, ...], float] | None = None
+    fewest: list[int] = field(default_factory=list)  # `_mark`'s, per type: kept, not made
     # Set by each decision's sort: its sort key, the decision number.
     key: tuple[int, float, float, str] = (2, 0.0, 0.0, "")
     decision: int = -1
@@ -208,17 +207,19 @@ class _JobFacts:
         if exponent == self.exponent:
             return
         previous = self.previous
-        self.previous = (self.exponent, self.costs, self.marks, self.rows, self.open_rows,
+        self.previous = (self.exponent, self.costs, self.rows, self.open_rows,
                          self.dominated_min_gpus) if self.exponent >= 0 else None
         by_rank = self.by_rank
         if previous is not None and previous[0] == exponent:
-            (self.exponent, self.costs, self.marks, self.rows, self.open_rows,
+            (self.exponent, self.costs, self.rows, self.open_rows,
              self.dominated_min_gpus) = previous
-            costs, marks = self.costs, self.marks
+            costs = self.costs
             for rank in range(len(by_rank)):
                 row = by_rank[rank]
                 row.cost = costs[rank]
-                row.dominated = marks[rank]
+                row.dominated = True
+            for row in self.open_rows:
+                row.dominated = False
             return
         entries = self.entries
         costs = []
@@ -249,8 +250,12 @@ class _JobFacts:
 
     def _mark(self, rows: tuple[_Row, ...]) -> None:
         """Take `rows` (cost order) as the scoring's, marking the dominated ones."""
-        fewest = [-1] * len(self.type_ids)  # per type, the fewest GPUs of the rows so far
-        marks = [False] * len(rows)
+        fewest = self.fewest  # per type, the fewest GPUs of the rows so far (-1: none yet)
+        if fewest:
+            for type_id in range(len(fewest)):
+                fewest[type_id] = -1
+        else:
+            fewest = self.fewest = [-1] * len(self.type_ids)
         open_rows = []
         dominated_min_gpus = INF
         for row in rows:
@@ -258,13 +263,12 @@ class _JobFacts:
             is_dominated = 0 <= fewest[type_id] <= gpus
             row.dominated = is_dominated
             if is_dominated:
-                marks[row.rank] = True
                 if gpus < dominated_min_gpus:
                     dominated_min_gpus = float(gpus)
             else:
                 fewest[type_id] = gpus
                 open_rows.append(row)
-        self.marks, self.rows, self.open_rows = marks, rows, tuple(open_rows)
+        self.rows, self.open_rows = rows, tuple(open_rows)
         self.dominated_min_gpus = dominated_min_gpus
 
 
