@@ -32,6 +32,19 @@ def test_json_has_the_documented_keys(tmp_path) -> None:
     assert data["slowest_1pct_jct_s"] >= data["p99_jct_s"] - 1e-6  # the tail beyond p99
     assert data["input"]["launch_overhead_s"] == 60.0  # realism defaults
     assert data["input"]["duration_error_sigma"] == 0.3
+    assert data["input"]["reshape_guard_s"] == 0.0  # no guard: the baselines as their originals
+
+
+def test_the_reshape_guard_holds_elastic_sia_to_the_live_systems_interval() -> None:
+    """The flag reaches the engine: on the same input, the orchestrator's 600 s guard changes
+    elastic Sia's run (what it allows is tests/test_simulator_engine.py's), and the JSON
+    says which guard ran."""
+    args = ("--trace", TRACE, "--cluster", CLUSTER, "--policy", "sia", "--jobs", "60", "--json")
+    free = json.loads(run(*args).stdout)
+    guarded = json.loads(run(*args, "--reshape-guard-s", "600").stdout)
+    assert guarded["input"]["reshape_guard_s"] == 600.0
+    assert guarded["completed"] == free["completed"]
+    assert guarded["restarts"] != free["restarts"] or guarded["avg_jct_s"] != free["avg_jct_s"]
 
 
 def test_trace_arrivals_by_default_and_overheads_cost_time(tmp_path) -> None:
@@ -66,6 +79,7 @@ def test_bad_input_exits_2_naming_the_field(tmp_path) -> None:
         (("--trace", TRACE, "--cluster", CLUSTER, "--launch-overhead-s", "-1"), "--launch-overhead-s"),
         (("--trace", TRACE, "--cluster", CLUSTER, "--duration-error-sigma", "-0.1"),
          "--duration-error-sigma"),
+        (("--trace", TRACE, "--cluster", CLUSTER, "--reshape-guard-s", "-5"), "--reshape-guard-s"),
     ]
     for args, field in cases:
         result = run(*args)

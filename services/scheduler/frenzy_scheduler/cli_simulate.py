@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -141,6 +142,10 @@ def _write_figures(results: dict[str, dict[str, Any]], plot_dir: str | None, htm
                    "default: per model size, 25-250 s as Sia measured.")
 @click.option("--duration-error-sigma", type=float, default=0.3, show_default=True,
               help="Per-job lognormal error of predicted durations (same errors for every policy).")
+@click.option("--reshape-guard-s", type=float, default=0.0, show_default=True,
+              help="The live system's reshape guard for every policy: a job moved less than "
+                   "this long ago is not reshaped (0: none, as Sia's own simulator; has keeps "
+                   "the orchestrator's 600 s itself).")
 @click.option("--reference-gpu", default=DEFAULT_REFERENCE_GPU, show_default=True,
               help="GPU type the trace durations were measured on.")
 @click.option("--compare", is_flag=True, help="Run every policy on the same input.")
@@ -154,17 +159,21 @@ def _write_figures(results: dict[str, dict[str, Any]], plot_dir: str | None, htm
               help=f"Progress bar on stderr (default: on from {PROGRESS_MIN_JOBS} jobs).")
 def simulate(trace: str, cluster: str, policy: str, num_jobs: int, start: str, load: float,
              seed: int, launch_overhead_s: float, restart_overhead_s: float | None,
-             duration_error_sigma: float, reference_gpu: str, compare: bool, as_json: bool,
+             duration_error_sigma: float, reshape_guard_s: float, reference_gpu: str,
+             compare: bool, as_json: bool,
              plot_dir: str | None, html_file: str | None, progress: bool | None) -> None:
     """Replay a job trace on a cluster under a scheduling policy and print JCT and overhead."""
     if num_jobs < 0:
         raise click.BadParameter(f"must be >= 0, got {num_jobs}", param_hint="--jobs")
     for hint, value in (("--load", load), ("--launch-overhead-s", launch_overhead_s),
                         ("--restart-overhead-s", restart_overhead_s or 0.0),
-                        ("--duration-error-sigma", duration_error_sigma)):
+                        ("--duration-error-sigma", duration_error_sigma),
+                        ("--reshape-guard-s", reshape_guard_s)):
         if value < 0 or math.isnan(value):
             raise click.BadParameter(f"must be >= 0, got {value}", param_hint=hint)
-    config = SimConfig.realistic(launch_overhead_s, restart_overhead_s, duration_error_sigma, seed)
+    config = replace(SimConfig.realistic(launch_overhead_s, restart_overhead_s,
+                                         duration_error_sigma, seed),
+                     reshape_guard_s=reshape_guard_s)
     if not compare and policy not in policy_names():
         raise click.BadParameter(f"unknown policy {policy!r}; known: {', '.join(policy_names())}",
                                  param_hint="--policy")
@@ -193,7 +202,7 @@ def simulate(trace: str, cluster: str, policy: str, num_jobs: int, start: str, l
               "load": load, "offered_load": offered_load(jobs, capacity), "seed": seed,
               "reference_gpu": reference_gpu, "gpus": sum(capacity.values()),
               "launch_overhead_s": launch_overhead_s, "restart_overhead_s": restart_overhead_s,
-              "duration_error_sigma": duration_error_sigma,
+              "duration_error_sigma": duration_error_sigma, "reshape_guard_s": reshape_guard_s,
               "gpus_by_type": capacity}
     if plot_dir or html_file:
         _write_figures(results, plot_dir, html_file,
