@@ -35,14 +35,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from benchio import save_result
-from has_windows import CLUSTERS, PHILLY, SAVED, SETTINGS
+from has_seeds import _trace as philly_trace  # one parse per worker process
+from has_windows import CLUSTERS, SAVED, SETTINGS
 
 from frenzy.clusterfile import load_cluster_file
 from frenzy.domain import RESHAPE_MIN_INTERVAL_S
 from frenzy_scheduler.clusterfile import build_cluster
 from frenzy_scheduler.policies import get_policy
 from frenzy_scheduler.simulator import SimConfig, prepare_jobs, simulate, summarize
-from frenzy_scheduler.simulator.trace import load_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 SIA_ROUND_S = 60.0  # Sia's round (policies/sia.py `round_s`): a guard this short never binds it
@@ -58,7 +58,7 @@ def run_window(setting: str, start_s: float, seed: int) -> dict[str, dict[str, d
     cluster, _, load_name = setting.partition("/")
     load = 0.0 if load_name == "trace" else float(load_name.split()[-1])
     groups = load_cluster_file(CLUSTERS[cluster])
-    jobs = prepare_jobs(load_trace(PHILLY), groups, start_s=start_s, count=500, load=load,
+    jobs = prepare_jobs(philly_trace(), groups, start_s=start_s, count=500, load=load,
                         seed=seed)
     done: dict[tuple, dict] = {}
 

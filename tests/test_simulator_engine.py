@@ -5,11 +5,13 @@ import gc
 import math
 import random
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from frenzy.domain import ParallelPlan, PlanOption
 from frenzy_scheduler.clusterfile import NodeGroup, build_cluster
+from frenzy_scheduler.core import RESIZE, Placement
 from frenzy_scheduler.policies import get_policy, policy_names
 from frenzy_scheduler.policies.has import HasConfig, HasPolicy
 from frenzy_scheduler.simulator import (AvailabilityEvent, SimConfig, SimJob, WorkloadMapper, load_trace,
@@ -533,7 +535,6 @@ class _Rogue:
     elastic = True
 
     def schedule(self, queue, cluster, now_s, running=()):
-        from frenzy_scheduler.core import RESIZE, Placement
         placed = get_policy("fifo").schedule(queue, cluster, now_s, running)
         return placed + [Placement(r.job_id, r.option, r.assignments, RESIZE) for r in running]
 
@@ -543,9 +544,5 @@ def test_the_engine_refuses_a_reshape_of_a_job_its_guard_hides() -> None:
             sim_job("c", 30.0, ("A100-80GB", 1, 10.0))]
     cluster = build_cluster([NodeGroup("A100-80GB", 8, 1)])
     simulate(jobs, cluster, _Rogue())  # unguarded, its resizes in place are carried out
-    try:
+    with pytest.raises(ValueError, match="guard hides"):
         simulate(jobs, cluster, _Rogue(), config=SimConfig(reshape_guard_s=600.0))
-    except ValueError as error:
-        assert "guard hides" in str(error)
-    else:
-        raise AssertionError("a reshape of a guarded job was carried out")
