@@ -443,13 +443,15 @@ def measured(run: RunningJob, restart: tuple[float, bool]) -> RunningJob:
                                                          min_size=1), RESTARTS),
                 min_size=1, max_size=8),
        st.dictionaries(st.sampled_from(sorted(TYPES)), st.integers(0, 8)),
-       st.floats(10.0, 1e5), st.floats(0.0, 5e3))
-def test_admission_bounds_hold_with_displacement(jobs, free, horizon_s, now_s) -> None:
+       st.floats(10.0, 1e5), st.floats(0.0, 5e3), st.booleans())
+def test_admission_bounds_hold_with_displacement(jobs, free, horizon_s, now_s,
+                                                 return_counted) -> None:
     """What admission prunes by (`spare_gpus`: `deficit > spare` is skipped; `most_freed`: a
     plan touching k jobs costs at least 2 of the least restart each, `least_restart_s`) holds
-    for every plan `shrink_plan` finds, displacements and victims' own measured restarts
-    included (a displaced job frees its whole allocation); and its memo of displacements
-    does not change the plan."""
+    for every plan `shrink_plan` finds, displacements (charged to their end, or over the
+    horizon when their return is counted) and victims' own measured restarts included (a
+    displaced job frees its whole allocation); and its memo of displacements does not
+    change the plan."""
     runs = []
     for i, (gpu_type, gpus, left, menu_types, restart) in enumerate(jobs):
         menu = tuple(option(t, n, 1e4 * TYPES[t] * 4 / (n + 3))
@@ -465,8 +467,10 @@ def test_admission_bounds_hold_with_displacement(jobs, free, horizon_s, now_s) -
     spare, most = spare_gpus(candidates), most_freed(candidates)
     for gpu_type in victims:
         for deficit in range(1, spare[gpu_type] + 3):
-            plan = shrink_plan(victims, gpu_type, deficit, horizon_s, set(), free)
-            assert plan == shrink_plan(victims, gpu_type, deficit, horizon_s, set(), free, {})
+            plan = shrink_plan(victims, gpu_type, deficit, horizon_s, set(), free, None,
+                               return_counted)
+            assert plan == shrink_plan(victims, gpu_type, deficit, horizon_s, set(), free, {},
+                                       return_counted)
             if plan is None:
                 continue
             assert deficit <= spare[gpu_type]
@@ -482,9 +486,16 @@ def test_admission_bounds_hold_with_displacement(jobs, free, horizon_s, now_s) -
                           st.floats(0.3, 3.0), RESTARTS), min_size=1, max_size=8),
        st.one_of(st.none(), st.dictionaries(st.sampled_from(sorted(TYPES)), st.integers(0, 8))),
        st.floats(10.0, 1e5), st.sets(st.sampled_from([f"r{i}" for i in range(8)]), max_size=2),
-       st.floats(0.0, 1.0), st.floats(0.0, 5e3))
+       st.floats(0.0, 1.0), st.floats(0.0, 5e3), st.booleans())
+# A displacement whose return is counted (its loss over a 10 s horizon, not to its end) is
+# the cheapest way to free the GPU: a floor that charged it to its end would be above it
+@example(jobs=[("A100-80GB", 1, 1.0, {"A100-80GB"}, 1.0, (0.0, False)),
+               ("A100-80GB", 1, 1.0, {"A100-80GB"}, 1.0, (0.0, False)),
+               ("A100-80GB", 1, 1.0, {"A100-80GB", "T4"}, 1.0, (0.0, False))],
+         free={"T4": 1}, horizon_s=10.0, skip=set(), shorter=0.0, now_s=0.0,
+         return_counted=True)
 def test_shrink_loss_floor_is_below_every_plan(jobs, free, horizon_s, skip, shorter,
-                                               now_s) -> None:
+                                               now_s, return_counted) -> None:
     """Admission builds a plan only when `shrink_loss_floor` leaves it a gain: the floor is at
     most the loss of the plan `shrink_plan` finds (displacements, skipped jobs and menus whose
     narrower steps are not monotone included), inf only when it finds none, and so is the
@@ -504,13 +515,16 @@ def test_shrink_loss_floor_is_below_every_plan(jobs, free, horizon_s, skip, shor
     for gpu_type in victims:
         for deficit in range(1, spare[gpu_type] + 3):
             memo: dict = {}
-            floor_s = shrink_loss_floor(victims, gpu_type, deficit, horizon_s, skip, free, memo)
-            plan = shrink_plan(victims, gpu_type, deficit, horizon_s, skip, free, memo)
-            assert plan == shrink_plan(victims, gpu_type, deficit, horizon_s, skip, free)
+            floor_s = shrink_loss_floor(victims, gpu_type, deficit, horizon_s, skip, free, memo,
+                                        return_counted)
+            plan = shrink_plan(victims, gpu_type, deficit, horizon_s, skip, free, memo,
+                               return_counted)
+            assert plan == shrink_plan(victims, gpu_type, deficit, horizon_s, skip, free, None,
+                                       return_counted)
             if floor_s == float("inf"):
                 assert plan is None
             reused_s = fill_floor(floor_items(victims, gpu_type, horizon_s * shorter, skip, free,
-                                              memo), deficit)
+                                              memo, return_counted), deficit)
             if plan is not None:
                 assert floor_s * (1.0 - 1e-9) <= plan[0]
                 assert reused_s * (1.0 - 1e-9) <= plan[0]

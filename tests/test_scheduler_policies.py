@@ -425,11 +425,13 @@ def test_has_admits_a_waiting_job_by_displacing_a_running_one_to_idle_slower_gpu
     # so it would wait 9000 s. Displacing 'long' to the 3090s (12000 s for all its work: 1.2x
     # slower) costs it 1800 s to its end plus two restarts, far less than the newcomer's
     # 9000 s: it migrates, and the newcomer takes its A100s. If the 3090s were 3x slower for
-    # 'long' (18000 s lost to its end), nothing moves: a displaced job's loss is counted to
-    # its end, not only over the newcomer's run (the return is not counted on). Then the
-    # newcomer starts on the 3090s as a stopgap and keeps its place in line for the A100s
+    # 'long', it still moves: it keeps a place in line for the A100s and moves back at its
+    # turn (`displaced_return`), so its loss is its slowdown over the newcomer's run (1060 s
+    # x 2/3, about 707 s) plus two restarts (360 s), as a shrunk job's, not 18000 s to its
+    # end. Counted to its end (`displaced_return=False`, the rule before s32), nothing moves:
+    # the newcomer starts on the 3090s as a stopgap and keeps its place in line for the A100s
     # (`keep_place`: the 450 s of A100 work it does meanwhile beat the 180 s move); without
-    # a kept place it holds.
+    # a kept place (and so no return for a displaced job either) it holds.
     now_s = 1000.0
 
     def actions(slow_s: float, *more: QueuedJob,
@@ -444,7 +446,9 @@ def test_has_admits_a_waiting_job_by_displacing_a_running_one_to_idle_slower_gpu
                 for a in HasPolicy(config).schedule(queue, cluster, now_s, running)}
 
     assert actions(12_000.0) == {"long": ("migrate", "RTX-3090"), "new": ("place", "A100-80GB")}
-    assert actions(30_000.0) == {"new": ("place", "RTX-3090")}
+    assert actions(30_000.0) == {"long": ("migrate", "RTX-3090"), "new": ("place", "A100-80GB")}
+    assert actions(30_000.0, config=HasConfig(displaced_return=False)) == {
+        "new": ("place", "RTX-3090")}
     assert actions(30_000.0, config=HasConfig(keep_place=False)) == {}
     # Under queue pressure (a second job wants the 3090s too: 8 GPUs asked, 4 free) the
     # pass takes the idle GPUs, so nobody is displaced onto them; the 3090 job starts there.

@@ -253,6 +253,28 @@ def test_elastic_has_grows_into_idle_gpus_and_gives_them_back_to_a_waiting_job()
     assert all(math.isclose(r.work_done - r.work_lost, 1.0) for r in result.records)
 
 
+def test_has_displaces_a_long_job_for_a_short_one_and_moves_it_back_at_its_turn() -> None:
+    # 'long' holds the only A100 node (10,000 s there, 30,000 s on the idle 3090s); 'new'
+    # arrives at 1,000 s (1,000 s on the A100s, 20,000 s on the 3090s). Admission moves
+    # 'long' to the 3090s and starts 'new' on its A100s, charging 'long' its slowdown over
+    # the newcomer's run, because it keeps a place in line: when 'new' ends at 2,000 s (and
+    # the 600 s guard has passed) 'long' moves back. JCTs 10,667 + 1,000 s. Counted to its
+    # end instead (the rule before s32), 'long' stays and 'new' runs on the 3090s until the
+    # A100s free at 10,000 s: 10,000 + 9,550 s.
+    jobs = [sim_job("long", 0.0, ("A100-80GB", 4, 10_000.0), ("RTX-3090", 4, 30_000.0)),
+            sim_job("new", 1000.0, ("A100-80GB", 4, 1000.0), ("RTX-3090", 4, 20_000.0))]
+    groups = [NodeGroup("A100-80GB", 4, 1), NodeGroup("RTX-3090", 4, 1)]
+
+    def records(config: HasConfig) -> dict[str, tuple[float, int, str]]:
+        result = simulate(jobs, build_cluster(groups), HasPolicy(config))
+        return {r.job_id: (round(r.end_time_s), r.restarts, r.gpu_type) for r in result.records}
+
+    assert records(HasConfig()) == {"long": (10_667, 2, "A100-80GB"),
+                                    "new": (2_000, 0, "A100-80GB")}
+    assert records(HasConfig(displaced_return=False)) == {"long": (10_000, 0, "A100-80GB"),
+                                                          "new": (10_550, 1, "A100-80GB")}
+
+
 @st.composite
 def elastic_workloads(draw: st.DrawFn) -> tuple[list[SimJob], list[AvailabilityEvent]]:
     jobs = []

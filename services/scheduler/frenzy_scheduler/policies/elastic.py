@@ -667,8 +667,8 @@ class KeptCandidates:
 def shrink_plan(victims: Victims, gpu_type: str, deficit: int, horizon_s: float,
                 skip: AbstractSet[str] = frozenset(),
                 free: dict[str, int] | None = None,
-                moves: dict[str, tuple[int, float, PlanOption] | None] | None = None
-                ) -> ShrinkPlan | None:
+                moves: dict[str, tuple[int, float, PlanOption] | None] | None = None,
+                return_counted: bool = False) -> ShrinkPlan | None:
     """Free `deficit` GPUs of a type by shrinking running jobs where it costs least: greedy on
     the loss per GPU freed (`shrink_loss_s` over the newcomer's `horizon_s`, plus the job's
     `touch_cost_s` the first time it is touched: two restarts, the shrink and the growth back
@@ -679,7 +679,10 @@ def shrink_plan(victims: Victims, gpu_type: str, deficit: int, horizon_s: float,
     (`displacement`), per GPU it frees at a loss of its slowdown there **to its own end**
     plus its touch cost: a move back needs the fast GPUs free after the queue's pass, which
     under a queue they are not (the sustained-load lesson of start-now, docs/has.md), so the
-    return is not counted on. Returns (total loss s, [(job, its new option)]) or None when the
+    return is not counted on; unless `return_counted`, for a caller whose displaced jobs keep
+    a place in line for their faster types and move back at their turn (has's `keep_place`):
+    then, as a shrunk job's, the slowdown over `horizon_s`, the touch cost being the move out
+    and the move back. Returns (total loss s, [(job, its new option)]) or None when the
     type's running jobs cannot give enough. `moves`: the caller's memo of each job's
     displacement for this `free` (it does not depend on the newcomer). Pure: nothing is taken
     or released.
@@ -699,6 +702,7 @@ def shrink_plan(victims: Victims, gpu_type: str, deficit: int, horizon_s: float,
     touch_of = {run.job_id: touch_s for run, _, _, _, _, touch_s in victims.get(gpu_type, ())}
     free_left = dict(free) if free is not None else {}
     memo = moves  # valid while free_left is the caller's `free`
+    displaced_horizon_s = horizon_s if return_counted else math.inf
 
     def candidate(job_id: str) -> tuple[float, str, float, tuple[int, float, PlanOption] | None] | None:
         """The job's cheapest next give-up per GPU: its next narrower step, or (untouched)
@@ -721,8 +725,9 @@ def shrink_plan(victims: Victims, gpu_type: str, deficit: int, horizon_s: float,
             else:
                 move = displacement(others_of[job_id], free_left)
             if move is not None:
-                # to its end: no return is counted on (see the docstring)
-                loss_s = shrink_loss_s(left, move[1], current_s, math.inf) + touch_of[job_id]
+                # to its end, unless its return is counted on (see the docstring)
+                loss_s = shrink_loss_s(left, move[1], current_s, displaced_horizon_s) + \
+                    touch_of[job_id]
                 if best is None or (loss_s / gpus, job_id) < best[:2]:
                     best = (loss_s / gpus, job_id, loss_s, move)
         return best
@@ -758,8 +763,8 @@ def shrink_plan(victims: Victims, gpu_type: str, deficit: int, horizon_s: float,
 def shrink_loss_floor(victims: Victims, gpu_type: str, deficit: int, horizon_s: float,
                       skip: AbstractSet[str] = frozenset(),
                       free: dict[str, int] | None = None,
-                      moves: dict[str, tuple[int, float, PlanOption] | None] | None = None
-                      ) -> float:
+                      moves: dict[str, tuple[int, float, PlanOption] | None] | None = None,
+                      return_counted: bool = False) -> float:
     """A lower bound on the loss of `shrink_plan` with the same arguments (inf when no plan
     frees the deficit), at a fraction of its cost: admission builds a plan only when even
     this floor leaves it a gain (on jobs 30,000-33,000 of the trace the floor is 0.89 of the
@@ -777,14 +782,16 @@ def shrink_loss_floor(victims: Victims, gpu_type: str, deficit: int, horizon_s: 
     Every loss is non-decreasing in the horizon (`shrink_loss_s`), so the per-GPU costs of
     a shorter horizon (`floor_items`) fill a floor for any longer one (`fill_floor`): what
     admission reuses across a job's options of one type, which it visits fastest first."""
-    return fill_floor(floor_items(victims, gpu_type, horizon_s, skip, free, moves), deficit)
+    return fill_floor(floor_items(victims, gpu_type, horizon_s, skip, free, moves,
+                                  return_counted), deficit)
 
 
 def floor_items(victims: Victims, gpu_type: str, horizon_s: float,
                 skip: AbstractSet[str] = frozenset(), free: dict[str, int] | None = None,
-                moves: dict[str, tuple[int, float, PlanOption] | None] | None = None
-                ) -> list[tuple[float, int]]:
+                moves: dict[str, tuple[int, float, PlanOption] | None] | None = None,
+                return_counted: bool = False) -> list[tuple[float, int]]:
     """`shrink_loss_floor`'s (least loss per GPU, most GPUs) of each job, cheapest first."""
+    displaced_horizon_s = horizon_s if return_counted else math.inf
     items = []
     for run, current_s, left, steps, others, touch_s in victims.get(gpu_type, ()):
         if run.job_id in skip:
@@ -810,7 +817,7 @@ def floor_items(victims: Victims, gpu_type: str, horizon_s: float,
                 move = displacement(others, free)
             if move is not None:
                 most = gpus
-                loss_s = shrink_loss_s(left, move[1], current_s, math.inf) + touch_s
+                loss_s = shrink_loss_s(left, move[1], current_s, displaced_horizon_s) + touch_s
                 if loss_s / gpus < per_gpu:
                     per_gpu = loss_s / gpus
         if most:

@@ -116,6 +116,11 @@ class HasConfig:
     # group (`HasPolicy._admit_together`): GPUs freed once serve them all, where one short
     # job's saving never pays a victim's two restarts.
     admit_together: bool = True
+    # Elastic, with `keep_place`: a running job that admission displaces to another type is
+    # charged its slowdown over the newcomer's run, as a shrunk job is, not to its own end:
+    # it keeps a place in line for its faster types and moves back at its turn
+    # (`elastic.shrink_plan`'s `return_counted`; docs/has-experiments.md, s32).
+    displaced_return: bool = True
 
     def launch_s(self, nodes: int) -> float:
         return self.launch_overhead_s * (1.0 + math.log2(max(1, nodes)))
@@ -1018,12 +1023,14 @@ class HasPolicy:
         victim's slowdown over the newcomer's run (it grows back when the GPUs free up) plus two
         restarts; the gain must exceed it by `min_gain_fraction` (prediction error). Victims
         step down their own options where the loss per GPU is smallest, so a wide job gives a
-        few GPUs rather than falling to one. An urgent deadline job may also preempt
-        (`reclaim`). Options wider than the job's fair share of their type (`share`) are
-        neither its baseline nor admitted. Returns (reshapes, placements of the admitted
-        jobs)."""
+        few GPUs rather than falling to one, or move whole to idle GPUs of another type
+        (`displace`), charged the same way when they keep a place in line to move back
+        (`displaced_return`). An urgent deadline job may also preempt (`reclaim`). Options
+        wider than the job's fair share of their type (`share`) are neither its baseline nor
+        admitted. Returns (reshapes, placements of the admitted jobs)."""
         cfg = self.config
         displace = displace and cfg.displace
+        returns = cfg.displaced_return and cfg.keep_place  # `shrink_plan`'s `return_counted`
         free = index.free_by_type
         moves: list[Placement] = []
         placed: list[Placement] = []
@@ -1152,11 +1159,12 @@ class HasPolicy:
                         (fill_floor(items, deficit) * (1.0 - 1e-9)) <= best_s:
                     continue
                 items = floors[gpu_type] = floor_items(victims, gpu_type, total_s, acted, room,
-                                                       displaced)
+                                                       displaced, returns)
                 if baseline_s - total_s - (1.0 + cfg.min_gain_fraction) * \
                         (fill_floor(items, deficit) * (1.0 - 1e-9)) <= best_s:
                     continue
-                plan = shrink_plan(victims, gpu_type, deficit, total_s, acted, room, displaced)
+                plan = shrink_plan(victims, gpu_type, deficit, total_s, acted, room, displaced,
+                                   returns)
                 if plan is None:
                     continue
                 net_s = baseline_s - total_s - (1.0 + cfg.min_gain_fraction) * plan[0]
@@ -1221,6 +1229,7 @@ class HasPolicy:
         cfg = self.config
         factor = 1.0 + cfg.min_gain_fraction
         restart_s = cfg.restart_floor_s + cfg.launch_s(1)
+        returns = cfg.displaced_return and cfg.keep_place  # as `_admit`'s
         free = index.free_by_type
         displaced: dict = {}  # shrink_plan's memo of displacements, for this `room`
         best: tuple[float, list[tuple[_JobFacts, _Entry]], ShrinkPlan] | None = None
@@ -1247,12 +1256,13 @@ class HasPolicy:
                     victims[gpu_type] = with_work_left(candidates_by_type[gpu_type], now_s,
                                                        restart_s)
                 if items is None:  # a floor under every plan's loss (a shorter horizon)
-                    items = floor_items(victims, gpu_type, entry[3], acted, room, displaced)
+                    items = floor_items(victims, gpu_type, entry[3], acted, room, displaced,
+                                        returns)
                 if gain_s - factor * fill_floor(items, deficit) * (1.0 - 1e-9) <= \
                         (best[0] if best is not None else 0.0):
                     continue
                 plan = shrink_plan(victims, gpu_type, deficit, horizon_s, acted, room,
-                                   displaced)
+                                   displaced, returns)
                 if plan is None:
                     break  # a larger deficit cannot be freed either
                 net_s = gain_s - factor * plan[0]
