@@ -125,6 +125,12 @@ class HasConfig:
     def launch_s(self, nodes: int) -> float:
         return self.launch_overhead_s * (1.0 + math.log2(max(1, nodes)))
 
+    @property
+    def displaced_return_counted(self) -> bool:
+        """`displaced_return` in effect: only a place in line (`keep_place`) gives the
+        return it counts on (`elastic.shrink_plan`'s `return_counted`)."""
+        return self.displaced_return and self.keep_place
+
 
 class _Row:
     """One option as `HasPolicy._score` reads it (`_JobFacts.rows`). A class, not a tuple:
@@ -1030,7 +1036,7 @@ class HasPolicy:
         admitted. Returns (reshapes, placements of the admitted jobs)."""
         cfg = self.config
         displace = displace and cfg.displace
-        returns = cfg.displaced_return and cfg.keep_place  # `shrink_plan`'s `return_counted`
+        returns = cfg.displaced_return_counted
         free = index.free_by_type
         moves: list[Placement] = []
         placed: list[Placement] = []
@@ -1229,7 +1235,7 @@ class HasPolicy:
         cfg = self.config
         factor = 1.0 + cfg.min_gain_fraction
         restart_s = cfg.restart_floor_s + cfg.launch_s(1)
-        returns = cfg.displaced_return and cfg.keep_place  # as `_admit`'s
+        returns = cfg.displaced_return_counted
         free = index.free_by_type
         displaced: dict = {}  # shrink_plan's memo of displacements, for this `room`
         best: tuple[float, list[tuple[_JobFacts, _Entry]], ShrinkPlan] | None = None
