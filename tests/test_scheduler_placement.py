@@ -148,7 +148,7 @@ def test_take_over_nodes_of_several_types_leaves_the_index_counted(nodes, picks,
     left = {n: list(node.free_gpus) for n, node in view.nodes.items()}
     for node_id, gpus in assignments[:failing]:
         left[node_id] = [g for g in left[node_id] if g not in gpus]
-    assert index.free == left
+    assert index.free == {n: tuple(gpus) for n, gpus in left.items()}
     for gpu_type in index.buckets:
         assert index.free_by_type[gpu_type] == sum(len(left[n]) for n in left
                                                    if view.nodes[n].gpu_type == gpu_type)

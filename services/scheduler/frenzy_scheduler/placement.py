@@ -14,9 +14,8 @@ from frenzy_scheduler.core import ClusterView, NodeState
 from frenzy_scheduler.native import is_compiled
 
 Assignments = tuple[tuple[str, tuple[int, ...]], ...]
-# A node with no free GPUs left, in every index: one list, shared, as every free list is (no
-# index changes one in place)
-_NO_GPUS: Final[list[int]] = []
+# A node with no free GPUs left, in every index: one tuple, shared, as every free tuple is
+_NO_GPUS: Final[tuple[int, ...]] = ()
 _NO_BUCKETS: Final[list[dict[str, None]]] = []  # `take`'s buckets before its first node
 
 
@@ -52,12 +51,14 @@ class FreeIndex:
     `buckets[type][k]` holds the ids of nodes of that type with exactly k free GPUs (a dict
     used as an insertion-ordered set, so results are deterministic). Built in one O(nodes)
     pass per decision; afterwards every query and `take` touches only the nodes involved.
-    The snapshot's free lists are shared, never mutated: `take` replaces a node's list.
+    A node's free GPUs are held as a tuple, which an assignment shares when it takes the
+    whole node and slices otherwise (one object where a list's copy made two, for each node
+    of each placement), and which `take` replaces rather than changes.
     """
 
     def __init__(self, cluster: ClusterView | None) -> None:
         """The index of `cluster`'s free GPUs; None: an empty one, for `copy` to fill."""
-        self.free: dict[str, list[int]] = {}
+        self.free: dict[str, tuple[int, ...]] = {}
         self.node_type: dict[str, str] = {}
         self.buckets: dict[str, list[dict[str, None]]] = {}
         self.free_by_type: dict[str, int] = {}
@@ -84,13 +85,13 @@ class FreeIndex:
                 type_buckets.extend({} for _ in range(size + 1 - len(type_buckets)))
             capacity[gpu_type] += total
             free_by_type[gpu_type] += k
-            free[node_id] = gpus
+            free[node_id] = tuple(gpus)
             node_type[node_id] = gpu_type
             type_buckets[k][node_id] = None
 
     def copy(self) -> "FreeIndex":
         """A private copy that `take` and `release` can change without touching this one
-        (the per-node lists are shared: neither ever mutates one, they replace it)."""
+        (the per-node tuples are shared: neither replaces one in place)."""
         twin = FreeIndex(None)
         twin.free = dict(self.free)
         twin.node_type = dict(self.node_type)
@@ -120,7 +121,8 @@ class FreeIndex:
         for k in range(count, len(buckets)):  # fast path: one node fits, take the fullest such
             if buckets[k]:
                 node_id = _first(buckets[k])
-                return ((node_id, tuple(self.free[node_id][:count])),)
+                gpus = self.free[node_id]
+                return ((node_id, gpus if count == len(gpus) else gpus[:count]),)
         if step > 1 and sum(len(nodes) * (k // step * step)
                             for k, nodes in enumerate(buckets)) < count:
             return None  # whole tp groups cannot add up to count (the walk below would fail)
@@ -163,7 +165,7 @@ class FreeIndex:
                 node_id = _next(front)
             chosen_per_bucket[k] += 1
             gpus = free[node_id]
-            chosen.append((node_id, tuple(gpus) if take == len(gpus) else tuple(gpus[:take])))
+            chosen.append((node_id, gpus if take == len(gpus) else gpus[:take]))
             remaining -= take
         self._reset(top)
         return tuple(chosen)
@@ -205,7 +207,7 @@ class FreeIndex:
                     if not taken <= set(free):
                         raise ValueError(
                             f"GPUs {sorted(taken - set(free))} on {node_id} are not free")
-                    rest = [g for g in free if g not in taken]
+                    rest = tuple([g for g in free if g not in taken])
                 gpu_type = node_types[node_id]
                 if gpu_type != run_type:
                     if taken_of_type:
@@ -225,7 +227,7 @@ class FreeIndex:
             if node_id not in self.free:
                 continue  # the node left the cluster
             free = self.free[node_id]
-            rest = sorted(set(free) | set(gpus))
+            rest = tuple(sorted(set(free) | set(gpus)))
             gpu_type = self.node_type[node_id]
             buckets = self.buckets[gpu_type]
             del buckets[len(free)][node_id]
@@ -264,8 +266,9 @@ class KeptFreeIndex:
     The copy is the index a fresh `FreeIndex(cluster)` would build, to the order of every
     bucket (node ids ascending: best fit takes a bucket's first node) and of `free_by_type`:
     a changed node leaves its old bucket (deleting keeps the order) and joins its new one
-    at its place in id order. The index holds copies of the free lists, compared by value
-    with the view's, so a caller may change a node's list in place. A node's type and size are taken
+    at its place in id order. The index holds tuples made from the view's free lists, and
+    list copies of them that it compares by value with the view's, so a caller may change a
+    node's list in place. A node's type and size are taken
     as fixed for its `NodeState` object (the simulator and the live state put a new object
     in the view when a node changes); any change of the node set (a node added, removed,
     replaced by a new object, or reordered), or a node with more free GPUs than its size,
@@ -298,7 +301,8 @@ class KeptFreeIndex:
                 if bucket and _next(reversed(bucket)) > node_id:
                     resort.add((gpu_type, len(free)))
                 bucket[node_id] = None
-                kept.free[node_id] = self._free[i] = list(free)
+                self._free[i] = list(free)
+                kept.free[node_id] = tuple(free)
                 kept.free_by_type[gpu_type] += len(free) - len(old)
             for gpu_type, k in resort:
                 buckets = kept.buckets[gpu_type]
@@ -331,8 +335,8 @@ class KeptFreeIndex:
         self._index = FreeIndex(cluster)
         self._nodes = list(cluster.nodes.values())
         self._ids = list(cluster.nodes)
+        # Copies of the view's lists, compared with them by `_changed`: a list the caller
+        # changes in place would otherwise change along with the view (the index itself
+        # holds tuples made from them)
         self._free = [list(free) for free in map(_FREE_GPUS, self._nodes)]
-        # The index holds these copies, not the view's lists: a list the caller changes in
-        # place would otherwise change the kept index behind the comparison above.
-        self._index.free.update(zip(self._ids, self._free))
         return self._index.copy()
