@@ -419,6 +419,58 @@ def test_has_admits_waiting_jobs_together_when_none_pays_alone() -> None:
     assert "together" in by_job["j0"].decision.reason
 
 
+def test_has_admission_keeps_the_order_on_a_type_a_job_ahead_waits_for() -> None:
+    """EASY backfill's rule for admission (`HasConfig.admit_in_order`, off by default).
+    'ahead' (8 GPUs, 100 s, first in line) cannot be admitted: 'v' cannot shrink and 'w'
+    frees only 4 GPUs. It waits for v's release at 700 s (600 s from now) and claims the
+    type. 'behind' (4 GPUs, later in line) would wait behind that claim for hours, so
+    shrinking 'w' pays for it alone. In order it is admitted only if it ends within ahead's wait (then the GPUs it
+    holds are back by then). Unchecked, such admissions kept a 217 s job in line for
+    2,905 s in the benchmark while about 40 jobs behind it were admitted on its type
+    (docs/has-experiments.md, s33)."""
+    now_s = 100.0
+
+    def acted(config: HasConfig, behind_s: float) -> set[tuple[str, str]]:
+        cluster = nodes({"a": ("A100-80GB", 8, []), "b": ("A100-80GB", 8, [])})
+        running = [running_job("v", "A100-80GB", "a", tuple(range(8)), {8: 1000.0}, now_s,
+                               600.0),
+                   running_job("w", "A100-80GB", "b", tuple(range(8)),
+                               {4: 20000.0, 8: 10000.0}, now_s, 9000.0)]
+        queue = [job("ahead", 0.0, option("A100-80GB", 8, 100.0)),
+                 job("behind", now_s, option("A100-80GB", 4, behind_s))]
+        return {(a.job_id, a.kind)
+                for a in HasPolicy(config).schedule(queue, cluster, now_s, running)}
+
+    in_order = HasConfig(admit_in_order=True)
+    admitted = {("w", "resize"), ("behind", "place")}
+    assert acted(in_order, 500.0) == admitted  # 500 s + launch: within the 600 s
+    assert acted(HasConfig(admit_in_order=False), 1000.0) == admitted
+    assert acted(in_order, 1000.0) == set()  # it would run past ahead's wait
+
+
+def test_has_admits_no_group_past_the_wait_of_a_job_ahead() -> None:
+    """`admit_in_order` for admission together: node 'a' is held by 'wide' (8 GPUs, hours
+    left, 4 GPUs at half speed), node 'b' by four 2-GPU jobs ending in 350 s. 'ahead'
+    (8 GPUs, first in line) waits for b's releases. Four jobs of 400 s on 2 GPUs, behind it,
+    would each wait for hours; on the 4 GPUs that shrinking 'wide' frees they would run past
+    ahead's wait, so in order neither one of them nor a group is admitted (left out of
+    every group it cannot join, 'ahead' bars the jobs behind it there)."""
+    now_s = 100.0
+    cluster = nodes({"a": ("A100-80GB", 8, []), "b": ("A100-80GB", 8, [])})
+    running = [running_job("wide", "A100-80GB", "a", tuple(range(8)), {4: 20000.0, 8: 10000.0},
+                           now_s, 9000.0)]
+    running += [running_job(f"s{i}", "A100-80GB", "b", (2 * i, 2 * i + 1), {2: 1000.0}, now_s,
+                            350.0) for i in range(4)]
+    queue = [job("ahead", 0.0, option("A100-80GB", 8, 100.0))]
+    queue += [job(f"j{i}", now_s, option("A100-80GB", 2, 400.0)) for i in range(4)]
+
+    def acted(config: HasConfig) -> set[str]:
+        return {a.job_id for a in HasPolicy(config).schedule(queue, cluster, now_s, running)}
+
+    assert "wide" in acted(HasConfig(admit_in_order=False))
+    assert acted(HasConfig(admit_in_order=True)) == set()
+
+
 def test_has_admits_a_waiting_job_by_displacing_a_running_one_to_idle_slower_gpus() -> None:
     # An A100 node is full with 'long' (4 GPUs, 9000 s left, nothing narrower to shrink to);
     # a 3090 node is idle. The newcomer runs 1000 s on the A100s and 20000 s on the 3090s,

@@ -121,6 +121,13 @@ class HasConfig:
     # it keeps a place in line for its faster types and moves back at its turn
     # (`elastic.shrink_plan`'s `return_counted`; docs/has-experiments.md, s32).
     displaced_return: bool = True
+    # Elastic: admission keeps the order, by EASY backfill's rule for the head. A job left
+    # waiting for a type counts on its next releases; a job behind it is admitted there by
+    # shrinking or displacing only when it would end before that wait does (else the job
+    # ahead waits longer than it was told while jobs behind it start). Off: it gains 2-6 %
+    # on the benchmark's windows and loses 40-60 % on the whole trace, where waits estimated
+    # near zero bar admission for hours (docs/has-experiments.md, s33).
+    admit_in_order: bool = False
 
     def launch_s(self, nodes: int) -> float:
         return self.launch_overhead_s * (1.0 + math.log2(max(1, nodes)))
@@ -836,6 +843,13 @@ def _saving_per_gpu(facts: _JobFacts, baseline_s: float, share: dict[str, int] |
     return best
 
 
+def _note_wait(ahead: dict[str, float], gpu_type: str, wait_s: float) -> None:
+    """A job left waiting `wait_s` for GPUs of the type: admission's later jobs there must end
+    before the shortest such wait (`HasConfig.admit_in_order`)."""
+    if wait_s < ahead.get(gpu_type, INF):
+        ahead[gpu_type] = wait_s
+
+
 def _alternatives(draft: tuple[Any, tuple[_Row, ...], PlanOption, float, list[float], str, int,
                                int]) -> tuple[Alternative, ...]:
     """A drafted record's rows (`HasPolicy._record`): the chosen option, then the cheapest
@@ -1031,12 +1045,17 @@ class HasPolicy:
         step down their own options where the loss per GPU is smallest, so a wide job gives a
         few GPUs rather than falling to one, or move whole to idle GPUs of another type
         (`displace`), charged the same way when they keep a place in line to move back
-        (`displaced_return`). An urgent deadline job may also preempt (`reclaim`). Options
+        (`displaced_return`). On a type that a job ahead of it was left waiting for, only
+        when it would end before that job's wait does (`admit_in_order`, `ahead`). An urgent
+        deadline job may also preempt (`reclaim`). Options
         wider than the job's fair share of their type (`share`) are neither its baseline nor
         admitted. Returns (reshapes, placements of the admitted jobs)."""
         cfg = self.config
         displace = displace and cfg.displace
         returns = cfg.displaced_return_counted
+        # Per type, the shortest wait (s from now) of a job left waiting for it, with
+        # `admit_in_order`: what a job behind it may not run past there
+        ahead: dict[str, float] | None = {} if cfg.admit_in_order else None
         free = index.free_by_type
         moves: list[Placement] = []
         placed: list[Placement] = []
@@ -1058,7 +1077,8 @@ class HasPolicy:
         displaced: dict = {}  # job id -> its displacement there (elastic.shrink_plan's memo)
         most: dict[str, list[int]] = {}
         release_ends = releases.ends
-        waiting: list[tuple[_JobFacts, float]] = []  # (head job left waiting, its baseline s)
+        # (head job left waiting, its baseline s, the type and wait s of that baseline)
+        waiting: list[tuple[_JobFacts, float, str, float]] = []
         for facts in ordered[:16]:  # the head of the priority order
             if len(moves) >= cfg.max_moves:
                 break
@@ -1118,6 +1138,8 @@ class HasPolicy:
                 # No type of the job has GPUs to spare: every entry below would stop at its
                 # deficit (none, or more than the spare 0), so no plan; hold for the baseline
                 claimed[baseline[1]] = claimed.get(baseline[1], 0) + baseline[2]
+                if ahead is not None:
+                    _note_wait(ahead, baseline[1], baseline_s - baseline[3])
                 continue
             room: dict[str, int] | None = None  # set when this job's first plan needs it
             room_set = not displace
@@ -1133,6 +1155,8 @@ class HasPolicy:
                     break
                 if gpus > limit and gpu_type == fastest_type:  # `_over_share`
                     continue
+                if ahead is not None and total_s > ahead.get(gpu_type, INF):
+                    continue  # it would hold GPUs a job ahead waits for (`admit_in_order`)
                 have = free.get(gpu_type, 0)
                 if gpus <= have:  # no deficit: the pass can start it now
                     continue
@@ -1178,7 +1202,9 @@ class HasPolicy:
                     best, best_s = (net_s, entry, plan), net_s
             if best is None:
                 claimed[baseline[1]] = claimed.get(baseline[1], 0) + baseline[2]
-                waiting.append((facts, baseline_s))
+                if ahead is not None:
+                    _note_wait(ahead, baseline[1], baseline_s - baseline[3])
+                waiting.append((facts, baseline_s, baseline[1], baseline_s - baseline[3]))
                 continue
             net_s, (option, gpu_type, gpus, total_s, _, tp), (loss_s, chosen) = best
             reason = (f"{job.job_id}: {baseline_s:.0f} s to completion -> {total_s:.0f} s, "
@@ -1211,9 +1237,10 @@ class HasPolicy:
                                            now_s, share, acted, room, moves)
         return moves, placed
 
-    def _admit_together(self, waiting: list[tuple[_JobFacts, float]], victims: Victims,
-                        candidates_by_type: Candidates, spare: dict[str, int], index: FreeIndex,
-                        now_s: float, share: dict[str, int] | None, acted: set[str],
+    def _admit_together(self, waiting: list[tuple[_JobFacts, float, str, float]],
+                        victims: Victims, candidates_by_type: Candidates,
+                        spare: dict[str, int], index: FreeIndex, now_s: float,
+                        share: dict[str, int] | None, acted: set[str],
                         room: dict[str, int] | None, moves: list[Placement]
                         ) -> list[Placement]:
         """Admission by shrinking for several waiting head jobs at once, on one GPU type.
@@ -1229,13 +1256,16 @@ class HasPolicy:
         two or more is a candidate whose gain is the sum of its jobs' savings and whose loss
         is one `shrink_plan` for their combined deficit, under the same margin as a single
         admission (`min_gain_fraction`). The best net gain over types and groups is applied;
-        a job of it that does not fit after the shrinks stays queued. `victims`, `spare` and
+        a job of it that does not fit after the shrinks stays queued. A job left out of a
+        group while it waits for the type bars the jobs behind it that would run past its
+        wait, as in `_admit` (`admit_in_order`). `victims`, `spare` and
         `acted` are `_admit`'s, after its own admissions. Appends the shrinks to `moves`;
         returns the placements."""
         cfg = self.config
         factor = 1.0 + cfg.min_gain_fraction
         restart_s = cfg.restart_floor_s + cfg.launch_s(1)
         returns = cfg.displaced_return_counted
+        in_order = cfg.admit_in_order
         free = index.free_by_type
         displaced: dict = {}  # shrink_plan's memo of displacements, for this `room`
         best: tuple[float, list[tuple[_JobFacts, _Entry]], ShrinkPlan] | None = None
@@ -1246,9 +1276,14 @@ class HasPolicy:
             together: list[tuple[_JobFacts, _Entry]] = []
             gpus, gain_s, horizon_s = 0, 0.0, 0.0
             items: list[tuple[float, int]] | None = None
-            for facts, baseline_s in waiting:
+            ahead_s = INF  # `admit_in_order`: the shortest wait for this type of a job left out
+            for facts, baseline_s, waits_on, wait_s in waiting:
                 saving = _saving_per_gpu(facts, baseline_s, share, gpu_type)
+                if saving is not None and saving[1][3] > ahead_s:
+                    saving = None  # it would run past the wait of a job ahead of it
                 if saving is None or gpus + saving[1][2] - have > can_spare:
+                    if in_order and waits_on == gpu_type and wait_s < ahead_s:
+                        ahead_s = wait_s
                     continue
                 entry = saving[1]
                 together.append((facts, entry))
