@@ -390,6 +390,17 @@ def test_has_does_not_shrink_when_the_gain_is_below_the_threshold() -> None:
     assert HasPolicy().schedule(queue, cluster, now_s, running) == []
 
 
+def wide_and_ending(now_s: float) -> tuple[ClusterView, list[RunningJob]]:
+    """Node 'a' held by 'wide' (8 GPUs, 9000 s left; 4 GPUs would take twice as long), node
+    'b' by four 2-GPU jobs that cannot shrink and end in 350 s."""
+    cluster = nodes({"a": ("A100-80GB", 8, []), "b": ("A100-80GB", 8, [])})
+    running = [running_job("wide", "A100-80GB", "a", tuple(range(8)), {4: 20000.0, 8: 10000.0},
+                           now_s, 9000.0)]
+    running += [running_job(f"s{i}", "A100-80GB", "b", (2 * i, 2 * i + 1), {2: 1000.0}, now_s,
+                            350.0) for i in range(4)]
+    return cluster, running
+
+
 def test_has_admits_waiting_jobs_together_when_none_pays_alone() -> None:
     # Node 'a' is held by 'wide' (8 GPUs, 9000 s left; 4 GPUs would take twice as long), node
     # 'b' by four 2-GPU jobs that cannot shrink and end in 350 s. Four newcomers of 100 s on
@@ -398,11 +409,7 @@ def test_has_admits_waiting_jobs_together_when_none_pays_alone() -> None:
     # 700 s for one shrink of 'wide' to 4 GPUs (about 410 s, x 1.3 for the margin), so both
     # start on the 4 GPUs it gives up; four would need 8, more than it can give.
     now_s = 100.0
-    cluster = nodes({"a": ("A100-80GB", 8, []), "b": ("A100-80GB", 8, [])})
-    running = [running_job("wide", "A100-80GB", "a", tuple(range(8)), {4: 20000.0, 8: 10000.0},
-                           now_s, 9000.0)]
-    running += [running_job(f"s{i}", "A100-80GB", "b", (2 * i, 2 * i + 1), {2: 1000.0}, now_s,
-                            350.0) for i in range(4)]
+    cluster, running = wide_and_ending(now_s)
     queue = [job(f"j{i}", now_s, option("A100-80GB", 2, 100.0)) for i in range(4)]
 
     def actions(config: HasConfig) -> dict[str, Placement]:
@@ -456,11 +463,7 @@ def test_has_admits_no_group_past_the_wait_of_a_job_ahead() -> None:
     ahead's wait, so in order neither one of them nor a group is admitted (left out of
     every group it cannot join, 'ahead' bars the jobs behind it there)."""
     now_s = 100.0
-    cluster = nodes({"a": ("A100-80GB", 8, []), "b": ("A100-80GB", 8, [])})
-    running = [running_job("wide", "A100-80GB", "a", tuple(range(8)), {4: 20000.0, 8: 10000.0},
-                           now_s, 9000.0)]
-    running += [running_job(f"s{i}", "A100-80GB", "b", (2 * i, 2 * i + 1), {2: 1000.0}, now_s,
-                            350.0) for i in range(4)]
+    cluster, running = wide_and_ending(now_s)
     queue = [job("ahead", 0.0, option("A100-80GB", 8, 100.0))]
     queue += [job(f"j{i}", now_s, option("A100-80GB", 2, 400.0)) for i in range(4)]
 
