@@ -427,23 +427,24 @@ def test_has_admits_waiting_jobs_together_when_none_pays_alone() -> None:
 
 
 def test_has_admission_keeps_the_order_on_a_type_a_job_ahead_waits_for() -> None:
-    """EASY backfill's rule for admission (`HasConfig.admit_in_order`, off by default).
-    'ahead' (8 GPUs, 100 s, first in line) cannot be admitted: 'v' cannot shrink and 'w'
-    frees only 4 GPUs. It waits for v's release at 700 s (600 s from now) and claims the
-    type. 'behind' (4 GPUs, later in line) would wait behind that claim for hours, so
-    shrinking 'w' pays for it alone. In order it is admitted only if it ends within ahead's wait (then the GPUs it
-    holds are back by then). Unchecked, such admissions kept a 217 s job in line for
+    """EASY backfill's rule for admission (`HasConfig.admit_in_order`). 'ahead' (8 GPUs,
+    first in line) cannot be admitted: 'v' cannot shrink and 'w' frees only 4 GPUs. It waits
+    for v's release (600 s from now) and claims the type. 'behind' (4 GPUs, later in line)
+    would wait behind that claim for hours, so shrinking 'w' pays for it alone. In order, and
+    'ahead' the shorter job, it is admitted only if it ends within ahead's wait (then the
+    GPUs it holds are back by then). Unchecked, such admissions kept a 217 s job in line for
     2,905 s in the benchmark while about 40 jobs behind it were admitted on its type
     (docs/has-experiments.md, s33)."""
-    now_s = 100.0
+    now_s = 40_000.0
 
-    def acted(config: HasConfig, behind_s: float) -> set[tuple[str, str]]:
+    def acted(config: HasConfig, behind_s: float, ahead_s: float = 100.0
+              ) -> set[tuple[str, str]]:
         cluster = nodes({"a": ("A100-80GB", 8, []), "b": ("A100-80GB", 8, [])})
         running = [running_job("v", "A100-80GB", "a", tuple(range(8)), {8: 1000.0}, now_s,
                                600.0),
                    running_job("w", "A100-80GB", "b", tuple(range(8)),
                                {4: 20000.0, 8: 10000.0}, now_s, 9000.0)]
-        queue = [job("ahead", 0.0, option("A100-80GB", 8, 100.0)),
+        queue = [job("ahead", 0.0, option("A100-80GB", 8, ahead_s)),
                  job("behind", now_s, option("A100-80GB", 4, behind_s))]
         return {(a.job_id, a.kind)
                 for a in HasPolicy(config).schedule(queue, cluster, now_s, running)}
@@ -453,6 +454,8 @@ def test_has_admission_keeps_the_order_on_a_type_a_job_ahead_waits_for() -> None
     assert acted(in_order, 500.0) == admitted  # 500 s + launch: within the 600 s
     assert acted(HasConfig(admit_in_order=False), 1000.0) == admitted
     assert acted(in_order, 1000.0) == set()  # it would run past ahead's wait
+    # A longer job ahead (5,000 s, first in line by aging) does not bar a shorter one
+    assert acted(in_order, 1000.0, ahead_s=5000.0) == admitted
 
 
 def test_has_admits_no_group_past_the_wait_of_a_job_ahead() -> None:

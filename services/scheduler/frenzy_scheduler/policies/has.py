@@ -122,12 +122,12 @@ class HasConfig:
     # (`elastic.shrink_plan`'s `return_counted`; docs/has-experiments.md, s32).
     displaced_return: bool = True
     # Elastic: admission keeps the order, by EASY backfill's rule for the head. A job left
-    # waiting for a type counts on its next releases; a job behind it is admitted there by
-    # shrinking or displacing only when it would end before that wait does (else the job
-    # ahead waits longer than it was told while jobs behind it start). Off: it gains 2-6 %
-    # on the benchmark's windows and loses 40-60 % on the whole trace, where waits estimated
-    # near zero bar admission for hours (docs/has-experiments.md, s33).
-    admit_in_order: bool = False
+    # waiting for a type counts on its next releases; a job behind it, and no shorter (by its
+    # fastest option), is admitted there by shrinking or displacing only when it would end
+    # before that wait does. Otherwise the job ahead waits longer than it was told while
+    # jobs behind it start; a shorter job may still pass a longer one that aged to the head,
+    # as the order itself lets it (`_bar_s`; docs/has-experiments.md, s33).
+    admit_in_order: bool = True
 
     def launch_s(self, nodes: int) -> float:
         return self.launch_overhead_s * (1.0 + math.log2(max(1, nodes)))
@@ -843,11 +843,13 @@ def _saving_per_gpu(facts: _JobFacts, baseline_s: float, share: dict[str, int] |
     return best
 
 
-def _note_wait(ahead: dict[str, float], gpu_type: str, wait_s: float) -> None:
-    """A job left waiting `wait_s` for GPUs of the type: admission's later jobs there must end
-    before the shortest such wait (`HasConfig.admit_in_order`)."""
-    if wait_s < ahead.get(gpu_type, INF):
-        ahead[gpu_type] = wait_s
+def _bar_s(waiting: Sequence[tuple[float, float]], best_s: float) -> float:
+    """`HasConfig.admit_in_order`: how long a job whose fastest option takes `best_s` may hold
+    GPUs of a type that the jobs ahead of it (`waiting`: each one's fastest time and its wait
+    for the type) were left waiting for: the shortest wait among those no longer than it
+    (inf when none is). A longer job ahead, one that aged to the head, does not bar a shorter
+    one: admission may reorder toward shorter jobs, as the order itself does, but not away."""
+    return min([wait_s for job_s, wait_s in waiting if job_s <= best_s], default=INF)
 
 
 def _alternatives(draft: tuple[Any, tuple[_Row, ...], PlanOption, float, list[float], str, int,
@@ -1045,17 +1047,18 @@ class HasPolicy:
         step down their own options where the loss per GPU is smallest, so a wide job gives a
         few GPUs rather than falling to one, or move whole to idle GPUs of another type
         (`displace`), charged the same way when they keep a place in line to move back
-        (`displaced_return`). On a type that a job ahead of it was left waiting for, only
-        when it would end before that job's wait does (`admit_in_order`, `ahead`). An urgent
+        (`displaced_return`). On a type that a job ahead of it, and no longer, was left
+        waiting for, only when it would end before that job's wait does (`admit_in_order`,
+        `ahead`, `_bar_s`). An urgent
         deadline job may also preempt (`reclaim`). Options
         wider than the job's fair share of their type (`share`) are neither its baseline nor
         admitted. Returns (reshapes, placements of the admitted jobs)."""
         cfg = self.config
         displace = displace and cfg.displace
         returns = cfg.displaced_return_counted
-        # Per type, the shortest wait (s from now) of a job left waiting for it, with
-        # `admit_in_order`: what a job behind it may not run past there
-        ahead: dict[str, float] | None = {} if cfg.admit_in_order else None
+        # Per type, (fastest time, wait s from now) of each head job left waiting for it, with
+        # `admit_in_order`: what a job behind it and no shorter may not run past there
+        ahead: dict[str, list[tuple[float, float]]] | None = {} if cfg.admit_in_order else None
         free = index.free_by_type
         moves: list[Placement] = []
         placed: list[Placement] = []
@@ -1139,7 +1142,8 @@ class HasPolicy:
                 # deficit (none, or more than the spare 0), so no plan; hold for the baseline
                 claimed[baseline[1]] = claimed.get(baseline[1], 0) + baseline[2]
                 if ahead is not None:
-                    _note_wait(ahead, baseline[1], baseline_s - baseline[3])
+                    ahead.setdefault(baseline[1], []).append((facts.best_s,
+                                                              baseline_s - baseline[3]))
                 continue
             room: dict[str, int] | None = None  # set when this job's first plan needs it
             room_set = not displace
@@ -1155,7 +1159,7 @@ class HasPolicy:
                     break
                 if gpus > limit and gpu_type == fastest_type:  # `_over_share`
                     continue
-                if ahead is not None and total_s > ahead.get(gpu_type, INF):
+                if ahead is not None and total_s > _bar_s(ahead.get(gpu_type, ()), facts.best_s):
                     continue  # it would hold GPUs a job ahead waits for (`admit_in_order`)
                 have = free.get(gpu_type, 0)
                 if gpus <= have:  # no deficit: the pass can start it now
@@ -1203,7 +1207,8 @@ class HasPolicy:
             if best is None:
                 claimed[baseline[1]] = claimed.get(baseline[1], 0) + baseline[2]
                 if ahead is not None:
-                    _note_wait(ahead, baseline[1], baseline_s - baseline[3])
+                    ahead.setdefault(baseline[1], []).append((facts.best_s,
+                                                              baseline_s - baseline[3]))
                 waiting.append((facts, baseline_s, baseline[1], baseline_s - baseline[3]))
                 continue
             net_s, (option, gpu_type, gpus, total_s, _, tp), (loss_s, chosen) = best
@@ -1257,8 +1262,8 @@ class HasPolicy:
         is one `shrink_plan` for their combined deficit, under the same margin as a single
         admission (`min_gain_fraction`). The best net gain over types and groups is applied;
         a job of it that does not fit after the shrinks stays queued. A job left out of a
-        group while it waits for the type bars the jobs behind it that would run past its
-        wait, as in `_admit` (`admit_in_order`). `victims`, `spare` and
+        group while it waits for the type bars the jobs behind it, and no shorter, that would
+        run past its wait, as in `_admit` (`admit_in_order`). `victims`, `spare` and
         `acted` are `_admit`'s, after its own admissions. Appends the shrinks to `moves`;
         returns the placements."""
         cfg = self.config
@@ -1276,14 +1281,14 @@ class HasPolicy:
             together: list[tuple[_JobFacts, _Entry]] = []
             gpus, gain_s, horizon_s = 0, 0.0, 0.0
             items: list[tuple[float, int]] | None = None
-            ahead_s = INF  # `admit_in_order`: the shortest wait for this type of a job left out
+            left_out: list[tuple[float, float]] = []  # `_admit`'s `ahead`, for this group
             for facts, baseline_s, waits_on, wait_s in waiting:
                 saving = _saving_per_gpu(facts, baseline_s, share, gpu_type)
-                if saving is not None and saving[1][3] > ahead_s:
+                if saving is not None and saving[1][3] > _bar_s(left_out, facts.best_s):
                     saving = None  # it would run past the wait of a job ahead of it
                 if saving is None or gpus + saving[1][2] - have > can_spare:
-                    if in_order and waits_on == gpu_type and wait_s < ahead_s:
-                        ahead_s = wait_s
+                    if in_order and waits_on == gpu_type:
+                        left_out.append((facts.best_s, wait_s))
                     continue
                 entry = saving[1]
                 together.append((facts, entry))
