@@ -1159,8 +1159,6 @@ class HasPolicy:
                     break
                 if gpus > limit and gpu_type == fastest_type:  # `_over_share`
                     continue
-                if ahead is not None and total_s > _bar_s(ahead.get(gpu_type, ()), facts.best_s):
-                    continue  # it would hold GPUs a job ahead waits for (`admit_in_order`)
                 have = free.get(gpu_type, 0)
                 if gpus <= have:  # no deficit: the pass can start it now
                     continue
@@ -1171,6 +1169,9 @@ class HasPolicy:
                     spare_types = {t for t, n in spare.items() if n > 0}
                 if deficit > spare.get(gpu_type, 0):
                     continue
+                if ahead and gpu_type in ahead and \
+                        total_s > _bar_s(ahead[gpu_type], facts.best_s):
+                    continue  # it would hold GPUs a job ahead waits for (`admit_in_order`)
                 # Each job the plan must touch costs two restarts (a displacement too, and
                 # `most_freed` counts a displaceable job's whole allocation): when even that
                 # many nets no more than the best so far, the plan cannot (margin: rounding)
@@ -1284,7 +1285,8 @@ class HasPolicy:
             left_out: list[tuple[float, float]] = []  # `_admit`'s `ahead`, for this group
             for facts, baseline_s, waits_on, wait_s in waiting:
                 saving = _saving_per_gpu(facts, baseline_s, share, gpu_type)
-                if saving is not None and saving[1][3] > _bar_s(left_out, facts.best_s):
+                if left_out and saving is not None and \
+                        saving[1][3] > _bar_s(left_out, facts.best_s):
                     saving = None  # it would run past the wait of a job ahead of it
                 if saving is None or gpus + saving[1][2] - have > can_spare:
                     if in_order and waits_on == gpu_type:
