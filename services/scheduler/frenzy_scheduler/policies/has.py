@@ -1049,8 +1049,7 @@ class HasPolicy:
         (`displace`), charged the same way when they keep a place in line to move back
         (`displaced_return`). On a type that a job ahead of it, and no longer, was left
         waiting for, only when it would end before that job's wait does (`admit_in_order`,
-        `ahead`, `_bar_s`). An urgent
-        deadline job may also preempt (`reclaim`). Options
+        `ahead`, `_bar_s`). An urgent deadline job may also preempt (`reclaim`). Options
         wider than the job's fair share of their type (`share`) are neither its baseline nor
         admitted. Returns (reshapes, placements of the admitted jobs)."""
         cfg = self.config
