@@ -843,6 +843,18 @@ def _saving_per_gpu(facts: _JobFacts, baseline_s: float, share: dict[str, int] |
     return best
 
 
+def _left_waiting(claimed: dict[str, int], ahead: dict[str, list[tuple[float, float]]] | None,
+                  best_s: float, baseline: _Entry, baseline_s: float) -> float:
+    """Admission leaves a head job waiting for its baseline (`baseline_s` to completion): later
+    jobs see its GPUs claimed and, with `admit_in_order`, its wait (`ahead`). Its wait, s."""
+    gpu_type = baseline[1]
+    claimed[gpu_type] = claimed.get(gpu_type, 0) + baseline[2]
+    wait_s = baseline_s - baseline[3]
+    if ahead is not None:
+        ahead.setdefault(gpu_type, []).append((best_s, wait_s))
+    return wait_s
+
+
 def _bar_s(waiting: Sequence[tuple[float, float]], best_s: float) -> float:
     """`HasConfig.admit_in_order`: how long a job whose fastest option takes `best_s` may hold
     GPUs of a type that the jobs ahead of it (`waiting`: each one's fastest time and its wait
@@ -1139,10 +1151,7 @@ class HasPolicy:
             if victims is not None and self.shortcuts and spare_types.isdisjoint(facts.ladders):
                 # No type of the job has GPUs to spare: every entry below would stop at its
                 # deficit (none, or more than the spare 0), so no plan; hold for the baseline
-                claimed[baseline[1]] = claimed.get(baseline[1], 0) + baseline[2]
-                if ahead is not None:
-                    ahead.setdefault(baseline[1], []).append((facts.best_s,
-                                                              baseline_s - baseline[3]))
+                _left_waiting(claimed, ahead, facts.best_s, baseline, baseline_s)
                 continue
             room: dict[str, int] | None = None  # set when this job's first plan needs it
             room_set = not displace
@@ -1205,11 +1214,8 @@ class HasPolicy:
                 if net_s > 0 and (best is None or net_s > best[0]):
                     best, best_s = (net_s, entry, plan), net_s
             if best is None:
-                claimed[baseline[1]] = claimed.get(baseline[1], 0) + baseline[2]
-                if ahead is not None:
-                    ahead.setdefault(baseline[1], []).append((facts.best_s,
-                                                              baseline_s - baseline[3]))
-                waiting.append((facts, baseline_s, baseline[1], baseline_s - baseline[3]))
+                wait_s = _left_waiting(claimed, ahead, facts.best_s, baseline, baseline_s)
+                waiting.append((facts, baseline_s, baseline[1], wait_s))
                 continue
             net_s, (option, gpu_type, gpus, total_s, _, tp), (loss_s, chosen) = best
             reason = (f"{job.job_id}: {baseline_s:.0f} s to completion -> {total_s:.0f} s, "
