@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from frenzy.domain import ParallelPlan, PlanOption
 from frenzy.placement_check import NodeFacts, placement_problem
+from frenzy_scheduler.placement import FreeIndex
 from frenzy_scheduler.core import (MIGRATE, PLACE, Alternative, ClusterView, Decision, NodeState,
                                    Placement, QueuedJob, RunningJob)
 from frenzy_scheduler.policies import get_policy, policy_names
@@ -275,6 +276,18 @@ def test_sia_rounds_goodput_to_the_power_p_to_two_decimals_as_the_artifact() -> 
     assert SiaPolicy()._coefficients(row, 0.0) == [1.0, 0.35]
     exact = SiaPolicy(SiaConfig(round_decimals=None))._coefficients(row, 0.0)
     assert math.isclose(exact[1], 8 ** -0.5)
+
+
+def test_sia_rows_follow_submission_as_the_artifacts_job_list() -> None:
+    """Sia's MILP rows follow its job list, the workload's order, queued and running jobs
+    interleaved (`cluster.py` 46-64). The solver breaks ties by that order, so ours must
+    match it: with queued jobs first, identical jobs swapped places far more than in Sia."""
+    menu = (option("A100-80GB", 1, 100.0),)
+    cluster = nodes({"a": ("A100-80GB", 2, [1])})
+    running = [RunningJob("r", menu[0], (("a", (0,)),), 0.0, 100.0, menu, submit_time_s=2.0)]
+    queue = [job("late", 5.0, *menu), job("early", 1.0, *menu), job("b", 2.0, *menu)]
+    rows = SiaPolicy()._rows(queue, running, FreeIndex(cluster), 10.0)
+    assert [row.job_id for row in rows] == ["early", "b", "r", "late"]  # ties: by job id
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])

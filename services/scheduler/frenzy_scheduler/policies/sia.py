@@ -126,11 +126,20 @@ class SiaPolicy:
 
     def _rows(self, queue: Sequence[QueuedJob], running: Sequence[RunningJob], index: FreeIndex,
               now_s: float) -> list[_Job]:
-        rows: list[_Job] = []
+        """One row per job, in submission order, queued and running interleaved.
+
+        The order is Sia's: its rows follow its job list, which is the workload's order
+        (`cluster.py` 46-64, `sia.py` `optimize_mip` 580-590). It matters only where the
+        MILP has ties (e.g. a running job against an identical waiting one), which the
+        solver breaks by the order of its variables; with queued jobs first, ours rotated
+        identical jobs far more often than Sia does (docs/has.md, the cross-check).
+        """
+        rows: list[tuple[float, str, _Job]] = []
         for job in queue:
             configs = configurations(job.options, index)
             if configs:
-                rows.append(_Job(job.job_id, configs, job.remaining_fraction))
+                rows.append((job.submit_time_s, job.job_id,
+                             _Job(job.job_id, configs, job.remaining_fraction)))
         for run in running:
             if not run.options:
                 continue  # unknown menu (live, before its plan arrived): left as it is
@@ -140,8 +149,10 @@ class SiaPolicy:
             if current < 0:  # not a Sia configuration (e.g. placed before): offer it as one
                 configs.append(_full(run))
                 current = len(configs) - 1
-            rows.append(_Job(run.job_id, configs, run.remaining_fraction(now_s), run, current))
-        return rows
+            rows.append((run.submit_time_s, run.job_id,
+                         _Job(run.job_id, configs, run.remaining_fraction(now_s), run, current)))
+        rows.sort(key=lambda entry: entry[:2])
+        return [row for _, _, row in rows]
 
     def _coefficients(self, row: _Job, now_s: float) -> list[float]:
         """goodput^p per configuration (minimised), with restart damping and lambda_a."""
