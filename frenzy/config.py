@@ -4,7 +4,7 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from frenzy.domain import RESHAPE_MIN_INTERVAL_S
+from frenzy.domain import RESHAPE_MIN_INTERVAL_S, SCHEDULER_REDECIDE_S
 from frenzy.security.limits import MAX_RECORD_BYTES
 
 
@@ -82,7 +82,7 @@ class ServiceSettings(BusSettings):
         "places waiting jobs on ahead (HeldPlacements: the orchestrator launches them on the "
         "job's end, without a round trip through the scheduler); 0: none")
     scheduler_redecide_s: float = Field(
-        60.0, description="while jobs wait, the scheduler decides again at least this often "
+        SCHEDULER_REDECIDE_S, description="while jobs wait, the scheduler decides again at least this often "
         "without an event (and when a running job passes its predicted end); Sia's round is 60 s")
     log_dir: str = ".frenzy/logs"
     heartbeat_interval_s: float = 1.0

@@ -19,6 +19,9 @@ MAX_SEQ_LEN = 1 << 20
 # A running job is reshaped (resized, migrated, preempted) at most once per this long: the
 # orchestrator's guard (FRENZY_RESHAPE_MIN_INTERVAL_S) and has's hysteresis (HasConfig), one value
 RESHAPE_MIN_INTERVAL_S = 600.0
+# While jobs wait, the live scheduler asks its policy again at least this often with no event
+# (FRENZY_SCHEDULER_REDECIDE_S; Sia's round); the simulator does the same (SimConfig.realistic)
+SCHEDULER_REDECIDE_S = 60.0
 ATTENTIONS = ("eager", "flash")
 RECOMPUTES = ("none", "selective", "full")
 # Training stacks MARP has a recipe profile for (services/predictor, frenzy_predictor.stacks);

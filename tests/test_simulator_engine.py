@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from frenzy.config import ServiceSettings
 from frenzy.domain import ParallelPlan, PlanOption
 from frenzy_scheduler.clusterfile import NodeGroup, build_cluster
 from frenzy_scheduler.core import RESIZE, Placement
@@ -73,6 +74,42 @@ def test_policy_is_called_on_events_only() -> None:
     assert len(result.decision_times_s) == 3
     ends = {r.job_id: r.end_time_s for r in result.records}
     assert ends == {"a": 100.0, "b": 150.0, "c": 1010.0}
+
+
+class NotBefore:
+    """fifo that starts job b (every job with `every`) not before `from_s`: a decision that
+    changes with time alone."""
+
+    name = "not-before"
+    round_s = 0.0
+
+    def __init__(self, from_s: float, every: bool = False) -> None:
+        self.from_s, self.every, self.asked_at = from_s, every, []
+
+    def schedule(self, queue, cluster, now_s, running=()):
+        self.asked_at.append(now_s)
+        ready = [j for j in queue if now_s >= self.from_s or not (self.every or j.job_id == "b")]
+        return get_policy("fifo").schedule(ready, cluster, now_s, running)
+
+
+def test_a_waiting_queue_is_decided_again_as_the_live_scheduler_does() -> None:
+    """Live, the scheduler asks its policy again every FRENZY_SCHEDULER_REDECIDE_S while jobs
+    wait (`SchedulerService.redecide_loop`); the realistic simulator does the same, counted from
+    the last decision. Without it, b would wait for a's end, the next event."""
+    jobs = [sim_job("a", 0.0, ("T4", 1, 1000.0)), sim_job("b", 10.0, ("T4", 1, 50.0))]
+    cluster = [NodeGroup("T4", 1, 2)]
+    for redecide_s, asked_at, b_start_s in ((0.0, [0.0, 10.0, 1000.0], 1000.0),
+                                            (60.0, [0.0, 10.0, 70.0, 130.0], 130.0)):
+        policy = NotBefore(from_s=100.0)
+        result = simulate(jobs, build_cluster(cluster), policy, config=SimConfig(redecide_s=redecide_s))
+        assert policy.asked_at == asked_at, redecide_s  # nothing waits after b starts: no more
+        assert {r.job_id: r.start_time_s for r in result.records}["b"] == b_start_s
+    assert SimConfig.realistic().redecide_s == ServiceSettings().scheduler_redecide_s == 60.0
+    # A queue that nothing can move any more (nothing runs, the answer did nothing) is not
+    # asked for ever: the run ends with the job stranded
+    result = simulate([sim_job("c", 0.0, ("T4", 1, 10.0))], build_cluster(cluster), NotBefore(math.inf, every=True),
+                      config=SimConfig(redecide_s=60.0))
+    assert result.stranded == ["c"]
 
 
 def test_node_failure_restarts_its_jobs_elsewhere() -> None:

@@ -31,14 +31,14 @@ from itertools import compress, count, repeat
 from operator import is_
 from typing import Callable, Sequence
 
-from frenzy.domain import PlanOption
+from frenzy.domain import SCHEDULER_REDECIDE_S, PlanOption
 from frenzy.placement_check import NodeFacts, placement_problem
 from frenzy_scheduler.core import (MIGRATE, PLACE, PREEMPT, RESIZE, ClusterView, NodeState,
                                   Placement, Policy, QueuedJob, RunningJob)
 from frenzy_scheduler.placement import FreeIndex
 from frenzy_scheduler.simulator.workload import SimJob
 
-_COMPLETION, _AVAILABILITY, _ARRIVAL, _ROUND = 0, 1, 2, 3
+_COMPLETION, _AVAILABILITY, _ARRIVAL, _ROUND, _REDECIDE = 0, 1, 2, 3, 4
 
 
 @dataclass(frozen=True)
@@ -63,12 +63,17 @@ class SimConfig:
     # the baselines run as their originals; `has` keeps the guard itself
     # (`HasConfig.reshape_interval_s`). bench/live_guard.py compares the two.
     reshape_guard_s: float = 0.0
+    # > 0: an event-driven policy is also asked again this long after its last decision while
+    # jobs wait, as the live scheduler asks it (`SchedulerService.redecide_loop`,
+    # FRENZY_SCHEDULER_REDECIDE_S): what it decides may change with time alone (a running job's
+    # restore ends, a queued job ages). 0: on events only.
+    redecide_s: float = 0.0
 
     @staticmethod
     def realistic(launch_overhead_s: float = 60.0, restart_overhead_s: float | None = None,
                   duration_error_sigma: float = 0.3, seed: int = 0) -> "SimConfig":
         return SimConfig(launch_overhead_s, restart_overhead_s, duration_error_sigma,
-                         checkpoint_interval_s=1800.0, seed=seed)
+                         checkpoint_interval_s=1800.0, seed=seed, redecide_s=SCHEDULER_REDECIDE_S)
 
     def launch_s(self, nodes: int) -> float:
         return self.launch_overhead_s * (1.0 + math.log2(max(1, nodes)))
@@ -293,6 +298,7 @@ def _simulate(jobs: Sequence[SimJob], cluster: ClusterView, policy: Policy,
     done = 0
     restarts = 0
     round_armed = False
+    redecide_token = ""  # the armed re-decision's key; a decision since then re-arms it
     idle_round = False  # the last round changed nothing: do not arm another for a stuck queue
     collector.freeze_bookkeeping()  # a record and an event per job, living as long as the run
 
@@ -373,6 +379,7 @@ def _simulate(jobs: Sequence[SimJob], cluster: ClusterView, policy: Policy,
         now_s = events[0][0]
         changed = False
         round_due = False
+        redecide_due = False
         while events and events[0][0] == now_s:
             _, kind, _, key = heapq.heappop(events)
             if kind == _COMPLETION:
@@ -405,6 +412,8 @@ def _simulate(jobs: Sequence[SimJob], cluster: ClusterView, policy: Policy,
             elif kind == _ROUND:
                 round_armed = False
                 round_due = True
+            elif kind == _REDECIDE:
+                redecide_due = redecide_due or key == redecide_token
             else:
                 job = by_id[key]
                 if fits_empty_cluster(job, empty):
@@ -422,7 +431,8 @@ def _simulate(jobs: Sequence[SimJob], cluster: ClusterView, policy: Policy,
                 round_armed = True
             decide = round_due and active()
         else:
-            decide = changed and (bool(queue) or (elastic and bool(runs)))
+            decide = (changed and (bool(queue) or (elastic and bool(runs)))) or \
+                (redecide_due and bool(queue))
         if not decide:
             if on_progress is not None:
                 on_progress(done)
@@ -438,6 +448,11 @@ def _simulate(jobs: Sequence[SimJob], cluster: ClusterView, policy: Policy,
                 raise ValueError(f"policy reshaped {action.job_id!r}, which the guard hides")
         _execute(actions, now_s, queue, runs, view, templates, by_id, stop, start, requeue,
                  resumed, reshapes, measured_menu)
+        # Jobs wait: ask again then, unless nothing can change any more (nothing runs and this
+        # answer did nothing: a stuck queue, where the live timer would fire for ever)
+        if config.redecide_s > 0 and round_s <= 0 and queue and (runs or actions):
+            redecide_token = f"{seq}"
+            push(now_s + config.redecide_s, _REDECIDE, redecide_token)
         if on_progress is not None:
             on_progress(done)
 
