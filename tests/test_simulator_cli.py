@@ -33,6 +33,7 @@ def test_json_has_the_documented_keys(tmp_path) -> None:
     assert data["input"]["launch_overhead_s"] == 60.0  # realism defaults
     assert data["input"]["duration_error_sigma"] == 0.3
     assert data["input"]["reshape_guard_s"] == 0.0  # no guard: the baselines as their originals
+    assert data["input"]["redecide_s"] == 60.0  # asked again while jobs wait, as live
 
 
 def test_the_reshape_guard_holds_elastic_sia_to_the_live_systems_interval() -> None:
@@ -80,6 +81,7 @@ def test_bad_input_exits_2_naming_the_field(tmp_path) -> None:
         (("--trace", TRACE, "--cluster", CLUSTER, "--duration-error-sigma", "-0.1"),
          "--duration-error-sigma"),
         (("--trace", TRACE, "--cluster", CLUSTER, "--reshape-guard-s", "-5"), "--reshape-guard-s"),
+        (("--trace", TRACE, "--cluster", CLUSTER, "--redecide-s", "-1"), "--redecide-s"),
     ]
     for args, field in cases:
         result = run(*args)

@@ -19,6 +19,7 @@ from rich.table import Table
 
 from frenzy.clusterfile import NodeGroup, load_cluster_file
 from frenzy.console import table_console
+from frenzy.domain import SCHEDULER_REDECIDE_S
 from frenzy_scheduler.clusterfile import build_cluster
 from frenzy_scheduler.policies import BASELINES, policy_names
 from frenzy_scheduler.simulator import SimConfig, offered_load, prepare_jobs, run_policy
@@ -146,6 +147,10 @@ def _write_figures(results: dict[str, dict[str, Any]], plot_dir: str | None, htm
               help="The live system's reshape guard for every policy: a job moved less than "
                    "this long ago is not reshaped (0: none, as Sia's own simulator; has keeps "
                    "the orchestrator's 600 s itself).")
+@click.option("--redecide-s", type=float, default=SCHEDULER_REDECIDE_S, show_default=True,
+              help="While jobs wait, an event-driven policy is asked again this long after its "
+                   "last decision, as the live scheduler asks it (FRENZY_SCHEDULER_REDECIDE_S; "
+                   "0: on events only).")
 @click.option("--reference-gpu", default=DEFAULT_REFERENCE_GPU, show_default=True,
               help="GPU type the trace durations were measured on.")
 @click.option("--compare", is_flag=True, help="Run every policy on the same input.")
@@ -159,7 +164,8 @@ def _write_figures(results: dict[str, dict[str, Any]], plot_dir: str | None, htm
               help=f"Progress bar on stderr (default: on from {PROGRESS_MIN_JOBS} jobs).")
 def simulate(trace: str, cluster: str, policy: str, num_jobs: int, start: str, load: float,
              seed: int, launch_overhead_s: float, restart_overhead_s: float | None,
-             duration_error_sigma: float, reshape_guard_s: float, reference_gpu: str,
+             duration_error_sigma: float, reshape_guard_s: float, redecide_s: float,
+             reference_gpu: str,
              compare: bool, as_json: bool,
              plot_dir: str | None, html_file: str | None, progress: bool | None) -> None:
     """Replay a job trace on a cluster under a scheduling policy and print JCT and overhead."""
@@ -168,12 +174,12 @@ def simulate(trace: str, cluster: str, policy: str, num_jobs: int, start: str, l
     for hint, value in (("--load", load), ("--launch-overhead-s", launch_overhead_s),
                         ("--restart-overhead-s", restart_overhead_s or 0.0),
                         ("--duration-error-sigma", duration_error_sigma),
-                        ("--reshape-guard-s", reshape_guard_s)):
+                        ("--reshape-guard-s", reshape_guard_s), ("--redecide-s", redecide_s)):
         if value < 0 or math.isnan(value):
             raise click.BadParameter(f"must be >= 0, got {value}", param_hint=hint)
     config = replace(SimConfig.realistic(launch_overhead_s, restart_overhead_s,
                                          duration_error_sigma, seed),
-                     reshape_guard_s=reshape_guard_s)
+                     reshape_guard_s=reshape_guard_s, redecide_s=redecide_s)
     if not compare and policy not in policy_names():
         raise click.BadParameter(f"unknown policy {policy!r}; known: {', '.join(policy_names())}",
                                  param_hint="--policy")
@@ -203,6 +209,7 @@ def simulate(trace: str, cluster: str, policy: str, num_jobs: int, start: str, l
               "reference_gpu": reference_gpu, "gpus": sum(capacity.values()),
               "launch_overhead_s": launch_overhead_s, "restart_overhead_s": restart_overhead_s,
               "duration_error_sigma": duration_error_sigma, "reshape_guard_s": reshape_guard_s,
+              "redecide_s": redecide_s,
               "gpus_by_type": capacity}
     if plot_dir or html_file:
         _write_figures(results, plot_dir, html_file,
