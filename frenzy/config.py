@@ -82,8 +82,8 @@ class ServiceSettings(BusSettings):
         "places waiting jobs on ahead (HeldPlacements: the orchestrator launches them on the "
         "job's end, without a round trip through the scheduler); 0: none")
     scheduler_redecide_s: float = Field(
-        SCHEDULER_REDECIDE_S, description="while jobs wait, the scheduler decides again at least this often "
-        "without an event (and when a running job passes its predicted end); Sia's round is 60 s")
+        SCHEDULER_REDECIDE_S, description="while jobs wait, the scheduler decides again at least "
+        "this often without an event (and when a running job passes its predicted end); Sia's round is 60 s")
     log_dir: str = ".frenzy/logs"
     heartbeat_interval_s: float = 1.0
     node_timeout_s: float = 10.0

@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 
 from frenzy.domain import ParallelPlan, PlanOption
 from frenzy.placement_check import NodeFacts, placement_problem
-from frenzy_scheduler.placement import FreeIndex
 from frenzy_scheduler.core import (MIGRATE, PLACE, Alternative, ClusterView, Decision, NodeState,
                                    Placement, QueuedJob, RunningJob)
+from frenzy_scheduler.placement import FreeIndex
 from frenzy_scheduler.policies import get_policy, policy_names
 from frenzy_scheduler.policies.frenzy import FrenzyNarrowPolicy, FrenzyPolicy
 from frenzy_scheduler.policies.has import HasConfig, HasPolicy

@@ -101,14 +101,15 @@ def test_a_waiting_queue_is_decided_again_as_the_live_scheduler_does() -> None:
     for redecide_s, asked_at, b_start_s in ((0.0, [0.0, 10.0, 1000.0], 1000.0),
                                             (60.0, [0.0, 10.0, 70.0, 130.0], 130.0)):
         policy = NotBefore(from_s=100.0)
-        result = simulate(jobs, build_cluster(cluster), policy, config=SimConfig(redecide_s=redecide_s))
+        result = simulate(jobs, build_cluster(cluster), policy,
+                          config=SimConfig(redecide_s=redecide_s))
         assert policy.asked_at == asked_at, redecide_s  # nothing waits after b starts: no more
         assert {r.job_id: r.start_time_s for r in result.records}["b"] == b_start_s
     assert SimConfig.realistic().redecide_s == ServiceSettings().scheduler_redecide_s == 60.0
     # A queue that nothing can move any more (nothing runs, the answer did nothing) is not
     # asked for ever: the run ends with the job stranded
-    result = simulate([sim_job("c", 0.0, ("T4", 1, 10.0))], build_cluster(cluster), NotBefore(math.inf, every=True),
-                      config=SimConfig(redecide_s=60.0))
+    result = simulate([sim_job("c", 0.0, ("T4", 1, 10.0))], build_cluster(cluster),
+                      NotBefore(math.inf, every=True), config=SimConfig(redecide_s=60.0))
     assert result.stranded == ["c"]
 
 

@@ -298,7 +298,7 @@ def _simulate(jobs: Sequence[SimJob], cluster: ClusterView, policy: Policy,
     done = 0
     restarts = 0
     round_armed = False
-    redecide_token = ""  # the armed re-decision's key; a decision since then re-arms it
+    redecide_at_s = math.nan  # when the armed re-decision is due; a later decision re-arms it
     idle_round = False  # the last round changed nothing: do not arm another for a stuck queue
     collector.freeze_bookkeeping()  # a record and an event per job, living as long as the run
 
@@ -413,7 +413,7 @@ def _simulate(jobs: Sequence[SimJob], cluster: ClusterView, policy: Policy,
                 round_armed = False
                 round_due = True
             elif kind == _REDECIDE:
-                redecide_due = redecide_due or key == redecide_token
+                redecide_due = now_s == redecide_at_s  # else armed by a decision since replaced
             else:
                 job = by_id[key]
                 if fits_empty_cluster(job, empty):
@@ -451,8 +451,8 @@ def _simulate(jobs: Sequence[SimJob], cluster: ClusterView, policy: Policy,
         # Jobs wait: ask again then, unless nothing can change any more (nothing runs and this
         # answer did nothing: a stuck queue, where the live timer would fire for ever)
         if config.redecide_s > 0 and round_s <= 0 and queue and (runs or actions):
-            redecide_token = f"{seq}"
-            push(now_s + config.redecide_s, _REDECIDE, redecide_token)
+            redecide_at_s = now_s + config.redecide_s
+            push(redecide_at_s, _REDECIDE, "")
         if on_progress is not None:
             on_progress(done)
 
