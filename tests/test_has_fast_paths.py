@@ -691,3 +691,31 @@ def test_least_restart_kept_by_deltas_matches_a_pass_over_the_running_jobs(steps
             running[which % len(running)] = run
         assert kept.least_restart_s(list(running), restart_s) == \
             least_restart_s(running, restart_s)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(busy_clusters(), st.floats(0.0, 3e5), st.sampled_from([None, 1, 2, 4, 8]))
+def test_the_saving_per_gpu_read_off_the_frontier_is_the_scan_of_every_entry(
+        busy, baseline_s, share_gpus) -> None:
+    """`_saving_per_gpu` looks only at a type's frontier entries; its answer is the scan of
+    every entry of the type (the most saved per GPU over `baseline_s`, the first of equals,
+    within the share on the type the job wants), for every job, type and share."""
+    from frenzy_scheduler.policies.has import _NO_LIMIT, _saving_per_gpu, _share_limit
+
+    queue, cluster, _ = busy
+    index = FreeIndex(cluster)
+    policy = HasPolicy()
+    for job in queue:
+        facts = policy._derive_facts(job, index)
+        if facts is None:
+            continue
+        share = None if share_gpus is None else {t: share_gpus for t in TYPES}
+        for gpu_type in TYPES:
+            limit = _share_limit(share, facts) if gpu_type == facts.wanted else _NO_LIMIT
+            best = None
+            for entry in facts.entries:
+                if entry[1] == gpu_type and entry[2] <= limit:
+                    per_gpu_s = (baseline_s - entry[3]) / entry[2]
+                    if per_gpu_s > 0.0 and (best is None or per_gpu_s > best[0]):
+                        best = (per_gpu_s, entry)
+            assert _saving_per_gpu(facts, baseline_s, share, gpu_type) == best

@@ -180,6 +180,10 @@ class _JobFacts:
     # the last is its narrowest option, the first with no more GPUs than are free the fastest
     # that fits them (`_fits_now`); in `need` order
     ladders: dict[str, tuple[tuple[int, float], ...]]
+    # type -> its `frontier` entries, fastest first: where the most saved per GPU over any
+    # time is (`_saving_per_gpu`: an entry off the frontier has one before it, as fast or
+    # faster on no more GPUs, so it never saves more per GPU, and a tie goes to the first)
+    frontier_by_type: dict[str, tuple[_Entry, ...]]
     # The type of its fastest option, the only one the fair share caps (`_share_limit`), and
     # its narrowest option there ("" and 0 without entries): read for every job scored
     wanted: str
@@ -828,12 +832,13 @@ def _saving_per_gpu(facts: _JobFacts, baseline_s: float, share: dict[str, int] |
     (seconds per GPU, the option; the first of equals), within its fair share; None when none
     saves anything: where GPUs freed for a group of waiting jobs do the most
     (`HasPolicy._admit_together`). Asked per type that has GPUs to spare, usually one or two:
-    all types at once, in a dict, had cost 17,000 instructions a job."""
+    all types at once, in a dict, had cost 17,000 instructions a job. Only the type's
+    frontier entries are looked at (`_JobFacts.frontier_by_type`), with the same answer: a
+    few of the job's twenty-odd entries, where the scan over all of them was 3 % of the
+    first 8,000 trace jobs' simulation, compiled (docs/has-performance.md, thirtieth round)."""
     best: tuple[float, _Entry] | None = None
     limit = _share_limit(share, facts) if gpu_type == facts.wanted else _NO_LIMIT
-    for entry in facts.entries:
-        if entry[1] != gpu_type:
-            continue
+    for entry in facts.frontier_by_type.get(gpu_type, ()):
         gpus = entry[2]
         if gpus > limit:  # `_over_share`
             continue
@@ -1391,13 +1396,17 @@ class HasPolicy:
                          if gpus <= capacity.get(gpu_type, 0)])
         frontier: list[int] = []
         steps: dict[str, list[tuple[int, float]]] = {}  # per type, its frontier's steps so far
-        for i, (_, gpu_type, gpus, total_s, _, _) in enumerate(entries):  # fastest first
+        by_type: dict[str, list[_Entry]] = {}  # ... and its frontier's entries
+        for i, entry in enumerate(entries):  # fastest first
+            _, gpu_type, gpus, total_s, _, _ = entry
             ladder = steps.get(gpu_type)
             if ladder is None:
                 steps[gpu_type] = [(gpus, total_s)]
+                by_type[gpu_type] = [entry]
                 frontier.append(i)
             elif gpus < ladder[-1][0]:
                 ladder.append((gpus, total_s))
+                by_type[gpu_type].append(entry)
                 frontier.append(i)
         need = tuple(sorted([(gpu_type, ladder[-1][0]) for gpu_type, ladder in steps.items()],
                             key=lambda item: (item[1], item[0])))
@@ -1406,6 +1415,7 @@ class HasPolicy:
             job.options, job.submit_time_s, entries, need,
             self._need_ids.setdefault(need, len(self._need_ids)), tuple(frontier),
             {gpu_type: tuple(steps[gpu_type]) for gpu_type, _ in need},
+            {gpu_type: tuple(by_type[gpu_type]) for gpu_type, _ in need},
             entries[0][1] if entries else "", steps[entries[0][1]][-1][0] if entries else 0,
             best_s,
             min([total_s * gpus for total_s, gpus, _, _, _ in keyed]),
