@@ -719,3 +719,15 @@ def test_the_saving_per_gpu_read_off_the_frontier_is_the_scan_of_every_entry(
                     if per_gpu_s > 0.0 and (best is None or per_gpu_s > best[0]):
                         best = (per_gpu_s, entry)
             assert _saving_per_gpu(facts, baseline_s, share, gpu_type) == best
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([10.0, 50.0, 100.0, 5e3]),
+                          st.sampled_from([0.0, 30.0, 60.0, 900.0, float("inf")])), max_size=16),
+       st.sampled_from([5.0, 50.0, 100.0, 1e4]))
+def test_the_bar_is_the_least_wait_of_the_jobs_ahead_no_longer(waiting, best_s) -> None:
+    """`_bar_s` (a loop, compiled) is the least wait among the jobs ahead no longer than this
+    one, inf when there is none: `min` over them, as first written."""
+    from frenzy_scheduler.policies.has import _bar_s
+    assert _bar_s(waiting, best_s) == min(
+        [wait_s for job_s, wait_s in waiting if job_s <= best_s], default=float("inf"))

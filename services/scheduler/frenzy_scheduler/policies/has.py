@@ -865,8 +865,15 @@ def _bar_s(waiting: Sequence[tuple[float, float]], best_s: float) -> float:
     GPUs of a type that the jobs ahead of it (`waiting`: each one's fastest time and its wait
     for the type) were left waiting for: the shortest wait among those no longer than it
     (inf when none is). A longer job ahead, one that aged to the head, does not bar a shorter
-    one: admission may reorder toward shorter jobs, as the order itself does, but not away."""
-    return min([wait_s for job_s, wait_s in waiting if job_s <= best_s], default=INF)
+    one: admission may reorder toward shorter jobs, as the order itself does, but not away.
+    A loop, not `min` over a list: compiled, `min(..., default=)` is a generic call, and this
+    is asked per option of every head job admission looks at (7.6 % of has's instructions on
+    the first 3,000 trace jobs; docs/has-performance.md, thirtieth round)."""
+    bar_s = INF
+    for job_s, wait_s in waiting:
+        if job_s <= best_s and wait_s < bar_s:
+            bar_s = wait_s
+    return bar_s
 
 
 def _alternatives(draft: tuple[Any, tuple[_Row, ...], PlanOption, float, list[float], str, int,
