@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
 from frenzy.domain import PlanOption
+from frenzy_scheduler import progress as _progress
 # The actions and their records live in their own module, compiled with the policy that builds
 # hundreds a call (frenzy_scheduler/actions.py); re-exported here, where policies and services
 # import them
@@ -143,28 +144,16 @@ class RunningJob:
         object.__setattr__(self, "progress", (begin_s, rate))
         object.__setattr__(self, "num_gpus", sum(len(gpus) for _, gpus in self.assignments))
 
+    # What is left and what a move throws away (frenzy_scheduler/progress.py, compiled with
+    # the policies that read them of every running job)
     def remaining_fraction(self, now_s: float) -> float:
-        """Fraction of the job's work left at `now_s`."""
-        begin_s, rate = self.progress
-        elapsed_s = now_s - begin_s
-        done = rate * (elapsed_s if elapsed_s > 0.0 else 0.0)
-        if not done < math.inf:  # an instant job (no span), or one with no rate
-            return 0.0
-        left = self.fraction_at_start - done
-        return left if left > 0.0 else 0.0
+        return _progress.remaining_fraction(self, now_s)
 
     def checkpoint_age_s(self, now_s: float) -> float:
-        """Productive seconds since the newest committed checkpoint (or since this run's restore
-        ended, which restored one or started from scratch)."""
-        begin_s = max(self.start_time_s, self.restoring_until_s)
-        if self.checkpoint_interval_s > 0:
-            return max(0.0, now_s - begin_s) % self.checkpoint_interval_s
-        return max(0.0, now_s - max(begin_s, self.last_checkpoint_s))
+        return _progress.checkpoint_age_s(self, now_s)
 
     def redo_s(self, now_s: float) -> float:
-        """The work a move would throw away: none when the job saves on request, else the
-        work since its last committed checkpoint."""
-        return 0.0 if self.saves_on_request else self.checkpoint_age_s(now_s)
+        return _progress.redo_s(self, now_s)
 
 
 def option_alternatives(options: Sequence[PlanOption], chosen: PlanOption, limit: int = 6,

@@ -27,6 +27,7 @@ from pathlib import Path
 # docs/has-performance.md). Order: dependencies first.
 MODULES = (
     "frenzy_scheduler.actions",
+    "frenzy_scheduler.progress",
     "frenzy_scheduler.queuediff",
     "frenzy_scheduler.placement",
     "frenzy_scheduler.policies.releases",

@@ -36,6 +36,7 @@ from frenzy.domain import PlanOption
 from frenzy_scheduler.core import (MIGRATE, PREEMPT, RESIZE, Alternative, Decision, Placement,
                                   RunningJob)
 from frenzy_scheduler.placement import Assignments, FreeIndex
+from frenzy_scheduler.progress import redo_s, remaining_fraction
 from frenzy_scheduler.queuediff import IdentityDiff
 
 
@@ -273,14 +274,14 @@ def reclaim(runs: Sequence[RunningJob], index: FreeIndex, gpu_type: str, deficit
             continue
         actions.append(Placement(run.job_id, cheapest, kept, RESIZE, Decision(
             policy, f"shrink to its cheapest option: {reason}",
-            (Alternative(cheapest, 0.0, cheapest.duration_s * run.remaining_fraction(now_s),
+            (Alternative(cheapest, 0.0, cheapest.duration_s * remaining_fraction(run, now_s),
                          "chosen"),))))
         freed += excess
     if freed < deficit and allow_preempt:
         victims = sorted((r for r in runs if r.option.gpu_type == gpu_type and not r.deadline_s
                           and movable(r, now_s, interval_s)
                           and all(a.job_id != r.job_id for a in actions)),
-                         key=lambda r: (-r.remaining_fraction(now_s) * full_duration_s(r),
+                         key=lambda r: (-remaining_fraction(r, now_s) * full_duration_s(r),
                                         r.job_id))
         for run in victims:
             if freed >= deficit:
@@ -309,7 +310,7 @@ def gain_floor_s(current_s: float, min_gain_fraction: float, min_gain_s: float) 
 def move_restart_s(run: RunningJob, restart_floor_s: float, launch_s: float, now_s: float) -> float:
     """What moving a running job costs besides its new run: the restore and a new launch (as
     its last start cost, when measured), and the work since its last checkpoint if it is lost."""
-    return (run.restart_s or restart_floor_s + launch_s) + run.redo_s(now_s)
+    return (run.restart_s or restart_floor_s + launch_s) + redo_s(run, now_s)
 
 
 def grow(runs: Sequence[RunningJob], index: FreeIndex, blocked_types: set[str], now_s: float,
@@ -330,7 +331,7 @@ def grow(runs: Sequence[RunningJob], index: FreeIndex, blocked_types: set[str], 
         if now_s > menus.grow_hopeless_from_s(run, min_gain_fraction, min_gain_s) or \
                 not movable(run, now_s, interval_s):
             continue
-        left = run.remaining_fraction(now_s)
+        left = remaining_fraction(run, now_s)
         current_s = left * full_duration_s(run)
         menu = menus.of(run.options)
         own_type = run.option.gpu_type
@@ -496,7 +497,7 @@ def with_work_left(candidates: list, now_s: float, restart_s: float) -> list:
     """One type's `victim_candidates` as `Victims` entries: each with its work left now and
     what touching it costs (`touch_cost_s`; `restart_s` for a job that has not measured its
     own restart)."""
-    return [(run, full_s, run.remaining_fraction(now_s), steps, others,
+    return [(run, full_s, remaining_fraction(run, now_s), steps, others,
              touch_cost_s(run, restart_s, now_s))
             for run, full_s, steps, others in candidates]
 
@@ -509,7 +510,7 @@ def touch_cost_s(run: RunningJob, restart_s: float, now_s: float) -> float:
     The same restart that growth charges a move of the job (`move_restart_s`). At least
     `2 * min(restart_s, the least measured restart)`, the bound admission prunes by
     (`least_restart_s`)."""
-    return 2 * (run.restart_s or restart_s) + run.redo_s(now_s)
+    return 2 * (run.restart_s or restart_s) + redo_s(run, now_s)
 
 
 _RESTART_S = attrgetter("restart_s")
@@ -880,12 +881,12 @@ def apply_shrinks(plan: Sequence[tuple[RunningJob, PlanOption]], index: FreeInde
         index.release(run.assignments)
         if option.gpu_type == run.option.gpu_type:
             index.take(kept)
-        left_s = option.duration_s * run.remaining_fraction(now_s)
+        left_s = option.duration_s * remaining_fraction(run, now_s)
         kind = RESIZE if option.gpu_type == run.option.gpu_type else MIGRATE
         actions.append(Placement(run.job_id, option, kept, kind, Decision(
             policy, f"{'shrunk' if kind == RESIZE else 'displaced'} to admit {reason}",
             (Alternative(option, 0.0, left_s, "chosen"),
-             Alternative(run.option, 0.0, full_duration_s(run) * run.remaining_fraction(now_s),
+             Alternative(run.option, 0.0, full_duration_s(run) * remaining_fraction(run, now_s),
                          "current: its GPUs admit a waiting job")))))
     return actions
 

@@ -36,6 +36,7 @@ from frenzy.domain import RESHAPE_MIN_INTERVAL_S, PlanOption
 from frenzy_scheduler.core import (MIGRATE, PLACE, Alternative, ClusterView, Decision,
                                   Placement, QueuedJob, RunningJob)
 from frenzy_scheduler.placement import Assignments, FreeIndex, KeptFreeIndex
+from frenzy_scheduler.progress import remaining_fraction
 from frenzy_scheduler.policies.elastic import (Candidates, KeptCandidates, KeptRestarts, Menus,
                                                Shrinkable, ShrinkPlan, Victims, apply_shrinks,
                                                fill_floor, floor_items, full_duration_s,
@@ -1740,7 +1741,7 @@ class HasPolicy:
         for place in may_move:
             run = place.run
             if place.min_gpus <= most_free and now_s >= place.refresh_s:
-                left = run.remaining_fraction(now_s)
+                left = remaining_fraction(run, now_s)
                 if left < _IN_LINE_REFRESH * place.left:
                     self._refresh(place, left)
                     if not place.timings:  # it can no longer gain enough from a move
@@ -1824,7 +1825,7 @@ class HasPolicy:
         probe.sort(key=_PROBE_GPUS)  # stable: ties keep the options' order
         place = _Place(run, tuple(timings), min_gpus, tuple(probe), full_duration_s(run),
                        self._menus.of(run.options).fastest_s, 1.0, 0.0, INF)
-        self._refresh(place, run.remaining_fraction(now_s))
+        self._refresh(place, remaining_fraction(run, now_s))
         return place
 
     def _refresh(self, place: _Place, left: float) -> None:
@@ -1891,7 +1892,7 @@ class HasPolicy:
         saving is under the gain floor: growth's estimate and thresholds
         (`elastic.move_restart_s`, `elastic.gain_floor_s`)."""
         cfg = self.config
-        current_s = run.remaining_fraction(now_s) * full_duration_s(run)
+        current_s = remaining_fraction(run, now_s) * full_duration_s(run)
         restart_s = move_restart_s(run, cfg.restart_floor_s,
                                    self._launch_for(gpu_type, gpus, index.node_size), now_s)
         new_s = restart_s + duration_s
