@@ -1403,28 +1403,24 @@ class HasPolicy:
                          for total_s, gpus, gpu_type, _, o in keyed
                          if gpus <= capacity.get(gpu_type, 0)])
         frontier: list[int] = []
-        steps: dict[str, list[tuple[int, float]]] = {}  # per type, its frontier's steps so far
-        by_type: dict[str, list[_Entry]] = {}  # ... and its frontier's entries
+        by_type: dict[str, list[_Entry]] = {}  # per type, its frontier's entries so far
         for i, entry in enumerate(entries):  # fastest first
-            _, gpu_type, gpus, total_s, _, _ = entry
-            ladder = steps.get(gpu_type)
-            if ladder is None:
-                steps[gpu_type] = [(gpus, total_s)]
-                by_type[gpu_type] = [entry]
+            kept = by_type.get(entry[1])
+            if kept is None:
+                by_type[entry[1]] = [entry]
                 frontier.append(i)
-            elif gpus < ladder[-1][0]:
-                ladder.append((gpus, total_s))
-                by_type[gpu_type].append(entry)
+            elif entry[2] < kept[-1][2]:
+                kept.append(entry)
                 frontier.append(i)
-        need = tuple(sorted([(gpu_type, ladder[-1][0]) for gpu_type, ladder in steps.items()],
+        need = tuple(sorted([(gpu_type, kept[-1][2]) for gpu_type, kept in by_type.items()],
                             key=lambda item: (item[1], item[0])))
         best_s = keyed[0][0]
         facts = _JobFacts(
             job.options, job.submit_time_s, entries, need,
             self._need_ids.setdefault(need, len(self._need_ids)), tuple(frontier),
-            {gpu_type: tuple(steps[gpu_type]) for gpu_type, _ in need},
+            {gpu_type: tuple([(e[2], e[3]) for e in by_type[gpu_type]]) for gpu_type, _ in need},
             {gpu_type: tuple(by_type[gpu_type]) for gpu_type, _ in need},
-            entries[0][1] if entries else "", steps[entries[0][1]][-1][0] if entries else 0,
+            entries[0][1] if entries else "", by_type[entries[0][1]][-1][2] if entries else 0,
             best_s,
             min([total_s * gpus for total_s, gpus, _, _, _ in keyed]),
             min([gpus for _, gpus, _, _, _ in keyed]),
