@@ -731,3 +731,43 @@ def test_the_bar_is_the_least_wait_of_the_jobs_ahead_no_longer(waiting, best_s) 
     from frenzy_scheduler.policies.has import _bar_s
     assert _bar_s(waiting, best_s) == min(
         [wait_s for job_s, wait_s in waiting if job_s <= best_s], default=float("inf"))
+
+
+
+def _checked_jumps(monkeypatch) -> list[tuple[int, int]]:
+    """Each tail jump of the walk (`_Pass.next_may_start`) as (where it landed, where the walk
+    one job at a time would stop: the first job that `may_start_now` does not rule out, or
+    before which a running job in line has its turn)."""
+    original = _Pass.next_may_start
+    jumps: list[tuple[int, int]] = []
+
+    def checked(state, ordered, position, stop, line_key):
+        got = original(state, ordered, position, stop, line_key)
+        want = position
+        while want < min(stop, len(ordered)) and \
+                not (line_key is not None and line_key < ordered[want].key) and \
+                not state.may_start_now(ordered[want]):
+            want += 1
+        jumps.append((got, want))
+        return got
+
+    monkeypatch.setattr(_Pass, "next_may_start", checked)
+    return jumps
+
+
+def test_the_tail_jump_passes_the_jobs_that_cannot_start(monkeypatch) -> None:
+    """The worked example above with three long jobs that aged ahead of "short" (waited
+    249,000 s: 49,800 s of aging credit on their 50,000 s, against "short"'s 500 s): once
+    "big" closed the only type, none of them can start, and the walk jumps from the first
+    one past the other two, to "short", in one step; "short" starts."""
+    jumps = _checked_jumps(monkeypatch)
+    cluster = ClusterView({"a": NodeState("a", "A100-80GB", 8, [4, 5, 6, 7])})
+    running = [RunningJob("r", option("A100-80GB", 4, 1.0), (("a", (0, 1, 2, 3)),), 0.0, 1000.0)]
+    queue = [QueuedJob("big", -30_000.0, (option("A100-80GB", 8, 100.0),))] + [
+        QueuedJob(f"long{i}", -249_000.0, (option("A100-80GB", 2, 50_000.0),))
+        for i in range(3)] + [QueuedJob("short", 0.0, (option("A100-80GB", 2, 500.0),))]
+    config = HasConfig(launch_overhead_s=0.0, elastic=False)
+    placed = HasPolicy(config).schedule(queue, cluster, 0.0, running)
+    assert [(p.job_id, p.assignments) for p in placed] == [("short", (("a", (4, 5)),))]
+    assert jumps[0] == (4, 4)  # from long0 (position 1) to "short" (position 4)
+    assert all(got == want for got, want in jumps)
