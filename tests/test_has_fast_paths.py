@@ -733,7 +733,6 @@ def test_the_bar_is_the_least_wait_of_the_jobs_ahead_no_longer(waiting, best_s) 
         [wait_s for job_s, wait_s in waiting if job_s <= best_s], default=float("inf"))
 
 
-
 def _checked_jumps(monkeypatch) -> list[tuple[int, int]]:
     """Each tail jump of the walk (`_Pass.next_may_start`) as (where it landed, where the walk
     one job at a time would stop: the first job that `may_start_now` does not rule out, or
@@ -756,10 +755,11 @@ def _checked_jumps(monkeypatch) -> list[tuple[int, int]]:
 
 
 def test_the_tail_jump_passes_the_jobs_that_cannot_start(monkeypatch) -> None:
-    """The worked example above with three long jobs that aged ahead of "short" (waited
-    249,000 s: 49,800 s of aging credit on their 50,000 s, against "short"'s 500 s): once
-    "big" closed the only type, none of them can start, and the walk jumps from the first
-    one past the other two, to "short", in one step; "short" starts."""
+    """`test_once_every_type_is_closed_a_job_that_cannot_start_is_not_looked_at`'s example
+    with three long jobs that aged ahead of "short" (waited 249,000 s: 49,800 s of aging
+    credit on their 50,000 s, against "short"'s 500 s): once "big" closed the only type,
+    none of them can start, and the walk jumps from the first one past the other two, to
+    "short", in one step; "short" starts."""
     jumps = _checked_jumps(monkeypatch)
     cluster = ClusterView({"a": NodeState("a", "A100-80GB", 8, [4, 5, 6, 7])})
     running = [RunningJob("r", option("A100-80GB", 4, 1.0), (("a", (0, 1, 2, 3)),), 0.0, 1000.0)]

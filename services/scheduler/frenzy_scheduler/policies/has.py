@@ -550,7 +550,7 @@ class _Pass:
         Every job passed would be skipped by the walk one at a time (`may_start_now`, whose
         argument holds for each: nothing binds in between, so the open types stay as asked).
         One loop with the two-number test inline, where the walk's own step per job cost
-        about 350 instructions (10,000 GPUs x 5,000 queued, batch: 3,110 jobs of the tail;
+        about 340 instructions (10,000 GPUs x 5,000 queued, batch: 3,110 jobs of the tail;
         docs/has-performance.md, thirty-first round)."""
         open_now = self.open_now
         if open_now is None:
