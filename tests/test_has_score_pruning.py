@@ -28,7 +28,7 @@ def test_dominated_marks_follow_their_definition(menu, exponent) -> None:
     job = QueuedJob("j", 0.0, tuple(option(t, g, d) for t, g, d in menu))
     facts = HasPolicy()._derive_facts(job, FreeIndex(CLUSTER))
     facts.scored(exponent)
-    costs, by_cost = facts.costs, [row.rank for row in facts.rows]
+    costs, by_cost = [row.cost for row in facts.by_rank], [row.rank for row in facts.rows]
     for position, rank in enumerate(by_cost):
         _, gpu_type, gpus, _, _, _ = facts.entries[rank]
         earlier = [facts.entries[r] for r in by_cost[:position]]
@@ -43,7 +43,7 @@ def test_dominated_marks_follow_their_definition(menu, exponent) -> None:
 
 def _scoring(facts) -> tuple:
     """All a scoring sets, the rows' own fields included."""
-    return (facts.exponent, facts.costs, facts.dominated_min_gpus,
+    return (facts.exponent, facts.dominated_min_gpus,
             [(row.rank, row.cost, row.dominated) for row in facts.rows],
             [row.rank for row in facts.open_rows],
             [(row.cost, row.dominated) for row in facts.by_rank])
@@ -72,7 +72,8 @@ def test_a_rescoring_sets_what_a_first_scoring_at_that_exponent_would(menu, expo
             job, FreeIndex(CLUSTER))
         fresh.scored(exponent)
         assert _scoring(facts) == _scoring(fresh)
-        by_cost = sorted(range(len(facts.costs)), key=facts.costs.__getitem__)
+        costs = [row.cost for row in facts.by_rank]
+        by_cost = sorted(range(len(costs)), key=costs.__getitem__)
         assert [row.rank for row in facts.rows] == by_cost
 
 

@@ -150,9 +150,13 @@ class _Row:
 
     def __init__(self, cost: float, rank: int, option: PlanOption, gpu_type: str, type_id: int,
                  gpus: int, duration_s: float, tp: int, dominated: bool) -> None:
-        # The two fields a scoring sets (`_JobFacts.scored` rewrites them in place when the
+        # The fields a scoring sets (`_JobFacts.scored` rewrites them in place when the
         # exponent changes: a job keeps one row per option for its whole time in the queue)
         self.cost = cost  # duration x GPU-seconds penalty at the exponent of the scoring
+        self.previous_cost = 0.0  # ... at the scoring before (`_JobFacts.previous`)
+        # Its GPU-seconds over the job's least, what a scoring raises to the exponent (set
+        # with the job's first scoring, `_JobFacts.scored`)
+        self.gpu_seconds_ratio = 1.0
         self.rank = rank  # its entry's index: fastest first
         self.option = option
         self.gpu_type = gpu_type
@@ -197,7 +201,6 @@ class _JobFacts:
     # The job as queued now: set again by each decision's sort (a requeued job is a new object)
     job: QueuedJob
     exponent: float = -1.0  # the GPU-cost exponent the rows were scored with
-    costs: list[float] = field(default_factory=list)  # by entry index: each row's `cost` then
     # What `HasPolicy._score` reads of each entry, cheapest first, ties by rank; one `_Row`
     # per entry for the job's whole life (`by_rank`), its cost and `dominated` mark set by
     # each scoring. A dominated row has a row of its type with no more GPUs before it
@@ -207,11 +210,11 @@ class _JobFacts:
     open_rows: tuple[_Row, ...] = ()  # the rows not dominated
     dominated_min_gpus: float = INF  # the fewest GPUs of a dominated row (inf: none)
     by_rank: tuple[_Row, ...] = ()  # the same rows by entry index
-    # The scoring before the current one, (exponent, costs, rows, open_rows,
-    # dominated_min_gpus): a pressure that steps back and forth between two values (a
-    # half-empty cluster, events that free and take GPUs) swaps instead of rescoring every
-    # job the walk reaches, writing back each row's cost and mark
-    previous: tuple[float, list[float], tuple[_Row, ...], tuple[_Row, ...], float] | None = None
+    # The scoring before the current one, (exponent, rows, open_rows, dominated_min_gpus),
+    # its costs in the rows (`_Row.previous_cost`): a pressure that steps back and forth
+    # between two values (a half-empty cluster, events that free and take GPUs) swaps
+    # instead of rescoring every job the walk reaches, swapping each row's two costs
+    previous: tuple[float, tuple[_Row, ...], tuple[_Row, ...], float] | None = None
     fewest: list[int] = field(default_factory=list)  # `_mark`'s, per type: kept, not made
     # Set by each decision's sort: its sort key, the decision number.
     key: tuple[int, float, float, str] = (2, 0.0, 0.0, "")
@@ -225,49 +228,45 @@ class _JobFacts:
         when the queue pressure changes the exponent (saturated queues keep it at the
         weight). A step to an exponent not seen before re-scores every job the walk reaches,
         which is most of that decision (10,000 GPUs x 500 queued: about 500 jobs), so a
-        re-scoring allocates nothing per option: it rewrites the rows' costs and marks in
-        place, and sorts from the order before, which a step of 1/16 leaves nearly sorted."""
+        re-scoring allocates nothing per option: it rewrites the rows' costs in place, keeps
+        the order and marks when the new costs leave the order as it was (the marks depend
+        on the order alone), and else sorts from the order before, which a step of 1/16
+        leaves nearly sorted."""
         if exponent == self.exponent:
             return
-        previous = self.previous
-        self.previous = (self.exponent, self.costs, self.rows, self.open_rows,
-                         self.dominated_min_gpus) if self.exponent >= 0 else None
         by_rank = self.by_rank
+        previous = self.previous
+        current = (self.exponent, self.rows, self.open_rows, self.dominated_min_gpus)
         if previous is not None and previous[0] == exponent:
-            (self.exponent, self.costs, self.rows, self.open_rows,
-             self.dominated_min_gpus) = previous
-            costs = self.costs
-            for rank in range(len(by_rank)):
-                row = by_rank[rank]
-                row.cost = costs[rank]
+            self.previous = current
+            self.exponent, self.rows, self.open_rows, self.dominated_min_gpus = previous
+            for row in by_rank:
+                row.cost, row.previous_cost = row.previous_cost, row.cost
                 row.dominated = True
             for row in self.open_rows:
                 row.dominated = False
             return
-        entries = self.entries
-        costs = []
-        if exponent:
-            base = self.min_gpu_seconds
-            for entry in entries:
-                duration_s: float = entry[3]
-                gpu_seconds: float = entry[4]
-                # math.pow, not **: compiled, a C call (** on floats is a generic one); the
-                # same libm pow as float's ** for a positive base
-                costs.append(duration_s * math.pow(gpu_seconds / base, exponent))
-        else:
-            for entry in entries:
-                costs.append(entry[3])
-        self.exponent, self.costs = exponent, costs
+        self.previous = current if self.exponent >= 0 else None
+        self.exponent = exponent
         if by_rank:
-            for rank in range(len(by_rank)):
-                by_rank[rank].cost = costs[rank]
-            self._mark(tuple(_in_cost_order(list(self.rows))))
+            for row in by_rank:
+                row.previous_cost = row.cost
+                row.cost = _cost(row.duration_s, row.gpu_seconds_ratio, exponent)
+            if not _in_cost_order_already(self.rows):
+                self._mark(tuple(_in_cost_order(list(self.rows))))
             return
-        type_ids = self.type_ids  # the first scoring: the rows made, sorted from rank order
+        # The first scoring: the rows made, sorted from rank order
+        base = self.min_gpu_seconds
+        type_ids = self.type_ids
         by_rank = self.by_rank = tuple([
-            _Row(costs[rank], rank, option, gpu_type, type_ids[gpu_type], gpus, duration_s,
-                 tp, False)
-            for rank, (option, gpu_type, gpus, duration_s, _, tp) in enumerate(entries)])
+            _Row(0.0, rank, option, gpu_type, type_ids[gpu_type], gpus, duration_s, tp, False)
+            for rank, (option, gpu_type, gpus, duration_s, _, tp) in enumerate(self.entries)])
+        costs = []
+        for row, entry in zip(by_rank, self.entries):
+            gpu_seconds: float = entry[4]
+            row.gpu_seconds_ratio = gpu_seconds / base
+            row.cost = _cost(row.duration_s, row.gpu_seconds_ratio, exponent)
+            costs.append(row.cost)
         self._mark(tuple([by_rank[rank]
                           for rank in sorted(range(len(costs)), key=costs.__getitem__)]))
 
@@ -293,6 +292,22 @@ class _JobFacts:
                 open_rows.append(row)
         self.rows, self.open_rows = rows, tuple(open_rows)
         self.dominated_min_gpus = dominated_min_gpus
+
+
+def _cost(duration_s: float, gpu_seconds_ratio: float, exponent: float) -> float:
+    """An option's cost: its time to completion x (its GPU-seconds over the job's least) **
+    exponent; its time alone at exponent 0. `math.pow`, not **: compiled, a C call (** on
+    floats is a generic one); the same libm pow as float's ** for a positive base."""
+    return duration_s * math.pow(gpu_seconds_ratio, exponent) if exponent else duration_s
+
+
+def _in_cost_order_already(rows: tuple[_Row, ...]) -> bool:
+    """Are `rows` in (cost, rank) order, as `_in_cost_order` would leave them?"""
+    for k in range(1, len(rows)):
+        before, row = rows[k - 1], rows[k]
+        if not (before.cost < row.cost or (before.cost == row.cost and before.rank < row.rank)):
+            return False
+    return True
 
 
 def _in_cost_order(rows: list[_Row]) -> list[_Row]:
