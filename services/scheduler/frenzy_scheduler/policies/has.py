@@ -892,12 +892,12 @@ def _saving_per_gpu(facts: _JobFacts, baseline_s: float, share: dict[str, int] |
 
 
 def _left_waiting(claimed: dict[str, int], ahead: dict[str, list[tuple[float, float]]] | None,
-                  best_s: float, baseline: _Entry, baseline_s: float) -> float:
+                  best_s: float, baseline: _Row, baseline_s: float) -> float:
     """Admission leaves a head job waiting for its baseline (`baseline_s` to completion): later
     jobs see its GPUs claimed and, with `admit_in_order`, its wait (`ahead`). Its wait, s."""
-    gpu_type = baseline[1]
-    claimed[gpu_type] = claimed.get(gpu_type, 0) + baseline[2]
-    wait_s = baseline_s - baseline[3]
+    gpu_type = baseline.gpu_type
+    claimed[gpu_type] = claimed.get(gpu_type, 0) + baseline.gpus
+    wait_s = baseline_s - baseline.duration_s
     if ahead is not None:
         ahead.setdefault(gpu_type, []).append((best_s, wait_s))
     return wait_s
@@ -1192,12 +1192,16 @@ class HasPolicy:
             # Its best completion without shrinking: start now, or wait for releases after
             # the GPUs that the jobs ahead of it wait for (`claimed`).
             limit = _share_limit(share, facts)  # `_over_share` below: one comparison an entry
-            baseline_s, baseline = INF, facts.entries[0]
-            entries = facts.entries
+            # The entries as their rows (`_JobFacts.by_rank`): compiled, a row's fields are
+            # read directly, where an entry tuple is unpacked and boxed again when kept
+            by_rank = facts.by_rank
+            baseline_s, baseline = INF, by_rank[0]
             for i in facts.frontier:  # the entries no faster one of their type dominates
-                _, t, n, total_s, _, _ = entry = entries[i]
+                row = by_rank[i]
+                n, total_s = row.gpus, row.duration_s
                 if total_s >= baseline_s:
                     break  # fastest first: no later entry can end earlier
+                t = row.gpu_type
                 if n > limit and t == fastest_type:  # `_over_share`
                     continue
                 short = n + claimed.get(t, 0) - free.get(t, 0)
@@ -1210,8 +1214,8 @@ class HasPolicy:
                 else:
                     end_s = total_s
                 if end_s < baseline_s:
-                    baseline_s, baseline = end_s, entry
-            best: tuple[float, _Entry, ShrinkPlan] | None = None
+                    baseline_s, baseline = end_s, row
+            best: tuple[float, _Row, ShrinkPlan] | None = None
             best_s = 0.0  # best's net gain (0 while there is none): a plan must beat it
             if victims is not None and self.shortcuts and spare_types.isdisjoint(facts.ladders):
                 # No type of the job has GPUs to spare: every entry below would stop at its
@@ -1221,8 +1225,8 @@ class HasPolicy:
             room: dict[str, int] | None = None  # set when this job's first plan needs it
             room_set = not displace
             floors: dict[str, list[tuple[float, int]]] = {}  # type -> floor_items, this job
-            for entry in facts.entries:  # fastest first
-                _, gpu_type, gpus, total_s, _, _ = entry
+            for row in by_rank:  # fastest first
+                gpus, total_s = row.gpus, row.duration_s
                 if least_s < 0.0:
                     least_s = (self._kept_restarts.least_restart_s(running, restart_s)
                                if self.shortcuts else least_restart_s(running, restart_s))
@@ -1230,6 +1234,7 @@ class HasPolicy:
                 # Every plan costs at least two restarts: nothing slower can net more.
                 if baseline_s - total_s - two_restarts_s <= best_s:
                     break
+                gpu_type = row.gpu_type
                 if gpus > limit and gpu_type == fastest_type:  # `_over_share`
                     continue
                 have = free.get(gpu_type, 0)
@@ -1277,12 +1282,15 @@ class HasPolicy:
                     continue
                 net_s = baseline_s - total_s - (1.0 + cfg.min_gain_fraction) * plan[0]
                 if net_s > 0 and (best is None or net_s > best[0]):
-                    best, best_s = (net_s, entry, plan), net_s
+                    best, best_s = (net_s, row, plan), net_s
             if best is None:
                 wait_s = _left_waiting(claimed, ahead, facts.best_s, baseline, baseline_s)
-                waiting.append((facts, baseline_s, baseline[1], wait_s))
+                waiting.append((facts, baseline_s, baseline.gpu_type, wait_s))
                 continue
-            net_s, (option, gpu_type, gpus, total_s, _, tp), (loss_s, chosen) = best
+            net_s, chosen_row, (loss_s, chosen) = best
+            option, gpu_type, gpus, total_s, tp = (chosen_row.option, chosen_row.gpu_type,
+                                                   chosen_row.gpus, chosen_row.duration_s,
+                                                   chosen_row.tp)
             reason = (f"{job.job_id}: {baseline_s:.0f} s to completion -> {total_s:.0f} s, "
                       f"at a cost of {loss_s:.0f} s to {len(chosen)} running jobs")
             shrinks = apply_shrinks(chosen, index, self.name, reason, now_s)
@@ -1302,7 +1310,7 @@ class HasPolicy:
             placed.append(Placement(job.job_id, option, assignments, decision=Decision(
                 self.name, f"admitted by shrinking running jobs: {reason}",
                 (Alternative(option, 0.0, total_s, "chosen"),
-                 Alternative(baseline[0], baseline_s - baseline[3], baseline_s,
+                 Alternative(baseline.option, baseline_s - baseline.duration_s, baseline_s,
                              "best without shrinking (start now, or wait for releases)")))))
         if cfg.admit_together and len(waiting) >= 2 and len(moves) < cfg.max_moves:
             if victims is None:
