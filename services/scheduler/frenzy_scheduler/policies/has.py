@@ -185,10 +185,11 @@ class _JobFacts:
     # the last is its narrowest option, the first with no more GPUs than are free the fastest
     # that fits them (`_fits_now`); in `need` order
     ladders: dict[str, tuple[tuple[int, float], ...]]
-    # type -> its `frontier` entries, fastest first: where the most saved per GPU over any
-    # time is (`_saving_per_gpu`: an entry off the frontier has one before it, as fast or
-    # faster on no more GPUs, so it never saves more per GPU, and a tie goes to the first)
-    frontier_by_type: dict[str, tuple[_Entry, ...]]
+    # type -> its `frontier` entries' indices, fastest first: where the most saved per GPU
+    # over any time is (`_saving_per_gpu`: an entry off the frontier has one before it, as
+    # fast or faster on no more GPUs, so it never saves more per GPU, and a tie goes to the
+    # first)
+    frontier_by_type: dict[str, tuple[int, ...]]
     # The type of its fastest option, the only one the fair share caps (`_share_limit`), and
     # its narrowest option there ("" and 0 without entries): read for every job scored
     wanted: str
@@ -870,7 +871,7 @@ def _over_share(share: dict[str, int] | None, facts: _JobFacts, gpu_type: str, g
 
 
 def _saving_per_gpu(facts: _JobFacts, baseline_s: float, share: dict[str, int] | None,
-                    gpu_type: str) -> tuple[float, _Entry] | None:
+                    gpu_type: str) -> tuple[float, _Row] | None:
     """The job's option on `gpu_type` that saves the most over its `baseline_s` per GPU
     (seconds per GPU, the option; the first of equals), within its fair share; None when none
     saves anything: where GPUs freed for a group of waiting jobs do the most
@@ -878,17 +879,21 @@ def _saving_per_gpu(facts: _JobFacts, baseline_s: float, share: dict[str, int] |
     all types at once, in a dict, had cost 17,000 instructions a job. Only the type's
     frontier entries are looked at (`_JobFacts.frontier_by_type`), with the same answer: a
     few of the job's twenty-odd entries, where the scan over all of them was 3 % of the
-    first 8,000 trace jobs' simulation, compiled (docs/has-performance.md, thirtieth round)."""
-    best: tuple[float, _Entry] | None = None
+    first 8,000 trace jobs' simulation, compiled (docs/has-performance.md, thirtieth round).
+    The option as its row (`_JobFacts.by_rank`), as admission reads them."""
+    best: _Row | None = None
+    best_per_gpu_s = 0.0
     limit = _share_limit(share, facts) if gpu_type == facts.wanted else _NO_LIMIT
-    for entry in facts.frontier_by_type.get(gpu_type, ()):
-        gpus = entry[2]
+    by_rank = facts.by_rank
+    for rank in facts.frontier_by_type.get(gpu_type, ()):
+        row = by_rank[rank]
+        gpus = row.gpus
         if gpus > limit:  # `_over_share`
             continue
-        per_gpu_s = (baseline_s - entry[3]) / gpus
-        if per_gpu_s > 0.0 and (best is None or per_gpu_s > best[0]):
-            best = (per_gpu_s, entry)
-    return best
+        per_gpu_s = (baseline_s - row.duration_s) / gpus
+        if per_gpu_s > 0.0 and (best is None or per_gpu_s > best_per_gpu_s):
+            best, best_per_gpu_s = row, per_gpu_s
+    return (best_per_gpu_s, best) if best is not None else None
 
 
 def _left_waiting(claimed: dict[str, int], ahead: dict[str, list[tuple[float, float]]] | None,
@@ -1352,29 +1357,29 @@ class HasPolicy:
         in_order = cfg.admit_in_order
         free = index.free_by_type
         displaced: dict = {}  # shrink_plan's memo of displacements, for this `room`
-        best: tuple[float, list[tuple[_JobFacts, _Entry]], ShrinkPlan] | None = None
+        best: tuple[float, list[tuple[_JobFacts, _Row]], ShrinkPlan] | None = None
         for gpu_type, can_spare in spare.items():
             if can_spare <= 0:
                 continue
             have = free.get(gpu_type, 0)
-            together: list[tuple[_JobFacts, _Entry]] = []
+            together: list[tuple[_JobFacts, _Row]] = []
             gpus, gain_s, horizon_s = 0, 0.0, 0.0
             items: list[tuple[float, int]] | None = None
             left_out: list[tuple[float, float]] = []  # `_admit`'s `ahead`, for this group
             for facts, baseline_s, waits_on, wait_s in waiting:
                 saving = _saving_per_gpu(facts, baseline_s, share, gpu_type)
                 if left_out and saving is not None and \
-                        saving[1][3] > _bar_s(left_out, facts.best_s):
+                        saving[1].duration_s > _bar_s(left_out, facts.best_s):
                     saving = None  # it would run past the wait of a job ahead of it
-                if saving is None or gpus + saving[1][2] - have > can_spare:
+                if saving is None or gpus + saving[1].gpus - have > can_spare:
                     if in_order and waits_on == gpu_type:
                         left_out.append((facts.best_s, wait_s))
                     continue
-                entry = saving[1]
-                together.append((facts, entry))
-                gpus += entry[2]
-                gain_s += saving[0] * entry[2]
-                horizon_s = max(horizon_s, entry[3])
+                row = saving[1]
+                together.append((facts, row))
+                gpus += row.gpus
+                gain_s += saving[0] * row.gpus
+                horizon_s = max(horizon_s, row.duration_s)
                 deficit = gpus - have
                 if len(together) < 2 or deficit <= 0:
                     continue
@@ -1382,8 +1387,8 @@ class HasPolicy:
                     victims[gpu_type] = with_work_left(candidates_by_type[gpu_type], now_s,
                                                        restart_s)
                 if items is None:  # a floor under every plan's loss (a shorter horizon)
-                    items = floor_items(victims, gpu_type, entry[3], acted, room, displaced,
-                                        returns)
+                    items = floor_items(victims, gpu_type, row.duration_s, acted, room,
+                                        displaced, returns)
                 if gain_s - factor * fill_floor(items, deficit) * (1.0 - 1e-9) <= \
                         (best[0] if best is not None else 0.0):
                     continue
@@ -1397,21 +1402,21 @@ class HasPolicy:
         if best is None:
             return []
         _, together, (loss_s, chosen) = best
-        gpu_type = together[0][1][1]
+        gpu_type = together[0][1].gpu_type
         reason = (f"{len(together)} waiting jobs admitted together on {gpu_type}, at a cost of "
                   f"{loss_s:.0f} s to {len(chosen)} running jobs")
         shrinks = apply_shrinks(chosen, index, self.name, reason, now_s)
         if shrinks is None:
             return []
         placed = []
-        for facts, entry in together:
-            assignments = index.best_fit(gpu_type, entry[2], entry[5])
+        for facts, row in together:
+            assignments = index.best_fit(gpu_type, row.gpus, row.tp)
             if assignments is None:
                 continue
             index.take(assignments)
-            placed.append(Placement(facts.job.job_id, entry[0], assignments, decision=Decision(
+            placed.append(Placement(facts.job.job_id, row.option, assignments, decision=Decision(
                 self.name, f"admitted by shrinking running jobs: {reason}",
-                (Alternative(entry[0], 0.0, entry[3], "chosen"),))))
+                (Alternative(row.option, 0.0, row.duration_s, "chosen"),))))
         if not placed:
             undo_shrinks(chosen, shrinks, index)
             return []
@@ -1464,13 +1469,16 @@ class HasPolicy:
                          if gpus <= capacity.get(gpu_type, 0)])
         frontier: list[int] = []
         by_type: dict[str, list[_Entry]] = {}  # per type, its frontier's entries so far
+        ranks_by_type: dict[str, list[int]] = {}  # ... and their indices
         for i, entry in enumerate(entries):  # fastest first
             kept = by_type.get(entry[1])
             if kept is None:
                 by_type[entry[1]] = [entry]
+                ranks_by_type[entry[1]] = [i]
                 frontier.append(i)
             elif entry[2] < kept[-1][2]:
                 kept.append(entry)
+                ranks_by_type[entry[1]].append(i)
                 frontier.append(i)
         need = tuple(sorted([(gpu_type, kept[-1][2]) for gpu_type, kept in by_type.items()],
                             key=lambda item: (item[1], item[0])))
@@ -1479,7 +1487,7 @@ class HasPolicy:
             job.options, job.submit_time_s, entries, need,
             self._need_ids.setdefault(need, len(self._need_ids)), tuple(frontier),
             {gpu_type: tuple([(e[2], e[3]) for e in by_type[gpu_type]]) for gpu_type, _ in need},
-            {gpu_type: tuple(by_type[gpu_type]) for gpu_type, _ in need},
+            {gpu_type: tuple(ranks_by_type[gpu_type]) for gpu_type, _ in need},
             entries[0][1] if entries else "", by_type[entries[0][1]][-1][2] if entries else 0,
             best_s,
             min([total_s * gpus for total_s, gpus, _, _, _ in keyed]),
