@@ -60,6 +60,7 @@ _new_tuple: Callable[..., Any] = tuple.__new__
 _KEY = attrgetter("key")
 _FIRST = itemgetter(0)
 _DURATION = attrgetter("duration_s")
+_COST = attrgetter("cost")
 _PROBE_GPUS = itemgetter(2)  # a `_Place.probe` entry's GPUs
 _NO_LIMIT: Final = 1 << 62  # more GPUs than any option has: the fair-share limit when there is none
 _RECORD_ROWS = 6  # rows of a job's scoring a decision record shows besides the chosen option
@@ -262,14 +263,11 @@ class _JobFacts:
         by_rank = self.by_rank = tuple([
             _Row(0.0, rank, option, gpu_type, type_ids[gpu_type], gpus, duration_s, tp, False)
             for rank, (option, gpu_type, gpus, duration_s, _, tp) in enumerate(self.entries)])
-        costs = []
         for row, entry in zip(by_rank, self.entries):
             gpu_seconds: float = entry[4]
             row.gpu_seconds_ratio = gpu_seconds / base
             row.cost = _cost(row.duration_s, row.gpu_seconds_ratio, exponent)
-            costs.append(row.cost)
-        self._mark(tuple([by_rank[rank]
-                          for rank in sorted(range(len(costs)), key=costs.__getitem__)]))
+        self._mark(tuple(sorted(by_rank, key=_COST)))  # stable: ties in rank order
 
     def _mark(self, rows: tuple[_Row, ...]) -> None:
         """Take `rows` (cost order) as the scoring's, marking the dominated ones."""
@@ -1468,27 +1466,27 @@ class HasPolicy:
                          for total_s, gpus, gpu_type, _, o in keyed
                          if gpus <= capacity.get(gpu_type, 0)])
         frontier: list[int] = []
-        by_type: dict[str, list[_Entry]] = {}  # per type, its frontier's entries so far
-        ranks_by_type: dict[str, list[int]] = {}  # ... and their indices
+        by_type: dict[str, list[int]] = {}  # per type, its frontier's entries so far (indices)
         for i, entry in enumerate(entries):  # fastest first
             kept = by_type.get(entry[1])
             if kept is None:
-                by_type[entry[1]] = [entry]
-                ranks_by_type[entry[1]] = [i]
+                by_type[entry[1]] = [i]
                 frontier.append(i)
-            elif entry[2] < kept[-1][2]:
-                kept.append(entry)
-                ranks_by_type[entry[1]].append(i)
+            elif entry[2] < entries[kept[-1]][2]:
+                kept.append(i)
                 frontier.append(i)
-        need = tuple(sorted([(gpu_type, kept[-1][2]) for gpu_type, kept in by_type.items()],
+        need = tuple(sorted([(gpu_type, entries[kept[-1]][2])
+                             for gpu_type, kept in by_type.items()],
                             key=lambda item: (item[1], item[0])))
         best_s = keyed[0][0]
         facts = _JobFacts(
             job.options, job.submit_time_s, entries, need,
             self._need_ids.setdefault(need, len(self._need_ids)), tuple(frontier),
-            {gpu_type: tuple([(e[2], e[3]) for e in by_type[gpu_type]]) for gpu_type, _ in need},
-            {gpu_type: tuple(ranks_by_type[gpu_type]) for gpu_type, _ in need},
-            entries[0][1] if entries else "", by_type[entries[0][1]][-1][2] if entries else 0,
+            {gpu_type: tuple([(entries[i][2], entries[i][3]) for i in by_type[gpu_type]])
+             for gpu_type, _ in need},
+            {gpu_type: tuple(by_type[gpu_type]) for gpu_type, _ in need},
+            entries[0][1] if entries else "",
+            entries[by_type[entries[0][1]][-1]][2] if entries else 0,
             best_s,
             min([total_s * gpus for total_s, gpus, _, _, _ in keyed]),
             min([gpus for _, gpus, _, _, _ in keyed]),
@@ -1917,8 +1915,9 @@ class HasPolicy:
         a refresh."""
         run, left = place.run, place.left
         # The fastest by (time to completion, GPUs, type, run time), as a tuple compares
-        # them; four numbers, not a tuple per option (compiled, the tuples and their
-        # comparison were a sixth of this call on the whole trace's first 6,000 jobs)
+        # them; four values, with a tuple only on a tie of the first (compiled, a tuple per
+        # option and their comparison were a sixth of this call on the whole trace's first
+        # 6,000 jobs)
         found = False
         best_total_s, best_gpus, best_type, best_run_s = INF, 0, "", 0.0
         for launch_s, duration_s, gpus, gpu_type in place.probe:  # fewest GPUs first
@@ -1927,10 +1926,8 @@ class HasPolicy:
             if free.get(gpu_type, 0) >= gpus:
                 run_s = duration_s * left
                 total_s = launch_s + run_s
-                if not found or total_s < best_total_s or total_s == best_total_s and (
-                        gpus < best_gpus or gpus == best_gpus and (
-                            gpu_type < best_type or gpu_type == best_type and
-                            run_s < best_run_s)):
+                if not found or total_s < best_total_s or total_s == best_total_s and \
+                        (gpus, gpu_type, run_s) < (best_gpus, best_type, best_run_s):
                     found = True
                     best_total_s, best_gpus, best_type, best_run_s = total_s, gpus, gpu_type, run_s
         if not found or \
