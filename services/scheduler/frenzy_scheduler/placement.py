@@ -49,7 +49,10 @@ class FreeIndex:
     """Free GPUs of a cluster snapshot, bucketed per GPU type by how many a node has free.
 
     `buckets[type][k]` holds the ids of nodes of that type with exactly k free GPUs (a dict
-    used as an insertion-ordered set, so results are deterministic). Built in one O(nodes)
+    used as an insertion-ordered set, so results are deterministic), for k >= 1: a node with
+    none free is in no bucket, since no query asks for one (`buckets[type][0]` stays empty).
+    On a busy cluster that is most nodes, which every placement that fills a node, every
+    copy and every kept index's update would otherwise write, copy and keep in id order. Built in one O(nodes)
     pass per decision; afterwards every query and `take` touches only the nodes involved.
     A node's free GPUs are held as a tuple, which an assignment shares when it takes the
     whole node and slices otherwise (one object where a list's copy made two, for each node
@@ -87,7 +90,8 @@ class FreeIndex:
             free_by_type[gpu_type] += k
             free[node_id] = tuple(gpus)
             node_type[node_id] = gpu_type
-            type_buckets[k][node_id] = None
+            if k:
+                type_buckets[k][node_id] = None
 
     def copy(self) -> "FreeIndex":
         """A private copy that `take` and `release` can change without touching this one
@@ -194,8 +198,10 @@ class FreeIndex:
             for node_id, gpus in assignments:
                 free = free_lists[node_id]
                 count = len(gpus)
-                prefix = count <= len(free)  # what best_fit hands out: compared in place, not
-                if prefix:                   # as a tuple of a slice (compiled: a third of a take)
+                # What best_fit hands out: a whole node's own tuple, or a prefix of it, compared
+                # in place, not as a tuple of a slice (compiled: a third of a take)
+                prefix = count <= len(free)
+                if prefix and gpus is not free:
                     for i in range(count):
                         if free[i] != gpus[i]:
                             prefix = False
@@ -213,8 +219,10 @@ class FreeIndex:
                     if taken_of_type:
                         self.free_by_type[run_type] -= taken_of_type
                     run_type, buckets, taken_of_type = gpu_type, self.buckets[gpu_type], 0
-                del buckets[len(free)][node_id]
-                buckets[len(rest)][node_id] = None
+                if free:
+                    del buckets[len(free)][node_id]
+                if rest:
+                    buckets[len(rest)][node_id] = None
                 free_lists[node_id] = rest
                 taken_of_type += len(free) - len(rest)
         finally:  # the last run's count; on a double booking, the nodes before it stay taken
@@ -230,8 +238,10 @@ class FreeIndex:
             rest = tuple(sorted(set(free) | set(gpus)))
             gpu_type = self.node_type[node_id]
             buckets = self.buckets[gpu_type]
-            del buckets[len(free)][node_id]
-            buckets[len(rest)][node_id] = None
+            if free:
+                del buckets[len(free)][node_id]
+            if rest:
+                buckets[len(rest)][node_id] = None
             self.free[node_id] = rest
             self.free_by_type[gpu_type] += len(rest) - len(free)
 
@@ -296,11 +306,13 @@ class KeptFreeIndex:
                 node_id = self._ids[i]
                 gpu_type = node_type[node_id]
                 buckets = kept.buckets[gpu_type]
-                del buckets[len(old)][node_id]
-                bucket = buckets[len(free)]
-                if bucket and _next(reversed(bucket)) > node_id:
-                    resort.add((gpu_type, len(free)))
-                bucket[node_id] = None
+                if old:
+                    del buckets[len(old)][node_id]
+                if free:
+                    bucket = buckets[len(free)]
+                    if bucket and _next(reversed(bucket)) > node_id:
+                        resort.add((gpu_type, len(free)))
+                    bucket[node_id] = None
                 self._free[i] = list(free)
                 kept.free[node_id] = tuple(free)
                 kept.free_by_type[gpu_type] += len(free) - len(old)
