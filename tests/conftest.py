@@ -13,8 +13,13 @@ DATA = ROOT / "tests" / "data"
 
 # The suite runs the scheduler's Python source, here and in every process it starts: its tests
 # patch policy internals, which the compiled build's classes refuse. tests/test_native_build.py
-# checks that build against the source (frenzy_scheduler/native.py).
-os.environ["FRENZY_NATIVE"] = "0"
+# checks that build against the source (frenzy_scheduler/native.py), and runs the tests that
+# patch nothing on it (FRENZY_TEST_ON_BUILD: the build's directory).
+if os.environ.get("FRENZY_TEST_ON_BUILD"):
+    os.environ["FRENZY_NATIVE"] = "1"
+    os.environ["FRENZY_NATIVE_DIR"] = os.environ["FRENZY_TEST_ON_BUILD"]
+else:
+    os.environ["FRENZY_NATIVE"] = "0"
 
 if TYPE_CHECKING:
     from frenzy.tools.localcluster import LocalCluster

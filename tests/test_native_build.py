@@ -148,15 +148,21 @@ def decisions(native_setting: str, build: Path) -> dict:
     return json.loads(done.stdout.splitlines()[-1])
 
 
-def test_the_compiled_build_decides_exactly_as_the_source(tmp_path) -> None:
+@pytest.fixture(scope="module")
+def build(tmp_path_factory) -> Path:
+    """This checkout's compiled build, made once for the tests below."""
     pytest.importorskip("mypyc", reason="the dev extra installs mypy, which carries mypyc")
-    build = tmp_path / "native"
+    build = tmp_path_factory.mktemp("build") / "native"
     made = subprocess.run([sys.executable, "-m", "frenzy_scheduler.native_build",
                            "--out", str(build)], cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
     assert made.returncode == 0, made.stderr[-3000:]
     assert set(json.loads((build / native.MANIFEST).read_text())["modules"]) == \
         set(native.MODULES)
+    return build
+
+
+def test_the_compiled_build_decides_exactly_as_the_source(build) -> None:
     compiled, source = decisions("1", build), decisions("0", build)
     assert compiled["compiled"] == list(native.MODULES)
     assert source["compiled"] == []
@@ -167,3 +173,29 @@ def test_the_compiled_build_decides_exactly_as_the_source(tmp_path) -> None:
     for name, (records, _, _) in compiled["policies"].items():
         assert records > 0, f"{name} placed nothing: the check below would be empty"
     assert compiled["policies"] == source["policies"]
+
+
+# The live scheduler's state builds the policy's inputs (frenzy_scheduler.core, compiled) from
+# the contract's messages, where a compiled class refuses a value of another type (a repeated
+# field where a list or tuple is declared, say). These tests patch nothing, so they run on
+# the build as they run on the source; the driver first checks that they will.
+ON_BUILD = r"""
+import sys
+import pytest
+from frenzy_scheduler import native
+import frenzy_scheduler.core, frenzy_scheduler.livestate, frenzy_scheduler.policies.has
+missing = sorted(set(native.MODULES) - set(native.compiled_modules()))
+if missing:
+    sys.exit(f"not compiled: {missing}")
+sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", *sys.argv[1:]]))
+"""
+
+
+def test_the_live_schedulers_state_runs_on_the_compiled_build(build) -> None:
+    env = {**os.environ, "FRENZY_TEST_ON_BUILD": str(build), "FRENZY_NATIVE": "1",
+           "FRENZY_NATIVE_DIR": str(build)}
+    done = subprocess.run([sys.executable, "-c", ON_BUILD, "tests/test_scheduler_livestate.py",
+                           "tests/test_scheduler_reshapable.py"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert " passed" in done.stdout and "skipped" not in done.stdout, done.stdout[-1000:]

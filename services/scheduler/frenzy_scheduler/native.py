@@ -12,8 +12,9 @@ thing: the build goes ahead of the source on the package's search path only when
 in the manifest matches its source byte for byte, so an edited module is never shadowed by a
 stale build (all of them run as Python, with a warning, until rebuilt).
 
-Settings: FRENZY_NATIVE=0 turns the build off (the test suite does; tests patch the
-policies' internals, which compiled classes do not allow), FRENZY_NATIVE_DIR moves it."""
+Settings: FRENZY_NATIVE=0 turns the build off (the test suite does, except where
+tests/test_native_build.py runs tests on the build; tests patch the policies' internals, which
+compiled classes do not allow), FRENZY_NATIVE_DIR moves it."""
 from __future__ import annotations
 
 import hashlib
@@ -27,6 +28,12 @@ from pathlib import Path
 # docs/has-performance.md). Order: dependencies first.
 MODULES = (
     "frenzy_scheduler.actions",
+    # The policy's inputs (`NodeState`, `QueuedJob`, `RunningJob`): compiled, the policies
+    # read their fields directly, where an interpreted dataclass's are generic attribute
+    # reads (the free-GPU index reads every node's free list at every decision). A compiled
+    # class checks the types it is given: tests/test_native_build.py runs the live
+    # scheduler's state, which builds them from the contract's messages, on the build.
+    "frenzy_scheduler.core",
     "frenzy_scheduler.progress",
     "frenzy_scheduler.queuediff",
     "frenzy_scheduler.placement",
