@@ -47,15 +47,28 @@ class Menu:
                  "others")
 
     def __init__(self, options: Sequence[PlanOption]) -> None:
-        # (option, type, GPUs, duration s, GPU-seconds), read without property calls
-        self.entries = [(o, o.gpu_type, o.num_gpus, o.duration_s, o.duration_s * o.num_gpus)
-                        for o in options]
-        self.cheapest_gpu_s = min((e[4] for e in self.entries), default=0.0)
-        self.fastest_s = min((e[3] for e in self.entries), default=0.0)
+        # (option, type, GPUs, duration s, GPU-seconds), read without property calls. One
+        # loop reading each field of an option once: a `PlanOption` is interpreted, so each
+        # read is a generic attribute lookup, and a menu is derived for every job that starts
+        # (the comprehension, two `min`s over generators and a slice per option had cost
+        # about 110,000 instructions a menu; docs/has-performance.md, thirty-third round).
+        entries = []
+        cheapest_gpu_s = fastest_s = math.inf
         cheapest: dict[str, tuple[float, int, PlanOption]] = {}
-        for option, gpu_type, gpus, _, gpu_s in self.entries:
-            if gpu_type not in cheapest or (gpu_s, gpus) < cheapest[gpu_type][:2]:
-                cheapest[gpu_type] = (gpu_s, gpus, option)
+        for o in options:
+            gpu_type, gpus, duration_s = o.gpu_type, o.num_gpus, o.duration_s
+            gpu_s = duration_s * gpus
+            entries.append((o, gpu_type, gpus, duration_s, gpu_s))
+            if gpu_s < cheapest_gpu_s:
+                cheapest_gpu_s = gpu_s
+            if duration_s < fastest_s:
+                fastest_s = duration_s
+            kept = cheapest.get(gpu_type)  # the least (GPU-seconds, GPUs), first on a tie
+            if kept is None or gpu_s < kept[0] or gpu_s == kept[0] and gpus < kept[1]:
+                cheapest[gpu_type] = (gpu_s, gpus, o)
+        self.entries = entries
+        self.cheapest_gpu_s = cheapest_gpu_s if entries else 0.0
+        self.fastest_s = fastest_s if entries else 0.0
         self.cheapest_by_type = {t: c[2] for t, c in cheapest.items()}
         # `narrower_steps` by (type, GPUs): asked for every running job at every admission
         self.narrower: dict[tuple[str, int], list[tuple[int, float, PlanOption]]] = {}
