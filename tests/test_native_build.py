@@ -175,10 +175,12 @@ def test_the_compiled_build_decides_exactly_as_the_source(build) -> None:
     assert compiled["policies"] == source["policies"]
 
 
-# The live scheduler's state builds the policy's inputs (frenzy_scheduler.core, compiled) from
-# the contract's messages, where a compiled class refuses a value of another type (a repeated
+# The live scheduler builds the policy's inputs (frenzy_scheduler.core, compiled) from the
+# contract's messages, where a compiled class refuses a value of another type (a repeated
 # field where a list or tuple is declared, say). These tests patch nothing, so they run on
-# the build as they run on the source; the driver first checks that they will.
+# the build as they run on the source: its state from the messages, and the real services on
+# the embedded broker (every process they start inherits the build); the driver first checks
+# that the build is in use.
 ON_BUILD = r"""
 import sys
 import pytest
@@ -191,11 +193,12 @@ sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", *sys.argv[1:]]))
 """
 
 
-def test_the_live_schedulers_state_runs_on_the_compiled_build(build) -> None:
+def test_the_live_scheduler_runs_on_the_compiled_build(build) -> None:
     env = {**os.environ, "FRENZY_TEST_ON_BUILD": str(build), "FRENZY_NATIVE": "1",
            "FRENZY_NATIVE_DIR": str(build)}
     done = subprocess.run([sys.executable, "-c", ON_BUILD, "tests/test_scheduler_livestate.py",
-                           "tests/test_scheduler_reshapable.py"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+                           "tests/test_scheduler_reshapable.py", "tests/test_e2e_foundation.py",
+                           "tests/test_e2e_held.py"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     assert " passed" in done.stdout and "skipped" not in done.stdout, done.stdout[-1000:]

@@ -32,7 +32,7 @@ MODULES = (
     # read their fields directly, where an interpreted dataclass's are generic attribute
     # reads (the free-GPU index reads every node's free list at every decision). A compiled
     # class checks the types it is given: tests/test_native_build.py runs the live
-    # scheduler's state, which builds them from the contract's messages, on the build.
+    # scheduler, which builds them from the contract's messages, on the build.
     "frenzy_scheduler.core",
     "frenzy_scheduler.progress",
     "frenzy_scheduler.queuediff",
