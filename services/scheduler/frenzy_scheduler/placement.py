@@ -52,8 +52,8 @@ class FreeIndex:
     used as an insertion-ordered set, so results are deterministic), for k >= 1: a node with
     none free is in no bucket, since no query asks for one (`buckets[type][0]` stays empty).
     On a busy cluster that is most nodes, which every placement that fills a node, every
-    copy and every kept index's update would otherwise write, copy and keep in id order. Built in one O(nodes)
-    pass per decision; afterwards every query and `take` touches only the nodes involved.
+    copy and every kept index's update would otherwise write, copy and keep in id order.
+    Built in one O(nodes) pass per decision; afterwards every query and `take` touches only the nodes involved.
     A node's free GPUs are held as a tuple, which an assignment shares when it takes the
     whole node and slices otherwise (one object where a list's copy made two, for each node
     of each placement), and which `take` replaces rather than changes.
@@ -219,10 +219,7 @@ class FreeIndex:
                     if taken_of_type:
                         self.free_by_type[run_type] -= taken_of_type
                     run_type, buckets, taken_of_type = gpu_type, self.buckets[gpu_type], 0
-                if free:
-                    del buckets[len(free)][node_id]
-                if rest:
-                    buckets[len(rest)][node_id] = None
+                _rebucket(buckets, node_id, len(free), len(rest))
                 free_lists[node_id] = rest
                 taken_of_type += len(free) - len(rest)
         finally:  # the last run's count; on a double booking, the nodes before it stay taken
@@ -238,12 +235,19 @@ class FreeIndex:
             rest = tuple(sorted(set(free) | set(gpus)))
             gpu_type = self.node_type[node_id]
             buckets = self.buckets[gpu_type]
-            if free:
-                del buckets[len(free)][node_id]
-            if rest:
-                buckets[len(rest)][node_id] = None
+            _rebucket(buckets, node_id, len(free), len(rest))
             self.free[node_id] = rest
             self.free_by_type[gpu_type] += len(rest) - len(free)
+
+
+def _rebucket(buckets: list[dict[str, None]], node_id: str, free_before: int,
+              free_after: int) -> None:
+    """Move a node to the end of the bucket of its new free count; a node with none free is
+    in no bucket."""
+    if free_before:
+        del buckets[free_before][node_id]
+    if free_after:
+        buckets[free_after][node_id] = None
 
 
 # `best_fit`'s next node, by a loop, not `next`: compiled, `next` is looked up in the builtins

@@ -898,14 +898,12 @@ def _saving_per_gpu(facts: _JobFacts, baseline_s: float, share: dict[str, int] |
     return (best_per_gpu_s, best) if best is not None else None
 
 
-def _left_waiting(claimed: dict[str, int], claimed_of: list[int],
-                  ahead: dict[str, list[tuple[float, float]]] | None,
+def _left_waiting(claimed_of: list[int], ahead: dict[str, list[tuple[float, float]]] | None,
                   best_s: float, baseline: _Row, baseline_s: float) -> float:
     """Admission leaves a head job waiting for its baseline (`baseline_s` to completion): later
-    jobs see its GPUs claimed (`claimed`, and by type id `claimed_of`) and, with
-    `admit_in_order`, its wait (`ahead`). Its wait, s."""
+    jobs see its GPUs claimed (`claimed_of`, by type number) and, with `admit_in_order`, its
+    wait (`ahead`). Its wait, s."""
     gpu_type = baseline.gpu_type
-    claimed[gpu_type] = claimed.get(gpu_type, 0) + baseline.gpus
     claimed_of[baseline.type_id] += baseline.gpus
     wait_s = baseline_s - baseline.duration_s
     if ahead is not None:
@@ -1157,12 +1155,13 @@ class HasPolicy:
         # bound below spells it, so that the floats are the same
         least_s = -1.0
         two_restarts_s = 0.0
-        claimed: dict[str, int] = {}
-        # The free and claimed GPUs and the release lists again, by type id (a row's
-        # `type_id`): read per option of every head job, where a dict keyed by the type's name
-        # costs a string hash lookup each (a sixth of admission on the whole trace's first
-        # 3,000 jobs). `free_of` is taken again after each admission changes the index.
-        names = list(self._type_ids_of(index))
+        # The free GPUs, the GPUs that head jobs left waiting claim, and the release lists, by
+        # type number (a row's `type_id`): read per option of every head job, where a dict
+        # keyed by the type's name costs a string hash lookup each (a sixth of admission on the
+        # whole trace's first 3,000 jobs). `free_of` is taken again after each admission
+        # changes the index.
+        type_ids = self._type_ids_of(index)
+        names = list(type_ids)  # in number order
         free_of = [free.get(t, 0) for t in names]
         claimed_of = [0] * len(names)
         ends_of: list[list[float] | None] = [None] * len(names)
@@ -1204,11 +1203,11 @@ class HasPolicy:
                 continue
             if victims is not None and not spare_types and self.shortcuts:
                 # No running job can spare a GPU, and only an admission would give some back:
-                # no plan from here on, so what a job would claim (`claimed`, read only by
+                # no plan from here on, so what a job would claim (`claimed_of`, read only by
                 # later jobs' plans) changes nothing
                 continue
             # Its best completion without shrinking: start now, or wait for releases after
-            # the GPUs that the jobs ahead of it wait for (`claimed`).
+            # the GPUs that the jobs ahead of it wait for (`claimed_of`).
             limit = _share_limit(share, facts)  # `_over_share` below: one comparison an entry
             # The entries as their rows (`_JobFacts.by_rank`): compiled, a row's fields are
             # read directly, where an entry tuple is unpacked and boxed again when kept
@@ -1239,7 +1238,7 @@ class HasPolicy:
             if victims is not None and self.shortcuts and spare_types.isdisjoint(facts.ladders):
                 # No type of the job has GPUs to spare: every entry below would stop at its
                 # deficit (none, or more than the spare 0), so no plan; hold for the baseline
-                _left_waiting(claimed, claimed_of, ahead, facts.best_s, baseline, baseline_s)
+                _left_waiting(claimed_of, ahead, facts.best_s, baseline, baseline_s)
                 continue
             room: dict[str, int] | None = None  # set when this job's first plan needs it
             room_set = not displace
@@ -1283,7 +1282,7 @@ class HasPolicy:
                 # even at that. First from the per-GPU costs derived for a faster option of
                 # this type (a shorter horizon: still a floor), then from this option's own
                 if not room_set:  # the GPUs a displaced victim may take
-                    room, room_set = self._displace_room(free, claimed), True
+                    room, room_set = self._displace_room(free, claimed_of, type_ids), True
                     if room != displaced_room:  # displacements depend on it alone
                         displaced, displaced_room = {}, room
                 items = floors.get(gpu_type)
@@ -1303,8 +1302,7 @@ class HasPolicy:
                 if net_s > 0 and (best is None or net_s > best[0]):
                     best, best_s = (net_s, row, plan), net_s
             if best is None:
-                wait_s = _left_waiting(claimed, claimed_of, ahead, facts.best_s, baseline,
-                                       baseline_s)
+                wait_s = _left_waiting(claimed_of, ahead, facts.best_s, baseline, baseline_s)
                 waiting.append((facts, baseline_s, baseline.gpu_type, wait_s))
                 continue
             net_s, chosen_row, (loss_s, chosen) = best
@@ -1337,7 +1335,7 @@ class HasPolicy:
             if victims is None:
                 candidates_by_type, spare, most = self._candidates(running, now_s, displace)
                 victims = {}
-            room = self._displace_room(free, claimed) if displace else None
+            room = self._displace_room(free, claimed_of, type_ids) if displace else None
             placed += self._admit_together(waiting, victims, candidates_by_type, spare, index,
                                            now_s, share, acted, room, moves)
         return moves, placed
@@ -1456,10 +1454,12 @@ class HasPolicy:
         return candidates, dict(spare), most
 
     @staticmethod
-    def _displace_room(free: dict[str, int], claimed: dict[str, int]) -> dict[str, int]:
+    def _displace_room(free: dict[str, int], claimed_of: list[int], type_ids: dict[str, int]
+                       ) -> dict[str, int]:
         """GPUs a displaced job may take, per type: free now, less what the jobs ahead in the
-        admission order wait for there."""
-        return {t: n - claimed.get(t, 0) for t, n in free.items() if n > claimed.get(t, 0)}
+        admission order wait for there (`claimed_of`, by type number)."""
+        return {t: n - claimed_of[type_ids[t]] for t, n in free.items()
+                if n > claimed_of[type_ids[t]]}
 
     # -- sort ------------------------------------------------------------------------------
 
