@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
 from typing import Any, Callable, Final, Sequence
 
+from mypy_extensions import mypyc_attr
+
 from frenzy.domain import RESHAPE_MIN_INTERVAL_S, PlanOption
 from frenzy_scheduler.core import (MIGRATE, PLACE, Alternative, ClusterView, Decision,
                                   Placement, QueuedJob, RunningJob)
@@ -68,8 +70,11 @@ _RECORD_ROWS = 6  # rows of a job's scoring a decision record shows besides the 
 _FIRST_KEY: tuple[int, float, float, str] = (-1, 0.0, 0.0, "")
 _LAST_KEY: tuple[int, float, float, str] = (3, 0.0, 0.0, "")
 
-# One scored option: (option, GPU type, GPU count, duration s, GPU-seconds, tp degree).
-_Entry = tuple[PlanOption, str, int, float, float, int]
+# One scored option: (its index in the job's options, GPU type, GPU count, duration s,
+# GPU-seconds, tp degree). The index, not the option: a tuple of numbers and strings is
+# untracked by the cyclic GC, and a long queue keeps twenty-odd of these a job (the `_Row`
+# docstring says why the GC's count matters).
+_Entry = tuple[int, str, int, float, float, int]
 
 
 @dataclass(frozen=True)
@@ -141,13 +146,21 @@ class HasConfig:
         return self.displaced_return and self.keep_place
 
 
+@mypyc_attr(acyclic=True)
 class _Row:
     """One option as `HasPolicy._score` reads it (`_JobFacts.rows`). A class, not a tuple:
     compiled, the scan reads its fields directly, where each item of a tuple cost a type
     check and, for a number, an unboxing (most of the scan's own instructions per option).
     Not a dataclass: compiled, a dataclass is built by its generated `__init__`, run as
     Python (about 3,000 instructions a row, where the whole trace builds hundreds of
-    thousands of rows)."""
+    thousands of rows).
+
+    Acyclic (`mypyc_attr`): a row refers to nothing that refers back to it, so compiled it is
+    not tracked by the cyclic GC, nor is the tuple that holds a job's rows. A long queue keeps
+    twenty-odd rows a job, and a full collection, which the interpreter runs by itself
+    whenever the objects that survived grow by a quarter, walks every tracked object: in the
+    live scheduler that walk is a pause between or inside decisions
+    (docs/has-performance.md, thirty-fourth round)."""
 
     def __init__(self, cost: float, rank: int, option: PlanOption, gpu_type: str, type_id: int,
                  gpus: int, duration_s: float, tp: int, dominated: bool) -> None:
@@ -168,6 +181,7 @@ class _Row:
         self.dominated = dominated  # an entry of its type with no more GPUs comes before it
 
 
+@mypyc_attr(acyclic=True)  # (nothing it holds refers back to it: `_Row`'s docstring)
 @dataclass(slots=True)
 class _JobFacts:
     """What a job's options imply, derived once per (job, cluster shape) and kept across
@@ -260,9 +274,10 @@ class _JobFacts:
         # The first scoring: the rows made, sorted from rank order
         base = self.min_gpu_seconds
         type_ids = self.type_ids
+        options = self.options
         by_rank = self.by_rank = tuple([
-            _Row(0.0, rank, option, gpu_type, type_ids[gpu_type], gpus, duration_s, tp, False)
-            for rank, (option, gpu_type, gpus, duration_s, _, tp) in enumerate(self.entries)])
+            _Row(0.0, rank, options[i], gpu_type, type_ids[gpu_type], gpus, duration_s, tp, False)
+            for rank, (i, gpu_type, gpus, duration_s, _, tp) in enumerate(self.entries)])
         for row, entry in zip(by_rank, self.entries):
             gpu_seconds: float = entry[4]
             row.gpu_seconds_ratio = gpu_seconds / base
@@ -734,6 +749,7 @@ def _fits_now(ladder: tuple[tuple[int, float], ...], have: int, spare_gpus: int,
     return now_s + total_s <= shadow_s
 
 
+@mypyc_attr(acyclic=True)  # (nothing it holds refers back to it: `_Row`'s docstring)
 @dataclass(slots=True)
 class _Place:
     """A running job's place in line for faster types (`HasPolicy._in_line`), kept per job
@@ -1468,20 +1484,20 @@ class HasPolicy:
         """Rank the job's options and derive what the pass needs from them (cache miss), for
         the share `work_left` of the work their durations are for (a running job in line)."""
         node_size = index.node_size
-        usable = [o for o in job.options if o.gpu_type in node_size]
+        usable = [(i, o) for i, o in enumerate(job.options) if o.gpu_type in node_size]
         if not usable:
             return None
         # A start costs its launch (more nodes, longer): time to completion is launch + run,
         # and the GPUs are held for both. This is what keeps a 10-minute job off 64 GPUs.
         keyed = []  # (time to completion, GPUs, type, position: a stable sort's tie-break, option)
-        for position, o in enumerate(usable):
+        for position, o in usable:
             gpus, gpu_type = o.num_gpus, o.gpu_type
             launch_s = self._launch_for(gpu_type, gpus, node_size)
             keyed.append((launch_s + o.duration_s * work_left, gpus, gpu_type, position, o))
         keyed.sort()
         capacity = index.capacity
-        entries = tuple([(o, gpu_type, gpus, total_s, total_s * gpus, o.plan.tp)
-                         for total_s, gpus, gpu_type, _, o in keyed
+        entries = tuple([(position, gpu_type, gpus, total_s, total_s * gpus, o.plan.tp)
+                         for total_s, gpus, gpu_type, position, o in keyed
                          if gpus <= capacity.get(gpu_type, 0)])
         frontier: list[int] = []
         by_type: dict[str, list[int]] = {}  # per type, its frontier's entries so far (indices)
