@@ -140,9 +140,10 @@ print(json.dumps(out))
 """
 
 
-def decisions(native_setting: str, build: Path) -> dict:
+def driven(driver: str, native_setting: str, build: Path) -> dict:
+    """What a driver script prints as its last line (JSON), run on the build or the source."""
     env = {**os.environ, "FRENZY_NATIVE": native_setting, "FRENZY_NATIVE_DIR": str(build)}
-    done = subprocess.run([sys.executable, "-c", DRIVER], cwd=ROOT, env=env, capture_output=True,
+    done = subprocess.run([sys.executable, "-c", driver], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.splitlines()[-1])
@@ -163,7 +164,7 @@ def build(tmp_path_factory) -> Path:
 
 
 def test_the_compiled_build_decides_exactly_as_the_source(build) -> None:
-    compiled, source = decisions("1", build), decisions("0", build)
+    compiled, source = driven(DRIVER, "1", build), driven(DRIVER, "0", build)
     assert compiled["compiled"] == list(native.MODULES)
     assert source["compiled"] == []
     assert compiled["window"] == source["window"]
@@ -226,16 +227,8 @@ print(json.dumps({"compiled": native.compiled_modules(), "facts": len(facts), "r
 """
 
 
-def tracked(native_setting: str, build: Path) -> dict:
-    env = {**os.environ, "FRENZY_NATIVE": native_setting, "FRENZY_NATIVE_DIR": str(build)}
-    done = subprocess.run([sys.executable, "-c", TRACKED], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.splitlines()[-1])
-
-
 def test_has_caches_are_invisible_to_the_cyclic_gc_on_the_build(build) -> None:
-    compiled, source = tracked("1", build), tracked("0", build)
+    compiled, source = driven(TRACKED, "1", build), driven(TRACKED, "0", build)
     assert compiled["compiled"] == list(native.MODULES) and source["compiled"] == []
     assert compiled["facts"] > 100 and compiled["rows"] > 1000
     assert compiled["tracked"] == [0, 0, 0]  # facts, rows, entry tuples
