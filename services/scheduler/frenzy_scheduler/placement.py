@@ -53,7 +53,8 @@ class FreeIndex:
     none free is in no bucket, since no query asks for one (`buckets[type][0]` stays empty).
     On a busy cluster that is most nodes, which every placement that fills a node, every
     copy and every kept index's update would otherwise write, copy and keep in id order.
-    Built in one O(nodes) pass per decision; afterwards every query and `take` touches only the nodes involved.
+    Built in one O(nodes) pass per decision; afterwards every query and `take` touches only
+    the nodes involved.
     A node's free GPUs are held as a tuple, which an assignment shares when it takes the
     whole node and slices otherwise (one object where a list's copy made two, for each node
     of each placement), and which `take` replaces rather than changes.

@@ -1484,16 +1484,19 @@ class HasPolicy:
         """Rank the job's options and derive what the pass needs from them (cache miss), for
         the share `work_left` of the work their durations are for (a running job in line)."""
         node_size = index.node_size
-        usable = [(i, o) for i, o in enumerate(job.options) if o.gpu_type in node_size]
-        if not usable:
-            return None
         # A start costs its launch (more nodes, longer): time to completion is launch + run,
         # and the GPUs are held for both. This is what keeps a 10-minute job off 64 GPUs.
-        keyed = []  # (time to completion, GPUs, type, position: a stable sort's tie-break, option)
-        for position, o in usable:
+        # (time to completion, GPUs, type, position in the job's options: a stable sort's
+        # tie-break and the entry's name for its option, option)
+        keyed = []
+        for position, o in enumerate(job.options):
             gpus, gpu_type = o.num_gpus, o.gpu_type
+            if gpu_type not in node_size:
+                continue
             launch_s = self._launch_for(gpu_type, gpus, node_size)
             keyed.append((launch_s + o.duration_s * work_left, gpus, gpu_type, position, o))
+        if not keyed:
+            return None
         keyed.sort()
         capacity = index.capacity
         entries = tuple([(position, gpu_type, gpus, total_s, total_s * gpus, o.plan.tp)
