@@ -15,6 +15,13 @@ EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 # machine commonly runs (databases, brokers, dev servers sit in 1024-9999).
 LOWEST_PICKED_PORT = 10000
 PICK_ATTEMPTS = 64
+# The ports a multi-rank job's rank 0 serves its rendezvous on: torch's default port and up,
+# one per (job, attempt), drawn by the orchestrator (`frenzy_orchestrator.core.master_port`).
+# `free_port` never hands one out, so a service started on a picked port (a cluster's gRPC or
+# dashboard port, say) cannot take a job's master port first: the job's ranks would exit
+# with EADDRINUSE and the attempt be retried (a CI run lost an e2e test's exact attempt count
+# so, with a dashboard on 30524).
+RENDEZVOUS_PORTS = range(29500, 32500)
 
 
 def ephemeral_port_range(range_file: Path = EPHEMERAL_RANGE_FILE) -> tuple[int, int]:
@@ -36,14 +43,15 @@ def free_port(range_file: Path = EPHEMERAL_RANGE_FILE) -> int:
     and the service then fails with EADDRINUSE: a cluster start-up in CI failed so. No
     connection takes a source port below the ephemeral range, so a port there stays free
     unless another `free_port` caller picks the same one; picking at random among some
-    twenty thousand makes that rare. Where the range leaves no room below it, port 0 it is.
+    twenty thousand makes that rare. Jobs' rendezvous ports (`RENDEZVOUS_PORTS`) are left
+    out. Where the range leaves no room below it, port 0 it is.
     """
     low, _ = ephemeral_port_range(range_file)
     if low - LOWEST_PICKED_PORT >= 1000:
         picker = random.SystemRandom()
         for _ in range(PICK_ATTEMPTS):
             port = picker.randrange(LOWEST_PICKED_PORT, low)
-            if _bindable(port):
+            if port not in RENDEZVOUS_PORTS and _bindable(port):
                 return port
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -22,6 +22,7 @@ from frenzy import topics
 from frenzy.jobspec import SpecError, resolve_spec
 from frenzy.outcomes import LOST_REASON, OOM_REASON, PREEMPTED_REASON, RENDEZVOUS_REASON
 from frenzy.placement_check import NodeFacts, placement_problem
+from frenzy.ports import RENDEZVOUS_PORTS
 from frenzy.v1 import events_pb2, services_pb2, types_pb2
 from frenzy.v1.types_pb2 import (CANCELLED, FAILED, LAUNCHING, PLACED, PLANNED, QUEUED, RUNNING,
                                  SUBMITTED, SUCCEEDED)
@@ -107,7 +108,6 @@ STOP_RESEND_S = 10.0  # how often a stale attempt seen in heartbeats is told to 
 # An unacknowledged DeleteCheckpoints to a node that is up goes again after this, then after
 # twice as long each time up to the cap (a node that comes back gets it at once).
 CLEANUP_RETRY_FIRST_S, CLEANUP_RETRY_MAX_S = 10.0, 600.0
-MASTER_PORT_BASE, MASTER_PORT_SPAN = 29500, 3000  # torch's default port and up: 29500-32499
 
 
 def master_port(job_id: str, attempt: int) -> int:
@@ -115,7 +115,7 @@ def master_port(job_id: str, attempt: int) -> int:
     ephemeral ports (32768 and up), so the kernel never hands it to an outgoing connection; if it
     is taken anyway, the ranks exit RENDEZVOUS and the next attempt draws another port."""
     digest = hashlib.sha1(f"{job_id}:{attempt}".encode()).digest()
-    return MASTER_PORT_BASE + int.from_bytes(digest[:4], "big") % MASTER_PORT_SPAN
+    return RENDEZVOUS_PORTS[int.from_bytes(digest[:4], "big") % len(RENDEZVOUS_PORTS)]
 
 
 class OrchestratorCore:
