@@ -605,6 +605,26 @@ def test_has_grows_the_job_that_saves_most_per_gpu_added() -> None:
     assert grown.job_id == "flat"
 
 
+def test_has_bounds_growths_gpu_time_against_the_cheapest_option_on_the_same_type() -> None:
+    # 'j' runs on one A100 (40,000 s for all its work); its fastest option, two A100s, has no
+    # room ('other' holds the second), and eight V100s sit idle. The 8-V100 option takes
+    # 20,000 s on 160,000 GPU-seconds, over 4x its 2-A100 option's 38,000, so the old rule
+    # (the cheapest on any type, `grow_cost_per_type=False`) forbids it at any efficiency. On
+    # the V100s it scales at 62.5 % (1 V100: 100,000 GPU-seconds), within `grow_cost_limit`
+    # 2x, and it halves the job's time: has migrates it.
+    now_s = 100.0
+    cluster = nodes({"a": ("A100-80GB", 2, []), "v": ("V100-32GB", 8, list(range(8)))})
+    options = (option("A100-80GB", 1, 40_000.0), option("A100-80GB", 2, 19_000.0),
+               option("V100-32GB", 1, 100_000.0), option("V100-32GB", 8, 20_000.0))
+    running = [RunningJob("j", options[0], (("a", (0,)),), 0.0, 40_000.0, options),
+               RunningJob("other", option("A100-80GB", 1, 1e6), (("a", (1,)),), 0.0, 1e6)]
+    [moved] = HasPolicy().schedule([], cluster, now_s, running)
+    assert (moved.job_id, moved.kind, moved.option.gpu_type, moved.option.num_gpus) == \
+        ("j", "migrate", "V100-32GB", 8)
+    assert HasPolicy(HasConfig(grow_cost_per_type=False)).schedule([], cluster, now_s,
+                                                                   running) == []
+
+
 def test_has_grows_a_restarted_job_after_the_orchestrators_reshape_interval() -> None:
     # has's hysteresis is the system's (ServiceSettings.reshape_min_interval_s, 600 s: the
     # orchestrator refuses a second reshape sooner), not a longer one of its own: a job restarted

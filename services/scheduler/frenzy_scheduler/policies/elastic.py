@@ -18,7 +18,7 @@ own predicted gain, so a decision stays fast. What keeps it stable:
   each other for free;
 * growth only uses GPUs that no queued job wants now (the queue pass has already run, and
   GPUs that held jobs wait for are claimed), and at most `grow_cost_limit` x the job's cheapest
-  GPU-seconds (MARP's wide options burn GPU-time; this bounds the waste);
+  GPU-seconds on the option's type (MARP's wide options burn GPU-time; this bounds the waste);
 * preemption is only for urgent deadline jobs (`reclaim`), and takes the non-deadline jobs
   with the most work left first.
 """
@@ -43,7 +43,8 @@ from frenzy_scheduler.queuediff import IdentityDiff
 class Menu:
     """What a running job's option menu implies, derived once per menu (`Menus`)."""
 
-    __slots__ = ("entries", "cheapest_gpu_s", "cheapest_by_type", "narrower", "fastest_s",
+    __slots__ = ("entries", "cheapest_gpu_s", "cheapest_gpu_s_by_type", "cheapest_by_type",
+                 "narrower", "fastest_s",
                  "others")
 
     def __init__(self, options: Sequence[PlanOption]) -> None:
@@ -70,6 +71,7 @@ class Menu:
         self.cheapest_gpu_s = cheapest_gpu_s if entries else 0.0
         self.fastest_s = fastest_s if entries else 0.0
         self.cheapest_by_type = {t: c[2] for t, c in cheapest.items()}
+        self.cheapest_gpu_s_by_type = {t: c[0] for t, c in cheapest.items()}
         # `narrower_steps` by (type, GPUs): asked for every running job at every admission
         self.narrower: dict[tuple[str, int], list[tuple[int, float, PlanOption]]] = {}
         self.others: dict[str, list] = {}  # other_types by the job's own type, derived once
@@ -330,12 +332,18 @@ def grow(runs: Sequence[RunningJob], index: FreeIndex, blocked_types: set[str], 
          interval_s: float, min_gain_fraction: float, min_gain_s: float, restart_floor_s: float,
          cost_limit: float, max_moves: int, policy: str, menus: Menus,
          launch_s: Callable[[int], float] = lambda nodes: 0.0,
-         per_gpu: bool = True) -> list[Placement]:
+         per_gpu: bool = True, cost_per_type: bool = True) -> list[Placement]:
     """Move running jobs to faster options on GPUs nobody queued wants: resize on their type or
     migrate to another, when the predicted gain clears the thresholds. The idle GPUs go where
     they save the most time per GPU added (each job's best such option, best jobs first), so
     they speed up the jobs that scale rather than the first long job that would take them all;
-    a migration that needs no more GPUs than it frees comes first."""
+    a migration that needs no more GPUs than it frees comes first.
+
+    The GPU-time bound compares an option with the job's cheapest on the same GPU type
+    (`cost_per_type`): it bounds the scaling loss of going wide, which is what burns GPU-time
+    others could use. Against the cheapest on any type (False, the rule until s40), a slower
+    type's every option costs more GPU-seconds than a fast type's narrowest, so a job could not
+    widen onto idle slow GPUs at any efficiency: a V100-second is not an A100-second."""
     free = index.free_by_type
     if not any(n for t, n in free.items() if t not in blocked_types):
         return []
@@ -352,8 +360,11 @@ def grow(runs: Sequence[RunningJob], index: FreeIndex, blocked_types: set[str], 
         if current_s - left * menu.fastest_s < floor_gain_s:
             continue  # not even its fastest option gains enough (the first test below)
         limit_gpu_s = cost_limit * menu.cheapest_gpu_s
+        by_type = menu.cheapest_gpu_s_by_type
         best: tuple[float, float, PlanOption, float] | None = None
         for option, gpu_type, gpus, duration_s, gpu_s in menu.entries:
+            if cost_per_type:
+                limit_gpu_s = cost_limit * by_type[gpu_type]
             if gpu_s > limit_gpu_s or gpu_type in blocked_types:
                 continue
             room = free.get(gpu_type, 0) + (run.num_gpus if gpu_type == own_type else 0)

@@ -95,6 +95,8 @@ class HasConfig:
     reshape_interval_s: float = RESHAPE_MIN_INTERVAL_S
     grow_per_gpu: bool = True  # idle GPUs go where they save most per GPU (else: most work left)
     grow_cost_limit: float = 2.0  # grow only to options at least 50 % as GPU-efficient as its cheapest
+    # ... on the option's own type (False: on any type, the rule until s40; elastic.grow)
+    grow_cost_per_type: bool = True
     shrink_after_s: float = 0.0  # a blocked job may be admitted by shrinking after this wait
     # ... or by displacing a running job whole to GPUs of another type that are free now
     # (elastic.shrink_plan): slow types idle while the fast ones queue is what this uses
@@ -1133,7 +1135,8 @@ class HasPolicy:
             moves += grow(runs, index, blocked, now_s,
                           cfg.reshape_interval_s, cfg.min_gain_fraction, cfg.min_gain_s,
                           cfg.restart_floor_s, cfg.grow_cost_limit, cfg.max_moves - len(moves),
-                          self.name, self._menus, cfg.launch_s, cfg.grow_per_gpu)
+                          self.name, self._menus, cfg.launch_s, cfg.grow_per_gpu,
+                          cfg.grow_cost_per_type)
         return moves + admitted + placements
 
     def _admit(self, ordered: list[_JobFacts], running: Sequence[RunningJob], index: FreeIndex,
