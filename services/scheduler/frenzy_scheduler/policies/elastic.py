@@ -44,8 +44,7 @@ class Menu:
     """What a running job's option menu implies, derived once per menu (`Menus`)."""
 
     __slots__ = ("entries", "cheapest_gpu_s", "cheapest_gpu_s_by_type", "cheapest_by_type",
-                 "narrower", "fastest_s",
-                 "others")
+                 "narrower", "fastest_s", "others")
 
     def __init__(self, options: Sequence[PlanOption]) -> None:
         # (option, type, GPUs, duration s, GPU-seconds), read without property calls. One
