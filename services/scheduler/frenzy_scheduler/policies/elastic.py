@@ -358,13 +358,11 @@ def grow(runs: Sequence[RunningJob], index: FreeIndex, blocked_types: set[str], 
         floor_gain_s = gain_floor_s(current_s, min_gain_fraction, min_gain_s)
         if current_s - left * menu.fastest_s < floor_gain_s:
             continue  # not even its fastest option gains enough (the first test below)
-        limit_gpu_s = cost_limit * menu.cheapest_gpu_s
-        by_type = menu.cheapest_gpu_s_by_type
+        per_type = menu.cheapest_gpu_s_by_type if cost_per_type else None
         best: tuple[float, float, PlanOption, float] | None = None
         for option, gpu_type, gpus, duration_s, gpu_s in menu.entries:
-            if cost_per_type:
-                limit_gpu_s = cost_limit * by_type[gpu_type]
-            if gpu_s > limit_gpu_s or gpu_type in blocked_types:
+            base_gpu_s = per_type[gpu_type] if per_type is not None else menu.cheapest_gpu_s
+            if gpu_s > cost_limit * base_gpu_s or gpu_type in blocked_types:
                 continue
             room = free.get(gpu_type, 0) + (run.num_gpus if gpu_type == own_type else 0)
             if gpus > room or current_s - left * duration_s < floor_gain_s:
